@@ -1,0 +1,13 @@
+#pragma once
+// Each subcommand registers itself on the CLI11 app and records its exit code.
+#include <CLI/CLI.hpp>
+
+namespace foxhunt::apps {
+
+void add_devices_command(CLI::App& app);
+
+// The exit code set by the subcommand that ran (0 unless it reported a failure).
+int exit_code();
+void set_exit_code(int code);
+
+}  // namespace foxhunt::apps

@@ -1,0 +1,46 @@
+#include "gpu/device.hpp"
+
+#include <cuda_runtime.h>
+
+#include <array>
+
+#include "gpu/check.hpp"
+
+namespace foxhunt::gpu {
+
+int device_count(std::string* why) {
+  int n = 0;
+  cudaError_t r = cudaGetDeviceCount(&n);
+  if (r != cudaSuccess) {
+    if (why) *why = cudaGetErrorString(r);
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return 0;
+  }
+  if (n == 0 && why) *why = "the CUDA driver reports zero devices";
+  return n;
+}
+
+std::vector<DeviceInfo> list_devices() {
+  std::vector<DeviceInfo> out;
+  int n = device_count();
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp p{};
+    FH_CHECK(cudaGetDeviceProperties(&p, i));
+    out.push_back({i, p.name, p.totalGlobalMem, p.multiProcessorCount, p.major, p.minor,
+                   static_cast<std::size_t>(p.l2CacheSize)});
+  }
+  return out;
+}
+
+int sm_count() {
+  static thread_local std::array<int, 64> cache{};
+  int dev = 0;
+  FH_CHECK(cudaGetDevice(&dev));
+  if (dev < 64 && cache[dev]) return cache[dev];
+  int count = 0;
+  FH_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
+  if (dev < 64) cache[dev] = count;
+  return count;
+}
+
+}  // namespace foxhunt::gpu

@@ -1,0 +1,24 @@
+#pragma once
+// What CUDA devices this process can see. `foxhunt devices` prints this list.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace foxhunt::gpu {
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  std::size_t total_memory = 0;  // bytes
+  int sm_count = 0;
+  int cc_major = 0, cc_minor = 0;
+  std::size_t l2_bytes = 0;
+};
+
+// Number of usable devices; 0 with `why` filled in when there is no driver or no device.
+int device_count(std::string* why = nullptr);
+std::vector<DeviceInfo> list_devices();
+// Multiprocessor count of the current device, cached per device (launch-grid sizing).
+int sm_count();
+
+}  // namespace foxhunt::gpu
