@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Builds, then installs a self-contained folder (default dist/) for a GPU node that lacks
+# CAF/fmt/spdlog: bin/ (foxhunt, the test suites, the benchmarks) and lib/ (bundled libraries).
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+build_foxhunt
+prefix=${1:-$FOXHUNT_ROOT/dist}
+rm -rf "$prefix"
+cmake --install "$FOXHUNT_BUILD" --prefix "$prefix" >&2
+log "packaged $(du -sh "$prefix" | cut -f1) into $prefix"

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The tests: installs what is missing, builds, runs every ctest (labels cpu and gpu). Without a
+# CUDA device the GPU tests report as skipped with the reason. Extra args go to ctest (e.g. -L cpu).
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+build_foxhunt
+log "testing"
+ctest --test-dir "$FOXHUNT_BUILD" --output-on-failure -j "$(nproc)" "$@"
