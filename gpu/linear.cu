@@ -184,9 +184,16 @@ bool run_gemm(const GemmSpec& g, const BlasLane& lane) {
   }
   if (!algo) return false;
   const float alpha = 1.f;
-  FH_CHECK(cublasLtMatmul(lane.lt, desc.get(), &alpha, g.a, a_layout.get(), g.b, b_layout.get(), &g.beta, g.d,
-                          d_layout.get(), g.d, d_layout.get(), &*algo, lane.workspace,
-                          lane.workspace ? lane.workspace_bytes : 0, lane.stream));
+  const cublasStatus_t status =
+      cublasLtMatmul(lane.lt, desc.get(), &alpha, g.a, a_layout.get(), g.b, b_layout.get(), &g.beta, g.d,
+                     d_layout.get(), g.d, d_layout.get(), &*algo, lane.workspace,
+                     lane.workspace ? lane.workspace_bytes : 0, lane.stream);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {  // the heuristic offered it, the launch refused: remember
+    std::lock_guard<std::mutex> lock(g_algo_mutex);
+    g_algos[key] = std::nullopt;
+    return false;
+  }
+  FH_CHECK(status);
   return true;
 }
 
