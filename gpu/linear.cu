@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <string>
 
 #include "gpu/check.hpp"
@@ -110,8 +109,12 @@ struct GemmSpec {
 };
 
 using AlgoKey = std::array<std::int64_t, 19>;
+struct AlgoEntry {
+  bool supported = false;  // false: cuBLASLt has no algorithm for this configuration
+  cublasLtMatmulAlgo_t algo{};
+};
 std::mutex g_algo_mutex;
-std::map<AlgoKey, std::optional<cublasLtMatmulAlgo_t>> g_algos;  // nullopt: no algorithm exists
+std::map<AlgoKey, AlgoEntry> g_algos;
 
 // Runs the GEMM; returns false (and runs nothing) when cuBLASLt has no algorithm for this
 // configuration, so the caller can fall back. Other cuBLASLt failures throw.
@@ -151,12 +154,12 @@ bool run_gemm(const GemmSpec& g, const BlasLane& lane) {
                     g.aux_ld,
                     static_cast<std::int64_t>(lane.workspace ? lane.workspace_bytes : 0),
                     0};
-  std::optional<cublasLtMatmulAlgo_t> algo;
+  AlgoEntry entry;
   bool cached = false;
   {
     std::lock_guard<std::mutex> lock(g_algo_mutex);
     if (auto it = g_algos.find(key); it != g_algos.end()) {
-      algo = it->second;
+      entry = it->second;
       cached = true;
     }
   }
@@ -175,22 +178,23 @@ bool run_gemm(const GemmSpec& g, const BlasLane& lane) {
         cublasLtMatmulAlgoGetHeuristic(lane.lt, desc.get(), a_layout.get(), b_layout.get(), d_layout.get(),
                                        d_layout.get(), pref.get(), 1, &result, &count);
     if (status == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
-      algo = result.algo;
+      entry.supported = true;
+      entry.algo = result.algo;
     } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) {
       FH_CHECK(status);  // a real error (bad descriptor): report it
     }
     std::lock_guard<std::mutex> lock(g_algo_mutex);
-    g_algos.emplace(key, algo);
+    g_algos.emplace(key, entry);
   }
-  if (!algo) return false;
+  if (!entry.supported) return false;
   const float alpha = 1.f;
   const cublasStatus_t status =
       cublasLtMatmul(lane.lt, desc.get(), &alpha, g.a, a_layout.get(), g.b, b_layout.get(), &g.beta, g.d,
-                     d_layout.get(), g.d, d_layout.get(), &*algo, lane.workspace,
+                     d_layout.get(), g.d, d_layout.get(), &entry.algo, lane.workspace,
                      lane.workspace ? lane.workspace_bytes : 0, lane.stream);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) {  // the heuristic offered it, the launch refused: remember
     std::lock_guard<std::mutex> lock(g_algo_mutex);
-    g_algos[key] = std::nullopt;
+    g_algos[key].supported = false;
     return false;
   }
   FH_CHECK(status);
