@@ -108,7 +108,7 @@ struct GemmSpec {
   std::int64_t aux_ld = 0;
 };
 
-using AlgoKey = std::array<std::int64_t, 19>;
+using AlgoKey = std::array<std::int64_t, 18>;
 struct AlgoEntry {
   bool supported = false;  // false: cuBLASLt has no algorithm for this configuration
   cublasLtMatmulAlgo_t algo{};
@@ -152,8 +152,7 @@ bool run_gemm(const GemmSpec& g, const BlasLane& lane) {
                     g.bias ? alignment_of(g.bias) : 0,
                     g.aux ? alignment_of(g.aux) : 0,
                     g.aux_ld,
-                    static_cast<std::int64_t>(lane.workspace ? lane.workspace_bytes : 0),
-                    0};
+                    static_cast<std::int64_t>(lane.workspace ? lane.workspace_bytes : 0)};
   AlgoEntry entry;
   bool cached = false;
   {
