@@ -28,7 +28,7 @@ void scatter_rows(float* table, const float* rows, const std::int32_t* indices, 
 // table[indices[i], :] += rows[i, :]         the backward of gather_rows (table = d_table)
 // Repeated indices accumulate (float atomicAdd). Not deterministic: the order of the additions into
 // a repeated row varies run to run, and so does the rounding of the sum (distinct indices are exact
-// and deterministic).
+// and deterministic). Like every f32 atomic add, subnormal inputs and results flush to zero.
 void scatter_add_rows(float* table, const float* rows, const std::int32_t* indices, std::int64_t num_indices,
                       std::int64_t width, cudaStream_t stream);
 
