@@ -28,8 +28,10 @@ inline bool is_aligned(const void* p, std::size_t bytes) {
 
 namespace detail {
 
+// Packets by value: the copy is what makes each one a single vector load (a reference would let the
+// compiler issue per-element loads interleaved with the math).
 template <int N, class Op, class Out, class... In>
-__device__ __forceinline__ Packet<Out, N> apply_packet(const Op& op, const Packet<In, N>&... x) {
+__device__ __forceinline__ Packet<Out, N> apply_packet(const Op& op, const Packet<In, N>... x) {
   Packet<Out, N> o;
 #pragma unroll
   for (int k = 0; k < N; ++k) o.v[k] = op(x.v[k]...);
