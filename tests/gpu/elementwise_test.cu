@@ -54,12 +54,15 @@ using UnaryLaunch = std::function<void(float*, const float*, std::int64_t, cudaS
 
 class ElementwiseTest : public test::GpuTest {
  protected:
-  void check_binary(const BinaryLaunch& launch, const BinaryRef& ref, bool positive_b = false);
+  void check_binary(const BinaryLaunch& launch, const BinaryRef& ref, bool positive_b = false, double atol = 0.0);
   void check_unary(const UnaryLaunch& launch, const std::function<double(double)>& ref);
 };
 
 // out = op(a, b) on every size/offset, then again in place (out == a), against the double op.
-void ElementwiseTest::check_binary(const BinaryLaunch& launch, const BinaryRef& ref, bool positive_b) {
+// atol: 0 for a single rounded op; axpby rounds alpha * a first, an absolute error of up to half
+// an ulp of |alpha a| that cancellation can make large relative to the result.
+void ElementwiseTest::check_binary(const BinaryLaunch& launch, const BinaryRef& ref, bool positive_b,
+                                   double atol) {
   auto& t = *this;
   for (std::int64_t n : kSizes)
     for (int off : kOffsets) {
@@ -75,14 +78,15 @@ void ElementwiseTest::check_binary(const BinaryLaunch& launch, const BinaryRef& 
       test::poison(out.buf, t.stream());
       launch(out.ptr, da.ptr, db.ptr, n, t.stream());
       auto got = read(out, t.stream());
-      // Each result is one correctly rounded float op of float inputs: within 0.5 ulp.
-      EXPECT_LT(test::rel_error(got, want), 1e-6);
-      EXPECT_TRUE(test::all_close(got, want, 1e-6, 0.0));
+      // L2 relative error over many elements (one tiny result would dominate a short vector; the
+      // per-element bound below covers those).
+      if (n >= 1000) EXPECT_LT(test::rel_error(got, want), 1e-6);
+      EXPECT_TRUE(test::all_close(got, want, 1e-6, atol));
       EXPECT_TRUE(guards_intact(out, t.stream()));
 
       launch(da.ptr, da.ptr, db.ptr, n, t.stream());  // in place: out == a
       auto inplace = read(da, t.stream());
-      EXPECT_TRUE(test::all_close(inplace, want, 1e-6, 0.0)) << "in place";
+      EXPECT_TRUE(test::all_close(inplace, want, 1e-6, atol)) << "in place";
       EXPECT_TRUE(guards_intact(da, t.stream())) << "in place";
     }
 }
@@ -111,7 +115,7 @@ TEST_F(ElementwiseTest, Axpby) {
   check_binary(
       [&](float* o, const float* a, const float* b, std::int64_t n,
                  cudaStream_t s) { axpby(o, a, alpha, b, beta, n, s); },
-      [&](double a, double b) { return double(alpha) * a + double(beta) * b; });
+      [&](double a, double b) { return double(alpha) * a + double(beta) * b; }, false, 1e-6);
 }
 
 void ElementwiseTest::check_unary(const UnaryLaunch& launch, const std::function<double(double)>& ref) {
@@ -127,7 +131,7 @@ void ElementwiseTest::check_unary(const UnaryLaunch& launch, const std::function
       test::poison(out.buf, t.stream());
       launch(out.ptr, in.ptr, n, t.stream());
       auto got = read(out, t.stream());
-      EXPECT_LT(test::rel_error(got, want), 1e-6);
+      if (n >= 1000) EXPECT_LT(test::rel_error(got, want), 1e-6);
       EXPECT_TRUE(test::all_close(got, want, 1e-6, 0.0));
       EXPECT_TRUE(guards_intact(out, t.stream()));
       launch(in.ptr, in.ptr, n, t.stream());
