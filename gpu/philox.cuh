@@ -158,7 +158,7 @@ __host__ __device__ __forceinline__ void sincos_2pi(float u, float* s_out, float
 // The Philox4x32 block function, 10 rounds (key bumped between rounds, as in Random123).
 __host__ __device__ __forceinline__ uint4 philox4x32_10(uint4 counter, uint2 key) {
   using namespace philox_detail;
-#ifdef __CUDACC__
+#ifdef __CUDA_ARCH__
 #pragma unroll
 #endif
   for (int r = 0; r < 9; ++r) {
