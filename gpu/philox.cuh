@@ -218,6 +218,12 @@ __host__ __device__ __forceinline__ float2 normal2(std::uint32_t bits1, std::uin
   return make_float2(rn_mul(r, c), rn_mul(r, s));
 }
 
+// Two standard normals for (seed, stream_id, counter): lanes x, y of normal4 (words z, w unused).
+__host__ __device__ __forceinline__ float2 normal2(std::uint64_t seed, std::uint32_t stream_id, std::uint64_t counter) {
+  const uint4 b = random_bits4(seed, stream_id, counter);
+  return normal2(b.x, b.y);
+}
+
 // Four standard normals from one Philox block: lanes (x, y) from words (x, y), (z, w) from (z, w).
 __host__ __device__ __forceinline__ float4 normal4(std::uint64_t seed, std::uint32_t stream_id,
                                                    std::uint64_t counter) {

@@ -130,6 +130,10 @@ TEST(Philox, NormalsAreFiniteBoundedAndStandard) {
   EXPECT_EQ(zero.x, 0.0f);
   EXPECT_EQ(zero.y, 0.0f);
   EXPECT_EQ(normal_scaled(2.0f, 1.0f, 0.5f), 2.0f);
+  const float4 four = normal4(seed, 9, 77);
+  const float2 two = normal2(seed, 9, 77);
+  EXPECT_EQ(two.x, four.x);
+  EXPECT_EQ(two.y, four.y);
 }
 
 }  // namespace
