@@ -39,10 +39,13 @@ for b in "$dist"/bin/foxhunt_bench_*; do
   summary+=("$n rc=$?")
 done
 
+# Two graph tests provoke CUDA API errors on purpose (a sync inside a capture must throw);
+# the sanitizer would count those as errors, so it runs everything else.
+sanitizer_filter="$filter-GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest.UncheckedSyncInvalidatesCaptureAndThrows"
 for tool in "${tools[@]}"; do
   t0=$SECONDS
   timeout "$sanitizer_timeout" "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 \
-    "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$filter" >"$out/sanitizer_$tool.txt" 2>&1
+    "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$sanitizer_filter" >"$out/sanitizer_$tool.txt" 2>&1
   rc=$?
   verdict=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.txt" | tail -1)
   summary+=("sanitizer $tool rc=$rc $((SECONDS - t0))s: $verdict $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$out/sanitizer_$tool.txt" | tr '\n' ' ')")
