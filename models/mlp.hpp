@@ -1,0 +1,72 @@
+#pragma once
+// Mlp: a stack of Dense layers in one ParameterArena ("<name>.<i>.*"), every layer followed by the
+// same activation (the trunk's output is activated too). Explicit forward/backward; the activations
+// the backward needs live in a Workspace allocated once for a maximum batch.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/buffer.hpp"
+#include "models/dense.hpp"
+
+namespace foxhunt::models {
+
+struct MlpSpec {
+  std::string name;
+  std::int64_t in = 0;
+  std::vector<std::int64_t> sizes;                  // output width of each layer (>= 1 layer)
+  gpu::Activation act = gpu::Activation::relu;      // identity, relu or gelu
+  bool noisy = false;                               // NoisyNet layers throughout
+  float sigma0 = 0.5f;
+};
+
+class Mlp {
+ public:
+  // Noisy layer i uses Philox stream noise_stream_base + i.
+  explicit Mlp(MlpSpec spec, std::uint32_t noise_stream_base = 0);
+
+  struct Workspace {
+    std::int64_t max_batch = 0;
+    std::vector<gpu::DeviceBuffer<float>> out;       // per layer (max_batch, sizes[i])
+    std::vector<gpu::DeviceBuffer<std::byte>> aux;   // per layer, gpu/linear's aux
+    gpu::DeviceBuffer<float> grad_a, grad_b, d_pre;  // (max_batch, max width) each
+  };
+
+  void declare(gpu::ParameterArena& arena) const;
+  void init(gpu::ParameterArena& arena, std::mt19937_64& rng, cudaStream_t stream) const;
+  void bind(gpu::ParameterArena& arena);
+  void resample_noise(std::uint64_t seed, const std::uint64_t* counter, cudaStream_t stream);
+  Workspace make_workspace(std::int64_t max_batch) const;
+
+  // ws.out.back() (B, sizes.back()) = trunk(in (B, in)).
+  void forward(Workspace& ws, const float* in, std::int64_t batch, bool eval, gpu::BlasLane lane);
+  const float* output(const Workspace& ws) const { return ws.out.back().data(); }
+  // From d_out (B, sizes.back()): writes every layer's parameter gradients; d_in (B, in) nullable.
+  void backward(float* d_in, Workspace& ws, const float* d_out, const float* in, std::int64_t batch,
+                gpu::BlasLane lane);
+
+  // ReLU trunks only (0 otherwise): the number of units across all layers.
+  std::int64_t relu_units() const;
+  // *dead += the number of ReLU units whose pre-activation was <= 0 for every row of the last
+  // forward's batch (read from the ReLU masks in ws.aux; integer atomics: deterministic).
+  void count_dead_units(std::uint32_t* dead, const Workspace& ws, std::int64_t batch, cudaStream_t stream) const;
+
+  const MlpSpec& spec() const noexcept { return spec_; }
+  std::vector<Dense>& layers() noexcept { return layers_; }
+  std::int64_t out_features() const { return spec_.sizes.back(); }
+
+ private:
+  MlpSpec spec_;
+  std::vector<Dense> layers_;
+};
+
+// Kernel behind count_dead_units for one ReLU layer: mask is gpu/linear's ReLU bit-mask (B rows of
+// round_up(out_f, 128) bits).
+void count_dead_relu_units(std::uint32_t* dead, const void* relu_mask, std::int64_t batch, std::int64_t out_features,
+                           cudaStream_t stream);
+
+}  // namespace foxhunt::models

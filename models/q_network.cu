@@ -1,0 +1,137 @@
+#include "models/q_network.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "gpu/check.hpp"
+#include "gpu/elementwise.hpp"
+#include "gpu/softmax.hpp"
+#include "models/c51.hpp"
+#include "models/dueling.hpp"
+
+namespace foxhunt::models {
+
+void validate(const QNetworkSpec& s) {
+  FH_EXPECT(s.obs_dim >= 1, "QNetworkSpec.obs_dim must be >= 1, got " + std::to_string(s.obs_dim));
+  FH_EXPECT(!s.hidden.empty(), "QNetworkSpec.hidden needs at least one layer");
+  for (auto h : s.hidden) FH_EXPECT(h >= 1, "QNetworkSpec.hidden widths must be >= 1, got " + std::to_string(h));
+  FH_EXPECT(s.act == gpu::Activation::relu || s.act == gpu::Activation::gelu || s.act == gpu::Activation::identity,
+            "QNetworkSpec.act must be relu, gelu or identity");
+  FH_EXPECT(s.branches >= 1, "QNetworkSpec.branches must be >= 1, got " + std::to_string(s.branches));
+  FH_EXPECT(s.actions >= 1, "QNetworkSpec.actions must be >= 1, got " + std::to_string(s.actions));
+  FH_EXPECT(s.atoms == 1 || (s.atoms >= 2 && s.atoms <= 1024),
+            "QNetworkSpec.atoms must be 1 or in [2, 1024], got " + std::to_string(s.atoms));
+  FH_EXPECT(s.atoms == 1 || s.branches == 1, "QNetworkSpec: atoms > 1 (C51) needs branches == 1");
+  FH_EXPECT(s.atoms == 1 || (std::isfinite(s.v_min) && std::isfinite(s.v_max) && s.v_min < s.v_max),
+            "QNetworkSpec: C51 needs finite v_min < v_max");
+  FH_EXPECT(!s.noisy || (std::isfinite(s.sigma0) && s.sigma0 >= 0.f), "QNetworkSpec.sigma0 must be >= 0");
+}
+
+namespace {
+MlpSpec trunk_spec(const QNetworkSpec& s, const std::string& prefix) {
+  validate(s);
+  return MlpSpec{prefix + "trunk", s.obs_dim, s.hidden, s.act, false, s.sigma0};
+}
+}  // namespace
+
+QNetwork::QNetwork(QNetworkSpec spec, std::string prefix, std::uint32_t noise_stream_base)
+    : spec_(std::move(spec)), trunk_(trunk_spec(spec_, prefix), noise_stream_base + 16) {
+  const std::int64_t h = spec_.hidden.back();
+  const std::int64_t out = outputs();
+  if (spec_.dueling) {
+    heads_.emplace_back(DenseSpec{prefix + "value", h, spec_.atoms, gpu::Activation::identity, spec_.noisy,
+                                  spec_.sigma0},
+                        noise_stream_base + 0);
+    heads_.emplace_back(DenseSpec{prefix + "advantage", h, out, gpu::Activation::identity, spec_.noisy, spec_.sigma0},
+                        noise_stream_base + 1);
+  } else {
+    heads_.emplace_back(DenseSpec{prefix + "head", h, out, gpu::Activation::identity, spec_.noisy, spec_.sigma0},
+                        noise_stream_base + 0);
+  }
+}
+
+void QNetwork::declare(gpu::ParameterArena& arena) const {
+  trunk_.declare(arena);
+  for (const auto& l : heads_) l.declare(arena);
+}
+void QNetwork::init(gpu::ParameterArena& arena, std::mt19937_64& rng, cudaStream_t stream) const {
+  trunk_.init(arena, rng, stream);
+  for (const auto& l : heads_) l.init(arena, rng, stream);
+}
+void QNetwork::bind(gpu::ParameterArena& arena) {
+  trunk_.bind(arena);
+  for (auto& l : heads_) l.bind(arena);
+}
+void QNetwork::resample_noise(std::uint64_t seed, const std::uint64_t* counter, cudaStream_t stream) {
+  for (auto& l : heads_) l.resample_noise(seed, counter, stream);
+}
+
+std::vector<std::string> QNetwork::weight_mu_names() const {
+  std::vector<std::string> names;
+  if (spec_.noisy)
+    for (const auto& l : heads_) names.push_back(l.weight_name());
+  return names;
+}
+
+QNetwork::Workspace QNetwork::make_workspace(std::int64_t max_batch) const {
+  Workspace ws;
+  ws.max_batch = max_batch;
+  ws.trunk = trunk_.make_workspace(max_batch);
+  const auto B = static_cast<std::size_t>(max_batch);
+  const auto out = static_cast<std::size_t>(outputs());
+  const auto h = static_cast<std::size_t>(spec_.hidden.back());
+  ws.logits = gpu::DeviceBuffer<float>(B * out);
+  if (spec_.atoms > 1) {
+    ws.probs = gpu::DeviceBuffer<float>(B * out);
+    ws.q = gpu::DeviceBuffer<float>(B * static_cast<std::size_t>(spec_.branches * spec_.actions));
+  }
+  if (spec_.dueling) {
+    ws.value = gpu::DeviceBuffer<float>(B * static_cast<std::size_t>(spec_.atoms));
+    ws.adv = gpu::DeviceBuffer<float>(B * out);
+    ws.d_value = gpu::DeviceBuffer<float>(B * static_cast<std::size_t>(spec_.atoms));
+    ws.d_adv = gpu::DeviceBuffer<float>(B * out);
+    ws.d_h2 = gpu::DeviceBuffer<float>(B * h);
+  }
+  ws.d_h = gpu::DeviceBuffer<float>(B * h);
+  ws.d_pre = gpu::DeviceBuffer<float>(B * std::max(out, h));
+  return ws;
+}
+
+void QNetwork::forward(Workspace& ws, const float* obs, std::int64_t batch, bool eval, gpu::BlasLane lane) {
+  FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "QNetwork::forward: batch must be in [1, " +
+                                                     std::to_string(ws.max_batch) + "], got " + std::to_string(batch));
+  trunk_.forward(ws.trunk, obs, batch, eval, lane);
+  const float* h = trunk_.output(ws.trunk);
+  if (spec_.dueling) {
+    heads_[0].forward(ws.value.data(), nullptr, h, batch, eval, lane);
+    heads_[1].forward(ws.adv.data(), nullptr, h, batch, eval, lane);
+    dueling_forward(ws.logits.data(), ws.value.data(), ws.adv.data(), batch, spec_.branches, spec_.actions,
+                    spec_.atoms, lane.stream);
+  } else {
+    heads_[0].forward(ws.logits.data(), nullptr, h, batch, eval, lane);
+  }
+  if (spec_.atoms > 1) {
+    const std::int64_t rows = batch * spec_.branches * spec_.actions;
+    gpu::softmax_forward(ws.probs.data(), ws.logits.data(), rows, spec_.atoms, lane.stream);
+    c51_expectation(ws.q.data(), ws.probs.data(), rows, spec_.atoms, spec_.v_min, spec_.v_max, lane.stream);
+  }
+}
+
+void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, std::int64_t batch,
+                        gpu::BlasLane lane) {
+  FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "QNetwork::backward: batch out of range");
+  const float* h = trunk_.output(ws.trunk);
+  const std::int64_t hw = spec_.hidden.back();
+  if (spec_.dueling) {
+    dueling_backward(ws.d_value.data(), ws.d_adv.data(), d_logits, batch, spec_.branches, spec_.actions, spec_.atoms,
+                     lane.stream);
+    heads_[0].backward(ws.d_h.data(), ws.d_pre.data(), ws.d_value.data(), nullptr, h, batch, lane);
+    heads_[1].backward(ws.d_h2.data(), ws.d_pre.data(), ws.d_adv.data(), nullptr, h, batch, lane);
+    gpu::add(ws.d_h.data(), ws.d_h.data(), ws.d_h2.data(), batch * hw, lane.stream);
+  } else {
+    heads_[0].backward(ws.d_h.data(), ws.d_pre.data(), d_logits, nullptr, h, batch, lane);
+  }
+  trunk_.backward(nullptr, ws.trunk, ws.d_h.data(), obs, batch, lane);
+}
+
+}  // namespace foxhunt::models

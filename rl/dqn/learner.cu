@@ -1,0 +1,214 @@
+#include "rl/dqn/learner.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <stdexcept>
+#include <string>
+
+#include "gpu/check.hpp"
+#include "gpu/grad_norm.hpp"
+#include "gpu/nonfinite.hpp"
+#include "gpu/reduce.hpp"
+#include "models/c51.hpp"
+
+namespace foxhunt::rl {
+namespace {
+
+constexpr std::uint32_t kOnlineNoiseStreams = 0x100;
+constexpr std::uint32_t kTargetNoiseStreams = 0x200;
+constexpr std::uint32_t kActStream = 0x300;
+
+bool finite_in(float x, float lo, float hi) { return std::isfinite(x) && x >= lo && x <= hi; }
+
+}  // namespace
+
+void validate(const DqnLearnerConfig& c) {
+  models::validate(c.net);
+  FH_EXPECT(c.batch >= 1, "dqn.batch must be >= 1, got " + std::to_string(c.batch));
+  FH_EXPECT(c.act_rows >= 1, "dqn.act_rows must be >= 1, got " + std::to_string(c.act_rows));
+  FH_EXPECT(c.loss == TdLoss::mse || (std::isfinite(c.huber_delta) && c.huber_delta > 0.f),
+            "dqn.huber_delta must be finite and > 0, got " + std::to_string(c.huber_delta));
+  FH_EXPECT(finite_in(c.adam.beta1, 0.f, 0.999999f), "dqn.adam.beta1 must be in [0, 1)");
+  FH_EXPECT(finite_in(c.adam.beta2, 0.f, 0.999999f), "dqn.adam.beta2 must be in [0, 1)");
+  FH_EXPECT(finite_in(c.adam.eps, 0.f, 1.f), "dqn.adam.eps must be in [0, 1]");
+  FH_EXPECT(finite_in(c.adam.weight_decay, 0.f, 1.f), "dqn.adam.weight_decay must be in [0, 1]");
+  const auto& s = c.schedule;
+  FH_EXPECT(finite_in(s.epsilon_start, 0.f, 1.f) && finite_in(s.epsilon_end, 0.f, 1.f),
+            "dqn.epsilon_start and dqn.epsilon_end must be in [0, 1]");
+  FH_EXPECT(finite_in(s.beta_start, 0.f, 1.f) && finite_in(s.beta_end, 0.f, 1.f),
+            "dqn.beta_start and dqn.beta_end must be in [0, 1]");
+  FH_EXPECT(finite_in(s.lr_start, 0.f, 1.f) && finite_in(s.lr_end, 0.f, 1.f) && s.lr_start > 0.f,
+            "dqn.lr_start must be in (0, 1] and dqn.lr_end in [0, 1]");
+  FH_EXPECT(s.epsilon_steps >= 0 && s.beta_updates >= 0 && s.lr_updates >= 0,
+            "dqn schedule durations (epsilon_steps, beta_updates, lr_updates) must be >= 0");
+  FH_EXPECT(std::isfinite(c.max_grad_norm), "dqn.max_grad_norm must be finite (<= 0 disables clipping)");
+  FH_EXPECT(c.tau > 0.f && c.tau <= 1.f, "dqn.tau must be in (0, 1], got " + std::to_string(c.tau));
+  FH_EXPECT(c.target_period >= 1, "dqn.target_period must be >= 1, got " + std::to_string(c.target_period));
+  FH_EXPECT(finite_in(c.priority_eps, 0.f, 1.f), "dqn.priority_eps must be in [0, 1]");
+  FH_EXPECT(std::isfinite(c.skip_priority) && c.skip_priority > 0.f, "dqn.skip_priority must be finite and > 0");
+}
+
+DqnLearner::DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane) : config_(config), lane_(lane) {
+  validate(config_);
+  FH_EXPECT(lane_.stream != nullptr, "DqnLearner: needs a created stream (graph capture), not the default stream");
+  const cudaStream_t s = lane_.stream;
+  online_ = std::make_unique<models::QNetwork>(config_.net, "", kOnlineNoiseStreams);
+  target_ = std::make_unique<models::QNetwork>(config_.net, "", kTargetNoiseStreams);
+  online_->declare(online_arena_);
+  target_->declare(target_arena_);
+  online_arena_.finalize(s);
+  target_arena_.finalize(s);
+  std::mt19937_64 rng(config_.seed);
+  online_->init(online_arena_, rng, s);
+  FH_CHECK(cudaMemcpyAsync(target_arena_.params(), online_arena_.params(),
+                           static_cast<std::size_t>(online_arena_.padded_count()) * sizeof(float),
+                           cudaMemcpyDeviceToDevice, s));
+  online_->bind(online_arena_);
+  target_->bind(target_arena_);
+
+  const std::int64_t B = config_.batch;
+  ws_ = online_->make_workspace(B);
+  ws_next_ = online_->make_workspace(B);
+  ws_target_ = target_->make_workspace(B);
+  act_ws_ = online_->make_workspace(config_.act_rows);
+  const auto Bz = static_cast<std::size_t>(B);
+  y_ = gpu::DeviceBuffer<float>(Bz);
+  d_logits_ = gpu::DeviceBuffer<float>(Bz * static_cast<std::size_t>(online_->outputs()));
+  sample_loss_ = gpu::DeviceBuffer<float>(Bz);
+  weighted_loss_ = gpu::DeviceBuffer<float>(Bz);
+  priorities_ = gpu::DeviceBuffer<float>(Bz);
+  if (config_.net.atoms > 1) m_ = gpu::DeviceBuffer<float>(Bz * static_cast<std::size_t>(config_.net.atoms));
+  next_actions_ = gpu::DeviceBuffer<std::int32_t>(Bz * static_cast<std::size_t>(config_.net.branches));
+  reduce_ws_ = gpu::DeviceBuffer<std::byte>(std::max<std::size_t>(gpu::reduce_workspace_bytes(B), 16));
+  norm_ws_ = gpu::DeviceBuffer<std::byte>(
+      std::max<std::size_t>(gpu::grad_norm_workspace_bytes(online_arena_.padded_count()), 16));
+
+  DqnState init{};
+  init.relu_units = online_->relu_units();
+  init.epsilon = config_.schedule.epsilon_start;
+  init.beta = config_.schedule.beta_start;
+  init.lr = config_.schedule.lr_start;
+  state_ = gpu::DeviceBuffer<DqnState>(1);
+  state_.upload(std::span<const DqnState>(&init, 1), s);
+  FH_CHECK(cudaStreamSynchronize(s));  // set-up: host values above must be uploaded before they die
+}
+
+void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
+  const auto& c = config_;
+  FH_EXPECT(batch.size == c.batch, "DqnLearner: batch.size must equal config.batch (" + std::to_string(c.batch) +
+                                       "), got " + std::to_string(batch.size));
+  FH_EXPECT(batch.obs && batch.actions && batch.returns && batch.discounts && batch.next_obs,
+            "DqnLearner: batch obs, actions, returns, discounts and next_obs must be set");
+  const std::int64_t B = c.batch, D = c.net.branches, A = c.net.actions, Z = c.net.atoms;
+  gpu::BlasLane lane = lane_;
+  lane.stream = s;
+  DqnState* st = state_.data();
+
+  dqn_begin_update(st, c.schedule, s);
+  online_->resample_noise(c.seed, &st->noise_counter, s);
+  target_->resample_noise(c.seed, &st->noise_counter, s);
+
+  // Forwards: online(s') only selects the bootstrap action (double DQN).
+  if (c.double_q) online_->forward(ws_next_, batch.next_obs, B, false, lane);
+  target_->forward(ws_target_, batch.next_obs, B, false, lane);
+  online_->forward(ws_, batch.obs, B, false, lane);
+  const float* q_select = c.double_q ? online_->q(ws_next_) : target_->q(ws_target_);
+
+  if (Z == 1) {
+    dqn_targets(y_.data(), next_actions_.data(), q_select, target_->q(ws_target_), batch.returns, batch.discounts, B,
+                D, A, s);
+    td_loss(d_logits_.data(), weighted_loss_.data(), priorities_.data(), online_->q(ws_), batch.actions, y_.data(),
+            batch.weights, B, D, A, c.loss, c.huber_delta, c.priority_eps, s);
+  } else {
+    greedy_actions(next_actions_.data(), q_select, B, 1, A, s);
+    models::c51_project(m_.data(), target_->probs(ws_target_), next_actions_.data(), batch.returns, batch.discounts, B,
+                        A, Z, c.net.v_min, c.net.v_max, s);
+    models::c51_cross_entropy(d_logits_.data(), sample_loss_.data(), online_->logits(ws_), batch.actions, m_.data(),
+                              batch.weights, B, A, Z, s);
+    weighted_loss_priorities(weighted_loss_.data(), priorities_.data(), sample_loss_.data(), batch.weights, B,
+                             c.priority_eps, s);
+  }
+  gpu::reduce_sum(&st->loss, weighted_loss_.data(), B, reduce_ws_.data(), s);
+  taken_q_mean(&st->q_mean, online_->q(ws_), batch.actions, B, D, A, s);
+  online_->count_dead_units(&st->dead_units, ws_, B, s);
+
+  online_->backward(ws_, d_logits_.data(), batch.obs, B, lane);
+
+  // Guard: a non-finite loss or gradient skips Adam and the target update (bit-exact).
+  const std::int64_t n = online_arena_.padded_count();
+  gpu::flag_nonfinite(&st->skip, &st->loss, 1, s);
+  gpu::flag_nonfinite(&st->skip, online_arena_.grads(), n, s);
+  gpu::global_grad_norm(&st->grad_norm, online_arena_.grads(), n, norm_ws_.data(), s);
+  const bool clip = c.max_grad_norm > 0.f;
+  if (clip) gpu::clip_scale(&st->clip_scale, &st->grad_norm, c.max_grad_norm, s);
+  gpu::adam_step_device(online_arena_.params(), online_arena_.adam_m(), online_arena_.adam_v(),
+                        online_arena_.grads(), n, c.adam, &st->lr, &st->updates_applied,
+                        clip ? &st->clip_scale : nullptr, &st->skip, s);
+  dqn_end_update(st, priorities_.data(), B, c.skip_priority, s);
+  target_update(target_arena_.params(), online_arena_.params(), n, c.tau, c.target_period, st, s);
+  gpu::flag_nonfinite(&st->params_nonfinite, online_arena_.params(), n, s);
+}
+
+void DqnLearner::update(const DqnBatch& batch) { record_update(batch, lane_.stream); }
+
+void DqnLearner::capture(const DqnBatch& batch, const std::function<void(cudaStream_t)>& before,
+                         const std::function<void(cudaStream_t)>& after) {
+  graph_.capture(lane_.stream, [&](cudaStream_t cs) {
+    if (before) before(cs);
+    record_update(batch, cs);
+    if (after) after(cs);
+  });
+}
+
+void DqnLearner::replay() {
+  FH_EXPECT(graph_.captured(), "DqnLearner::replay before capture");
+  graph_.replay(lane_.stream);
+}
+
+void DqnLearner::act(std::int32_t* actions, const float* obs, std::int64_t rows, bool eval) {
+  FH_EXPECT(rows >= 1 && rows <= config_.act_rows, "DqnLearner::act: rows must be in [1, act_rows = " +
+                                                       std::to_string(config_.act_rows) + "], got " +
+                                                       std::to_string(rows));
+  online_->forward(act_ws_, obs, rows, eval, lane_);
+  const bool greedy = eval || config_.net.noisy;
+  DqnState* st = state_.data();
+  select_actions(actions, online_->q(act_ws_), greedy ? nullptr : &st->epsilon, config_.seed, kActStream,
+                 &st->act_counter, rows, config_.net.branches, config_.net.actions, lane_.stream);
+}
+
+void DqnLearner::after_env_step(std::int64_t num_envs) {
+  dqn_after_env_step(state_.data(), config_.schedule, num_envs, lane_.stream);
+}
+
+void DqnLearner::publish_metrics() { metrics_.publish(state_.data(), lane_.stream); }
+
+void DqnLearner::save(const std::filesystem::path& stem) {
+  const cudaStream_t s = lane_.stream;
+  online_arena_.save(stem.string() + ".online.safetensors", s, true);
+  target_arena_.save(stem.string() + ".target.safetensors", s, false);
+  // Checkpoint I/O: the one sanctioned device-to-host copy besides the exit.
+  DqnState host{};
+  FH_CHECK(cudaStreamSynchronize(s));
+  FH_CHECK(cudaMemcpy(&host, state_.data(), sizeof host, cudaMemcpyDeviceToHost));
+  std::ofstream f(stem.string() + ".state.bin", std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(&host), sizeof host);
+  if (!f) throw std::runtime_error("DqnLearner::save: cannot write " + stem.string() + ".state.bin");
+}
+
+void DqnLearner::load(const std::filesystem::path& stem) {
+  const cudaStream_t s = lane_.stream;
+  std::ifstream f(stem.string() + ".state.bin", std::ios::binary);
+  DqnState host{};
+  f.read(reinterpret_cast<char*>(&host), sizeof host);
+  if (!f || f.gcount() != static_cast<std::streamsize>(sizeof host))
+    throw std::runtime_error("DqnLearner::load: cannot read " + stem.string() + ".state.bin (" +
+                             std::to_string(sizeof host) + " bytes expected)");
+  if (!online_arena_.load(stem.string() + ".online.safetensors", s))
+    throw std::runtime_error("DqnLearner::load: " + stem.string() + ".online.safetensors has no optimizer state");
+  target_arena_.load(stem.string() + ".target.safetensors", s);
+  state_.upload(std::span<const DqnState>(&host, 1), s);
+  FH_CHECK(cudaStreamSynchronize(s));
+}
+
+}  // namespace foxhunt::rl

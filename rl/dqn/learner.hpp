@@ -1,0 +1,112 @@
+#pragma once
+// DqnLearner: the DQN family's update on one stream, everything on the device.
+//
+//   update(batch):  begin (schedules, noise counter) -> resample noise (online, target)
+//     -> forward online(s'), target(s'), online(s) -> targets (double DQN / BDQ mean over branches;
+//        C51: projection) -> loss, d_logits, per-sample priorities -> backward (flat gradients)
+//     -> guard (non-finite loss or gradient sets skip) -> global grad norm, clip scale
+//     -> Adam over the flat arena (skipped bit-exactly on skip) -> end (counters; priorities made
+//        safe on skip) -> target update (hard every K / Polyak, one kernel) -> dead-unit and
+//        non-finite-parameter checks.
+//   capture(batch, before, after) records the same work, with the caller's sampling before and the
+//   priority update after, as one CUDA graph; replay() launches it. Nothing on the host changes
+//   between updates: per-step scalars live in DqnState (device memory).
+//   Metrics leave through publish_metrics() (an ExitSlot<DqnState>), never by a copy.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+
+#include "gpu/adam.hpp"
+#include "gpu/arena.hpp"
+#include "gpu/buffer.hpp"
+#include "gpu/context.hpp"
+#include "gpu/exit.hpp"
+#include "gpu/graph.hpp"
+#include "models/q_network.hpp"
+#include "rl/dqn/batch.hpp"
+#include "rl/dqn/state.hpp"
+#include "rl/dqn/targets.hpp"
+
+namespace foxhunt::rl {
+
+struct DqnLearnerConfig {
+  models::QNetworkSpec net;
+  std::int64_t batch = 32;
+  bool double_q = true;
+  TdLoss loss = TdLoss::huber;   // C51 (net.atoms > 1) always uses its cross-entropy
+  float huber_delta = 1.f;
+  gpu::AdamConfig adam{};        // adam.lr is ignored: schedule.lr_* drives the rate
+  DqnSchedule schedule{};
+  float max_grad_norm = 10.f;    // <= 0: no clipping
+  float tau = 1.f;               // target update coefficient: 1 = hard copy
+  std::int64_t target_period = 1;  // applied updates between target updates
+  float priority_eps = 1e-6f;
+  float skip_priority = 1.f;     // priority written for every sample of a skipped update
+  std::uint64_t seed = 0;        // init, noise and exploration
+  std::int64_t act_rows = 1;     // most observations one act() call handles (e.g. the env count)
+};
+
+// std::invalid_argument naming the field and the allowed range.
+void validate(const DqnLearnerConfig& config);
+
+class DqnLearner {
+ public:
+  DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane);
+
+  // Eager update (tests, first steps). batch.size must equal config.batch.
+  void update(const DqnBatch& batch);
+  // Captures before(stream) + the update + after(stream) once; replay() then reruns it. The batch's
+  // pointers (and everything before/after touch) must stay valid while the graph lives.
+  void capture(const DqnBatch& batch, const std::function<void(cudaStream_t)>& before = {},
+               const std::function<void(cudaStream_t)>& after = {});
+  void replay();
+  bool captured() const { return graph_.captured(); }
+
+  // Acting: Q of obs (rows, obs_dim) with the online network (its current noise unless eval: eval
+  // uses mu only), then per branch epsilon-greedy with epsilon from the state (greedy when eval or
+  // when the net is noisy) into actions (rows, D), a device buffer (e.g. the envs' action buffer).
+  // rows <= config.act_rows. Capturable (no host values change).
+  void act(std::int32_t* actions, const float* obs, std::int64_t rows, bool eval);
+  const float* act_q() const { return online_->q(act_ws_); }  // (rows, D, A) of the last act()
+  // After an environment step of num_envs transitions (epsilon schedule, act counter).
+  void after_env_step(std::int64_t num_envs);
+
+  // The priorities of the last update (B), already safe (finite) for the replay.
+  const float* priorities() const noexcept { return priorities_.data(); }
+  DqnState* state() noexcept { return state_.data(); }
+  // Copies the state into the metrics exit (a kernel, no memcpy); read it with metrics().try_read.
+  void publish_metrics();
+  gpu::ExitSlot<DqnState>& metrics() noexcept { return metrics_; }
+
+  gpu::ParameterArena& online_arena() noexcept { return online_arena_; }
+  gpu::ParameterArena& target_arena() noexcept { return target_arena_; }
+  models::QNetwork& online() noexcept { return *online_; }
+  models::QNetwork& target() noexcept { return *target_; }
+  const DqnLearnerConfig& config() const noexcept { return config_; }
+  cudaStream_t stream() const noexcept { return lane_.stream; }
+
+  // Networks, Adam moments and the state (counters, schedules) as safetensors files
+  // "<stem>.online.safetensors", "<stem>.target.safetensors", "<stem>.state.bin". Synchronizes.
+  void save(const std::filesystem::path& stem);
+  void load(const std::filesystem::path& stem);
+
+ private:
+  void record_update(const DqnBatch& batch, cudaStream_t stream);
+
+  DqnLearnerConfig config_;
+  gpu::BlasLane lane_;
+  gpu::ParameterArena online_arena_, target_arena_;
+  std::unique_ptr<models::QNetwork> online_, target_;
+  models::QNetwork::Workspace ws_, ws_next_, ws_target_, act_ws_;
+  gpu::DeviceBuffer<DqnState> state_;
+  gpu::DeviceBuffer<float> y_, d_logits_, sample_loss_, weighted_loss_, priorities_, m_;
+  gpu::DeviceBuffer<std::int32_t> next_actions_;
+  gpu::DeviceBuffer<std::byte> reduce_ws_, norm_ws_;
+  gpu::ExitSlot<DqnState> metrics_;
+  gpu::CudaGraph graph_;
+};
+
+}  // namespace foxhunt::rl

@@ -1,0 +1,177 @@
+// QNetwork assembled from specs (plain, dueling, noisy dueling, BDQ branches, C51 with dueling and
+// noise): every parameter tensor's gradient against central finite differences of the GPU forward;
+// the C51 probabilities and expected values against float64; dead-unit counting against a network
+// whose dead units are known by construction.
+#include "models/fd_support.hpp"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gpu/arena.hpp"
+#include "models/q_network.hpp"
+
+namespace foxhunt::models {
+namespace {
+
+class QNetworkTest : public test::LaneTest {};
+
+struct Named {
+  const char* what;
+  QNetworkSpec spec;
+};
+
+QNetworkSpec make(std::int64_t obs, std::vector<std::int64_t> hidden, std::int64_t D, std::int64_t A, std::int64_t Z,
+                  bool dueling, bool noisy) {
+  QNetworkSpec s;
+  s.obs_dim = obs;
+  s.hidden = std::move(hidden);
+  s.act = gpu::Activation::gelu;  // smooth: central differences need no kink-avoidance
+  s.branches = D;
+  s.actions = A;
+  s.atoms = Z;
+  s.v_min = -5.f;
+  s.v_max = 5.f;
+  s.dueling = dueling;
+  s.noisy = noisy;
+  s.sigma0 = 0.5f;
+  return s;
+}
+
+TEST_F(QNetworkTest, GradientsMatchFiniteDifferences) {
+  SCOPED_TRACE(seed_note());
+  const std::vector<Named> cases{
+      {"plain", make(6, {16, 12}, 1, 3, 1, false, false)},
+      {"dueling", make(5, {20}, 1, 4, 1, true, false)},
+      {"noisy dueling", make(7, {9, 11}, 1, 5, 1, true, true)},
+      {"bdq", make(4, {13, 10}, 3, 5, 1, true, false)},
+      {"c51 noisy dueling", make(3, {10}, 1, 3, 7, true, true)},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    const std::int64_t B = 6;
+    QNetwork net(c.spec, "", 40);
+    gpu::ParameterArena arena;
+    net.declare(arena);
+    arena.finalize(s());
+    net.init(arena, rng(), s());
+    net.bind(arena);
+    std::vector<std::uint64_t> counter{5};
+    auto d_counter = test::upload(counter, s());
+    net.resample_noise(rng()(), d_counter.data(), s());
+    auto ws = net.make_workspace(B);
+    const auto obs = test::random_uniform(static_cast<std::size_t>(B * c.spec.obs_dim), -1.f, 1.f, rng());
+    const auto u = test::random_uniform(static_cast<std::size_t>(B * net.outputs()), -1.f, 1.f, rng());
+    auto d_obs = test::upload(obs, s()), d_u = test::upload(u, s());
+    FH_CHECK(cudaMemsetAsync(arena.grads(), 0xFF, static_cast<std::size_t>(arena.padded_count()) * 4, s()));
+    net.forward(ws, d_obs.data(), B, false, lane());
+    net.backward(ws, d_u.data(), d_obs.data(), B, lane());
+    const auto grads = test::download(arena.grads(), static_cast<std::size_t>(arena.padded_count()), s());
+    auto loss = [&] {
+      return test::weighted_sum([&] { net.forward(ws, d_obs.data(), B, false, lane()); }, net.logits(ws), u, s());
+    };
+    double rms = 0;
+    for (const auto& e : arena.entries())
+      for (std::int64_t i = 0; i < e.numel; ++i) rms += static_cast<double>(grads[e.offset + i]) * grads[e.offset + i];
+    rms = std::sqrt(rms / static_cast<double>(arena.count()));
+    for (const auto& e : arena.entries()) {
+      for (std::int64_t i = 0; i < e.numel; ++i)
+        ASSERT_TRUE(std::isfinite(grads[e.offset + i])) << e.name << "[" << i << "] not written";
+      for (int k = 0; k < 3; ++k) {
+        const std::int64_t i = static_cast<std::int64_t>(rng()() % static_cast<std::uint64_t>(e.numel));
+        const double fd = test::central_difference(loss, arena.params() + e.offset, i, 1e-2f, s());
+        EXPECT_TRUE(test::fd_close(fd, grads[e.offset + i], 2e-2, 0.05 * rms)) << e.name << "[" << i << "]";
+      }
+    }
+    if (c.spec.atoms > 1) {  // probabilities and expected values from the logits
+      net.forward(ws, d_obs.data(), B, false, lane());
+      const auto lg = test::download(net.logits(ws), static_cast<std::size_t>(B * net.outputs()), s());
+      const auto pr = test::download(net.probs(ws), lg.size(), s());
+      const std::int64_t rows = B * c.spec.branches * c.spec.actions, Z = c.spec.atoms;
+      const auto q = test::download(net.q(ws), static_cast<std::size_t>(rows), s());
+      std::vector<double> p_ref(lg.size()), q_ref(rows, 0);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        double mx = lg[r * Z], se = 0;
+        for (std::int64_t i = 0; i < Z; ++i) mx = std::max<double>(mx, lg[r * Z + i]);
+        for (std::int64_t i = 0; i < Z; ++i) se += std::exp(lg[r * Z + i] - mx);
+        for (std::int64_t i = 0; i < Z; ++i) {
+          p_ref[r * Z + i] = std::exp(lg[r * Z + i] - mx) / se;
+          q_ref[r] += p_ref[r * Z + i] * (c.spec.v_min + i * (c.spec.v_max - c.spec.v_min) / (Z - 1));
+        }
+      }
+      EXPECT_TRUE(test::all_close(pr, p_ref, 1e-5, 1e-7));
+      EXPECT_TRUE(test::all_close(q, q_ref, 1e-5, 1e-5));
+    }
+  }
+}
+
+TEST_F(QNetworkTest, EvalUsesMuOnly) {
+  SCOPED_TRACE(seed_note());
+  auto spec = make(5, {8}, 1, 4, 1, true, true);
+  QNetwork noisy(spec, "", 0);
+  spec.noisy = false;
+  QNetwork plain(spec, "", 0);
+  gpu::ParameterArena an, ap;
+  noisy.declare(an);
+  plain.declare(ap);
+  an.finalize(s());
+  ap.finalize(s());
+  noisy.init(an, rng(), s());
+  noisy.bind(an);
+  plain.bind(ap);
+  // plain's weights := noisy's mu (same names up to the _mu suffix).
+  for (const auto& e : ap.entries()) {
+    std::string n = e.name;
+    const bool w = n.ends_with(".weight"), b = n.ends_with(".bias");
+    const std::string src = w ? n + "_mu" : b ? n + "_mu" : n;
+    const std::string from = an.contains(src) ? src : n;
+    FH_CHECK(cudaMemcpyAsync(ap.param(e.name).data, an.param(from).data, static_cast<std::size_t>(e.numel) * 4,
+                             cudaMemcpyDeviceToDevice, s()));
+  }
+  std::vector<std::uint64_t> counter{1};
+  auto d_counter = test::upload(counter, s());
+  noisy.resample_noise(17, d_counter.data(), s());
+  const std::int64_t B = 9;
+  auto wn = noisy.make_workspace(B), wp = plain.make_workspace(B);
+  auto d_obs = test::upload(test::random_uniform(static_cast<std::size_t>(B * 5), -1.f, 1.f, rng()), s());
+  noisy.forward(wn, d_obs.data(), B, true, lane());
+  plain.forward(wp, d_obs.data(), B, false, lane());
+  const auto qn = test::download(noisy.q(wn), static_cast<std::size_t>(B * 4), s());
+  const auto qp = test::download(plain.q(wp), qn.size(), s());
+  EXPECT_EQ(qn, qp);  // identical GEMMs on identical inputs
+  noisy.forward(wn, d_obs.data(), B, false, lane());
+  const auto qt = test::download(noisy.q(wn), qn.size(), s());
+  EXPECT_NE(qt, qp);  // training mode adds the noise
+}
+
+TEST_F(QNetworkTest, DeadUnitsCountedOnDevice) {
+  SCOPED_TRACE(seed_note());
+  QNetworkSpec spec = make(6, {40, 150}, 1, 3, 1, true, false);
+  spec.act = gpu::Activation::relu;
+  QNetwork net(spec, "", 0);
+  gpu::ParameterArena arena;
+  net.declare(arena);
+  arena.finalize(s());
+  net.init(arena, rng(), s());
+  net.bind(arena);
+  // Layer 0: bias -100 kills all 40 units for inputs in [-1, 1]. Layer 1 then sees zeros: its
+  // pre-activation is its bias, so exactly the units with bias <= 0 are dead.
+  arena.upload_param("trunk.0.bias", std::vector<float>(40, -100.f), s());
+  auto b1 = test::random_uniform(150, -1.f, 1.f, rng());
+  b1[0] = 0.f;  // exactly zero counts as inactive
+  arena.upload_param("trunk.1.bias", b1, s());
+  std::uint32_t want = 40;
+  for (float b : b1) want += b <= 0.f;
+  const std::int64_t B = 33;
+  auto ws = net.make_workspace(B);
+  auto d_obs = test::upload(test::random_uniform(static_cast<std::size_t>(B * 6), -1.f, 1.f, rng()), s());
+  net.forward(ws, d_obs.data(), B, false, lane());
+  gpu::DeviceBuffer<std::uint32_t> dead(1);
+  dead.zero(s());
+  net.count_dead_units(dead.data(), ws, B, s());
+  EXPECT_EQ(test::download(dead, s())[0], want);
+  EXPECT_EQ(net.relu_units(), 190);
+}
+
+}  // namespace
+}  // namespace foxhunt::models
