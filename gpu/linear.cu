@@ -46,7 +46,9 @@ std::uint32_t alignment_of(const void* p) {
 
 class MatmulDesc {
  public:
-  MatmulDesc() { FH_CHECK(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F)); }
+  explicit MatmulDesc(cublasComputeType_t compute) {
+    FH_CHECK(cublasLtMatmulDescCreate(&desc_, compute, CUDA_R_32F));
+  }
   ~MatmulDesc() { cublasLtMatmulDescDestroy(desc_); }
   MatmulDesc(const MatmulDesc&) = delete;
   MatmulDesc& operator=(const MatmulDesc&) = delete;
@@ -103,12 +105,13 @@ struct GemmSpec {
   std::int64_t ldd = 0;
   float beta = 0.f;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   const float* bias = nullptr;
   void* aux = nullptr;
   std::int64_t aux_ld = 0;
 };
 
-using AlgoKey = std::array<std::int64_t, 18>;
+using AlgoKey = std::array<std::int64_t, 19>;
 struct AlgoEntry {
   bool supported = false;  // false: cuBLASLt has no algorithm for this configuration
   cublasLtMatmulAlgo_t algo{};
@@ -119,7 +122,7 @@ std::map<AlgoKey, AlgoEntry> g_algos;
 // Runs the GEMM; returns false (and runs nothing) when cuBLASLt has no algorithm for this
 // configuration, so the caller can fall back. Other cuBLASLt failures throw.
 bool run_gemm(const GemmSpec& g, const BlasLane& lane) {
-  MatmulDesc desc;
+  MatmulDesc desc(g.compute);
   desc.set(CUBLASLT_MATMUL_DESC_TRANSA, static_cast<std::int32_t>(g.trans_a));
   desc.set(CUBLASLT_MATMUL_DESC_TRANSB, static_cast<std::int32_t>(g.trans_b));
   desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<std::uint32_t>(g.epilogue));
@@ -152,7 +155,8 @@ bool run_gemm(const GemmSpec& g, const BlasLane& lane) {
                     g.bias ? alignment_of(g.bias) : 0,
                     g.aux ? alignment_of(g.aux) : 0,
                     g.aux_ld,
-                    static_cast<std::int64_t>(lane.workspace ? lane.workspace_bytes : 0)};
+                    static_cast<std::int64_t>(lane.workspace ? lane.workspace_bytes : 0),
+                    static_cast<std::int64_t>(g.compute)};
   AlgoEntry entry;
   bool cached = false;
   {
@@ -200,9 +204,13 @@ bool run_gemm(const GemmSpec& g, const BlasLane& lane) {
   return true;
 }
 
+cublasComputeType_t compute_type(LinearMath math) {
+  return math == LinearMath::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
 void run_gemm_or_throw(const GemmSpec& g, const BlasLane& lane, const char* what) {
   if (!run_gemm(g, lane))
-    throw Error(std::string("cuBLASLt has no f32 algorithm for the ") + what + " GEMM (m=" + std::to_string(g.m) +
+    throw Error(std::string("cuBLASLt has no algorithm for the ") + what + " GEMM (m=" + std::to_string(g.m) +
                 ", n=" + std::to_string(g.n) + ", k=" + std::to_string(g.k) + ")");
 }
 
@@ -358,7 +366,7 @@ std::size_t linear_aux_bytes(std::int64_t batch, std::int64_t out_features, Acti
 
 void linear_forward(float* out, void* aux, const float* in, const float* weight, const float* bias,
                     std::int64_t batch, std::int64_t in_features, std::int64_t out_features, Activation act,
-                    BlasLane lane) {
+                    LinearMath math, BlasLane lane) {
   expect_supported(act, "linear_forward");
   expect_shape(batch, in_features, out_features, lane, "linear_forward");
   if (batch == 0) return;
@@ -383,6 +391,7 @@ void linear_forward(float* out, void* aux, const float* in, const float* weight,
   g.aux = aux;
   g.aux_ld = aux ? aux_ld(out_features, act) : 0;
   g.epilogue = fused_epilogue(act, bias != nullptr, aux != nullptr);
+  g.compute = compute_type(math);
   if (!g_force_unfused.load(std::memory_order_relaxed) && run_gemm(g, lane)) return;
 
   // Fallback: plain GEMM, then bias + activation + aux in one pass over out.
@@ -399,7 +408,7 @@ void linear_forward(float* out, void* aux, const float* in, const float* weight,
 void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_scratch, const float* d_out,
                      const void* aux, const float* in, const float* weight, std::int64_t batch,
                      std::int64_t in_features, std::int64_t out_features, Activation act,
-                     bool accumulate_param_grads, BlasLane lane) {
+                     bool accumulate_param_grads, LinearMath math, BlasLane lane) {
   expect_supported(act, "linear_backward");
   expect_shape(batch, in_features, out_features, lane, "linear_backward");
   if (batch == 0) {  // empty batch: zero parameter gradients (sums over nothing), unless accumulating
@@ -483,6 +492,7 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
     g.d = d_weight;
     g.ldd = in_features;
     g.beta = accumulate_param_grads ? 1.f : 0.f;
+    g.compute = compute_type(math);
     run_gemm_or_throw(g, lane, "linear weight-gradient");
   }
   if (d_in != nullptr) {  // d_in^T (in_f, B) = W^T (in_f, out_f) · d_pre^T (out_f, B)
@@ -498,6 +508,7 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
     g.ldb = out_features;
     g.d = d_in;
     g.ldd = in_features;
+    g.compute = compute_type(math);
     run_gemm_or_throw(g, lane, "linear input-gradient");
   }
 }

@@ -1,6 +1,6 @@
 #pragma once
-// Fully connected layer on cuBLASLt, f32 end to end with CUBLAS_COMPUTE_32F (no TF32: results
-// match a float64 reference to ~1e-5). PyTorch layout:
+// Fully connected layer on cuBLASLt, f32 end to end with CUBLAS_COMPUTE_32F by default (no TF32:
+// results match a float64 reference to ~1e-5; LinearMath::tf32 opts into tensor cores). PyTorch layout:
 //   weight (out_f, in_f) row-major, bias (out_f), x (B, in_f), y (B, out_f) = act(x W^T + b).
 // The bias and the activation are fused into the GEMM as a cuBLASLt epilogue; where cuBLASLt has
 // no kernel for the fused epilogue the layer runs the plain GEMM and a small activation kernel that
@@ -27,6 +27,11 @@
 
 namespace foxhunt::gpu {
 
+// GEMM arithmetic. fp32: CUBLAS_COMPUTE_32F (the default everywhere; matches float64 to ~1e-5).
+// tf32: CUBLAS_COMPUTE_32F_FAST_TF32, tensor cores with 10-bit-mantissa inputs and f32 accumulation
+// (~1e-3 relative): opt-in per call, e.g. from a learner's config. Storage stays f32 either way.
+enum class LinearMath : std::uint8_t { fp32, tf32 };
+
 // Bytes of the aux buffer linear_forward writes for `act` (0 for identity).
 std::size_t linear_aux_bytes(std::int64_t batch, std::int64_t out_features, Activation act);
 
@@ -35,7 +40,12 @@ std::size_t linear_aux_bytes(std::int64_t batch, std::int64_t out_features, Acti
 // bias (out_f) may be nullptr. aux: see above. out must not alias in, weight, bias or aux.
 void linear_forward(float* out, void* aux, const float* in, const float* weight, const float* bias,
                     std::int64_t batch, std::int64_t in_features, std::int64_t out_features, Activation act,
-                    BlasLane lane);
+                    LinearMath math, BlasLane lane);
+inline void linear_forward(float* out, void* aux, const float* in, const float* weight, const float* bias,
+                           std::int64_t batch, std::int64_t in_features, std::int64_t out_features, Activation act,
+                           BlasLane lane) {
+  linear_forward(out, aux, in, weight, bias, batch, in_features, out_features, act, LinearMath::fp32, lane);
+}
 
 // Backward of linear_forward with the same act, given d_out = dL/dy (B, out_f):
 //   d_pre = d_out ⊙ act'(pre)            (from aux; written to d_pre_scratch, (B, out_f) floats,
@@ -50,7 +60,14 @@ void linear_forward(float* out, void* aux, const float* in, const float* weight,
 void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_scratch, const float* d_out,
                      const void* aux, const float* in, const float* weight, std::int64_t batch,
                      std::int64_t in_features, std::int64_t out_features, Activation act,
-                     bool accumulate_param_grads, BlasLane lane);
+                     bool accumulate_param_grads, LinearMath math, BlasLane lane);
+inline void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_scratch, const float* d_out,
+                            const void* aux, const float* in, const float* weight, std::int64_t batch,
+                            std::int64_t in_features, std::int64_t out_features, Activation act,
+                            bool accumulate_param_grads, BlasLane lane) {
+  linear_backward(d_in, d_weight, d_bias, d_pre_scratch, d_out, aux, in, weight, batch, in_features, out_features, act,
+                  accumulate_param_grads, LinearMath::fp32, lane);
+}
 
 namespace detail {
 // Tests only: run the unfused fallback (plain GEMM + activation kernel) even where cuBLASLt has the

@@ -86,12 +86,13 @@ void Dense::forward(float* out, void* aux, const float* in, std::int64_t batch, 
   FH_EXPECT(bound_, "Dense " + spec_.name + ": forward before bind");
   last_eval_ = eval;
   if (!spec_.noisy || eval) {
-    gpu::linear_forward(out, aux, in, w_, b_, batch, spec_.in, spec_.out, spec_.act, lane);
+    gpu::linear_forward(out, aux, in, w_, b_, batch, spec_.in, spec_.out, spec_.act, spec_.math, lane);
     return;
   }
   noisy_compose(w_eff_.data(), b_eff_.data(), w_, w_sigma_, b_, b_sigma_, eps_in_.data(), eps_out_.data(), spec_.in,
                 spec_.out, lane.stream);
-  gpu::linear_forward(out, aux, in, w_eff_.data(), b_eff_.data(), batch, spec_.in, spec_.out, spec_.act, lane);
+  gpu::linear_forward(out, aux, in, w_eff_.data(), b_eff_.data(), batch, spec_.in, spec_.out, spec_.act, spec_.math,
+                      lane);
 }
 
 void Dense::backward(float* d_in, float* d_pre_scratch, const float* d_out, const void* aux, const float* in,
@@ -99,7 +100,7 @@ void Dense::backward(float* d_in, float* d_pre_scratch, const float* d_out, cons
   FH_EXPECT(bound_, "Dense " + spec_.name + ": backward before bind");
   if (!spec_.noisy || last_eval_) {
     gpu::linear_backward(d_in, dw_, db_, d_pre_scratch, d_out, aux, in, w_, batch, spec_.in, spec_.out, spec_.act,
-                         false, lane);
+                         false, spec_.math, lane);
     if (spec_.noisy) {  // evaluation-mode backward: sigma gets no gradient
       FH_CHECK(cudaMemsetAsync(dw_sigma_, 0, static_cast<std::size_t>(spec_.in * spec_.out) * sizeof(float),
                                lane.stream));
@@ -108,7 +109,7 @@ void Dense::backward(float* d_in, float* d_pre_scratch, const float* d_out, cons
     return;
   }
   gpu::linear_backward(d_in, dw_eff_.data(), db_eff_.data(), d_pre_scratch, d_out, aux, in, w_eff_.data(), batch,
-                       spec_.in, spec_.out, spec_.act, false, lane);
+                       spec_.in, spec_.out, spec_.act, false, spec_.math, lane);
   noisy_param_grads(dw_, dw_sigma_, db_, db_sigma_, dw_eff_.data(), db_eff_.data(), eps_in_.data(), eps_out_.data(),
                     spec_.in, spec_.out, lane.stream);
 }

@@ -16,6 +16,7 @@
 #include "gpu/arena.hpp"
 #include "gpu/buffer.hpp"
 #include "gpu/context.hpp"
+#include "gpu/linear.hpp"
 
 namespace foxhunt::models {
 
@@ -25,6 +26,7 @@ struct DenseSpec {
   gpu::Activation act = gpu::Activation::identity;  // identity, relu or gelu (gpu/linear's epilogues)
   bool noisy = false;
   float sigma0 = 0.5f;  // NoisyNet sigma_0 (Rainbow: 0.5)
+  gpu::LinearMath math = gpu::LinearMath::fp32;  // tf32: tensor-core GEMMs (opt-in)
 };
 
 class Dense {

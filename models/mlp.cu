@@ -40,7 +40,7 @@ Mlp::Mlp(MlpSpec spec, std::uint32_t noise_stream_base) : spec_(std::move(spec))
   std::int64_t in = spec_.in;
   for (std::size_t i = 0; i < spec_.sizes.size(); ++i) {
     layers_.emplace_back(DenseSpec{spec_.name + "." + std::to_string(i), in, spec_.sizes[i], spec_.act, spec_.noisy,
-                                   spec_.sigma0},
+                                   spec_.sigma0, spec_.math},
                          noise_stream_base + static_cast<std::uint32_t>(i));
     in = spec_.sizes[i];
   }

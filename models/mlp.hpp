@@ -22,6 +22,7 @@ struct MlpSpec {
   gpu::Activation act = gpu::Activation::relu;      // identity, relu or gelu
   bool noisy = false;                               // NoisyNet layers throughout
   float sigma0 = 0.5f;
+  gpu::LinearMath math = gpu::LinearMath::fp32;
 };
 
 class Mlp {

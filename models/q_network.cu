@@ -30,7 +30,7 @@ void validate(const QNetworkSpec& s) {
 namespace {
 MlpSpec trunk_spec(const QNetworkSpec& s, const std::string& prefix) {
   validate(s);
-  return MlpSpec{prefix + "trunk", s.obs_dim, s.hidden, s.act, false, s.sigma0};
+  return MlpSpec{prefix + "trunk", s.obs_dim, s.hidden, s.act, false, s.sigma0, s.math};
 }
 }  // namespace
 
@@ -40,12 +40,14 @@ QNetwork::QNetwork(QNetworkSpec spec, std::string prefix, std::uint32_t noise_st
   const std::int64_t out = outputs();
   if (spec_.dueling) {
     heads_.emplace_back(DenseSpec{prefix + "value", h, spec_.atoms, gpu::Activation::identity, spec_.noisy,
-                                  spec_.sigma0},
+                                  spec_.sigma0, spec_.math},
                         noise_stream_base + 0);
-    heads_.emplace_back(DenseSpec{prefix + "advantage", h, out, gpu::Activation::identity, spec_.noisy, spec_.sigma0},
+    heads_.emplace_back(DenseSpec{prefix + "advantage", h, out, gpu::Activation::identity, spec_.noisy, spec_.sigma0,
+                                  spec_.math},
                         noise_stream_base + 1);
   } else {
-    heads_.emplace_back(DenseSpec{prefix + "head", h, out, gpu::Activation::identity, spec_.noisy, spec_.sigma0},
+    heads_.emplace_back(DenseSpec{prefix + "head", h, out, gpu::Activation::identity, spec_.noisy, spec_.sigma0,
+                                  spec_.math},
                         noise_stream_base + 0);
   }
 }

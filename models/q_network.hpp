@@ -33,6 +33,7 @@ struct QNetworkSpec {
   bool dueling = false;
   bool noisy = false;
   float sigma0 = 0.5f;
+  gpu::LinearMath math = gpu::LinearMath::fp32;  // tf32: tensor-core GEMMs for large networks
 };
 
 class QNetwork {

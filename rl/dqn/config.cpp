@@ -23,7 +23,8 @@ struct Reader {
     throw DqnConfigError(s.str());
   }
 
-  void check_keys(const toml::table& t, const std::string& path, std::initializer_list<std::string_view> allowed) const {
+  void check_keys(const toml::table& t, const std::string& path,
+                  std::initializer_list<std::string_view> allowed) const {
     for (auto&& [k, v] : t) {
       const std::string_view key = k.str();
       if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
@@ -119,7 +120,8 @@ void one_of(const char* key, const std::string& v, std::initializer_list<const c
 void validate(const DqnRunConfig& c) {
   constexpr std::int64_t kBig = std::int64_t{1} << 40;
   one_of("env.kind", c.env, {"cartpole", "market"});
-  if (c.env == "market" && c.market_config.empty()) bad("env.market_config", "set for env.kind = \"market\"", "nothing");
+  if (c.env == "market" && c.market_config.empty())
+    bad("env.market_config", "set for env.kind = \"market\"", "nothing");
   in_range("env.num_envs", c.num_envs, 1, 65536);
   if (c.hidden.empty() || c.hidden.size() > 8)
     bad("network.hidden", "a list of 1 to 8 layer widths", std::to_string(c.hidden.size()) + " entries");

@@ -111,7 +111,8 @@ void dqn_begin_update(DqnState* state, const DqnSchedule& schedule, cudaStream_t
 
 void dqn_end_update(DqnState* state, float* priorities, std::int64_t batch, float skip_priority, cudaStream_t stream) {
   FH_EXPECT(state && batch >= 0, "dqn_end_update: null state or negative batch");
-  FH_EXPECT(std::isfinite(skip_priority) && skip_priority > 0.f, "dqn_end_update: skip_priority must be finite and > 0");
+  FH_EXPECT(std::isfinite(skip_priority) && skip_priority > 0.f,
+            "dqn_end_update: skip_priority must be finite and > 0");
   // One block: the counter update must follow every read of s->skip (the __syncthreads above).
   end_kernel<<<1, gpu::kBlock, 0, stream>>>(state, priorities, batch, skip_priority);
   FH_CHECK_LAUNCH();

@@ -143,7 +143,8 @@ void dqn_targets(float* y, std::int32_t* next_actions, const float* q_select, co
 }
 
 void td_loss(float* d_q, float* sample_loss, float* priorities, const float* q, const std::int32_t* actions,
-             const float* y, const float* weights, std::int64_t batch, std::int64_t branches, std::int64_t actions_count,
+             const float* y, const float* weights, std::int64_t batch, std::int64_t branches,
+             std::int64_t actions_count,
              TdLoss kind, float huber_delta, float priority_eps, cudaStream_t stream) {
   check_qdims("td_loss", batch, branches, actions_count);
   FH_EXPECT(kind == TdLoss::mse || (huber_delta > 0.f && std::isfinite(huber_delta)),

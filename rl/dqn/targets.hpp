@@ -30,7 +30,8 @@ enum class TdLoss : std::uint8_t { huber, mse };
 // l: Huber(delta) = 0.5 d^2 if |d| < delta else delta (|d| - 0.5 delta), l' = clamp(d, ±delta);
 //    MSE = d^2, l' = 2 d. weights (B) nullable (= 1). priorities nullable.
 void td_loss(float* d_q, float* sample_loss, float* priorities, const float* q, const std::int32_t* actions,
-             const float* y, const float* weights, std::int64_t batch, std::int64_t branches, std::int64_t actions_count,
+             const float* y, const float* weights, std::int64_t batch, std::int64_t branches,
+             std::int64_t actions_count,
              TdLoss kind, float huber_delta, float priority_eps, cudaStream_t stream);
 
 // From unweighted per-sample losses l_b (C51's cross-entropy):

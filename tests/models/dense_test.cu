@@ -192,8 +192,9 @@ void run_case(const Case& c, std::mt19937_64& rng, gpu::BlasLane lane, cudaStrea
 
 TEST_F(DenseTest, ForwardBackwardAndFiniteDifferences) {
   SCOPED_TRACE(seed_note());
-  for (const Case& c : {Case{false, gpu::Activation::identity, 1, 1, 1}, Case{true, gpu::Activation::identity, 5, 37, 19},
-                        Case{true, gpu::Activation::identity, 64, 33, 9}, Case{false, gpu::Activation::identity, 7, 20, 31}})
+  constexpr auto id = gpu::Activation::identity;
+  for (const Case& c : {Case{false, id, 1, 1, 1}, Case{true, id, 5, 37, 19}, Case{true, id, 64, 33, 9},
+                        Case{false, id, 7, 20, 31}})
     run_case(c, rng(), lane(), s());
 }
 

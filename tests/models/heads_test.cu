@@ -22,7 +22,8 @@ struct Dims {
 
 TEST_F(HeadsTest, DuelingForwardBackward) {
   SCOPED_TRACE(seed_note());
-  for (const Dims& d : {Dims{1, 1, 1, 1}, Dims{7, 1, 9, 1}, Dims{33, 4, 5, 1}, Dims{5, 1, 3, 51}, Dims{1000, 3, 7, 2}}) {
+  for (const Dims& d :
+       {Dims{1, 1, 1, 1}, Dims{7, 1, 9, 1}, Dims{33, 4, 5, 1}, Dims{5, 1, 3, 51}, Dims{1000, 3, 7, 2}}) {
     SCOPED_TRACE("B=" + std::to_string(d.B) + " D=" + std::to_string(d.D) + " A=" + std::to_string(d.A) +
                  " Z=" + std::to_string(d.Z));
     const auto nv = static_cast<std::size_t>(d.B * d.Z), na = static_cast<std::size_t>(d.B * d.D * d.A * d.Z);
@@ -133,7 +134,8 @@ TEST_F(HeadsTest, C51ProjectionFixedAndRandom) {
   std::vector<float> probs(static_cast<std::size_t>(B * A * Z));
   for (std::int64_t r = 0; r < B * A; ++r) {
     double sum = 0;
-    for (std::int64_t i = 0; i < Z; ++i) sum += probs[r * Z + i] = std::uniform_real_distribution<float>(0.01f, 1)(rng());
+    std::uniform_real_distribution<float> u(0.01f, 1.f);
+    for (std::int64_t i = 0; i < Z; ++i) sum += probs[r * Z + i] = u(rng());
     for (std::int64_t i = 0; i < Z; ++i) probs[r * Z + i] = static_cast<float>(probs[r * Z + i] / sum);
   }
   std::vector<std::int32_t> a(B);

@@ -2,6 +2,7 @@
 // types and out-of-range values are rejected with the key (and the allowed range) in the message.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -11,7 +12,15 @@
 namespace foxhunt::rl {
 namespace {
 
+// $FOXHUNT_CONFIGS, else the installed tree (<exe>/../share/foxhunt/configs), else the sources.
 std::filesystem::path configs_dir() {
+  if (const char* env = std::getenv("FOXHUNT_CONFIGS")) return env;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const auto installed = exe.parent_path() / ".." / "share" / "foxhunt" / "configs";
+    if (std::filesystem::exists(installed / "dqn_cartpole.toml")) return installed.lexically_normal();
+  }
   return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "configs";
 }
 
