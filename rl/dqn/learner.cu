@@ -170,9 +170,11 @@ void DqnLearner::act(std::int32_t* actions, const float* obs, std::int64_t rows,
   FH_EXPECT(rows >= 1 && rows <= config_.act_rows, "DqnLearner::act: rows must be in [1, act_rows = " +
                                                        std::to_string(config_.act_rows) + "], got " +
                                                        std::to_string(rows));
+  DqnState* st = state_.data();
+  // Noisy nets explore through fresh noise per environment step (the update resamples its own).
+  if (config_.net.noisy && !eval) online_->resample_noise(config_.seed, &st->act_noise_counter, lane_.stream);
   online_->forward(act_ws_, obs, rows, eval, lane_);
   const bool greedy = eval || config_.net.noisy;
-  DqnState* st = state_.data();
   select_actions(actions, online_->q(act_ws_), greedy ? nullptr : &st->epsilon, config_.seed, kActStream,
                  &st->act_counter, rows, config_.net.branches, config_.net.actions, lane_.stream);
 }

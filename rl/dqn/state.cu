@@ -42,6 +42,7 @@ __global__ void end_kernel(DqnState* s, float* priorities, std::int64_t batch, f
 __global__ void env_step_kernel(DqnState* s, DqnSchedule sc, std::int64_t num_envs) {
   s->env_steps += num_envs;
   s->act_counter += 1;
+  s->act_noise_counter += 1;
   s->epsilon = schedule_at(sc.epsilon_start, sc.epsilon_end, s->env_steps, sc.epsilon_steps);
 }
 

@@ -16,6 +16,8 @@ struct DqnState {
   std::int64_t env_steps = 0;          // environment transitions collected (all envs)
   std::uint64_t noise_counter = 0;     // NoisyNet resamples (Philox counter)
   std::uint64_t act_counter = 0;       // action-selection draws (Philox counter)
+  std::uint64_t act_noise_counter = std::uint64_t{1} << 40;  // NoisyNet resamples for acting (a range
+                                                             // disjoint from noise_counter's)
   // training guard
   std::uint32_t skip = 0;              // this update: 1 when the loss or a gradient was non-finite
   std::uint32_t skips_total = 0;       // skipped updates so far
@@ -57,7 +59,7 @@ void dqn_begin_update(DqnState* state, const DqnSchedule& schedule, cudaStream_t
 void dqn_end_update(DqnState* state, float* priorities, std::int64_t batch, float skip_priority, cudaStream_t stream);
 
 // After an environment step of num_envs transitions: env_steps += num_envs, act_counter += 1,
-// epsilon from the schedule. One thread.
+// act_noise_counter += 1, epsilon from the schedule. One thread.
 void dqn_after_env_step(DqnState* state, const DqnSchedule& schedule, std::int64_t num_envs, cudaStream_t stream);
 
 // Target network update over the flat parameter arrays (n floats), one kernel, read from the state:

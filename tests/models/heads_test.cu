@@ -81,7 +81,7 @@ TEST_F(HeadsTest, C51Expectation) {
   std::vector<double> q(rows, 0);
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t i = 0; i < Z; ++i) q[r] += p[r * Z + i] * atom(i, Z, -10, 10);
-  EXPECT_TRUE(test::all_close(test::download(d_q, s()), q, 1e-5, 1e-4));
+  EXPECT_TRUE(test::all_close(test::download(d_q, s()), q, 1e-5, 5e-4));  // 51 terms of |p z| <= 10
 }
 
 // The categorical projection in float64: the reference the device must match.
