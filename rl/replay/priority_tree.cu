@@ -26,11 +26,12 @@ __global__ void fill_inf_kernel(float* out, std::int64_t n) {
 __global__ void update_leaves_kernel(const __grid_constant__ TreeView t, ReplayState* state, const std::int32_t* indices,
                                      const float* td_errors, std::int64_t n, float alpha, float eps) {
   const std::uint32_t epoch = state->epoch + 1;  // advanced by the last launch of this update
+  const std::int64_t stored = state->size;       // an empty slot must stay unsampleable
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int32_t idx = indices[i];
     const float td = td_errors[i];
-    if (idx < 0 || idx >= t.count[0] || !isfinite(td)) continue;
+    if (idx < 0 || idx >= stored || !isfinite(td)) continue;
     const float p = fmaxf(powf(fabsf(td) + eps, alpha), FLT_MIN);  // alpha applied here, once
     if (!isfinite(p)) continue;
     atomicMax(reinterpret_cast<unsigned long long*>(t.leaves + idx),

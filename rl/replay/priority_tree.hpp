@@ -48,7 +48,7 @@ class PriorityTree {
 
 // Priority update: leaf[indices[i]] = max over repeats of max(pow(|td_errors[i]| + eps, alpha),
 // FLT_MIN); state->max_priority is raised to it; the ancestors are rebuilt; the epoch advances.
-// Indices outside [0, capacity) and non-finite td errors are skipped (the slot keeps its
+// Indices outside [0, stored size) and non-finite td errors are skipped (the slot keeps its
 // priority). n == 0 returns without launching. 1 + top launches (3 for 2^24 slots).
 void update_priorities(const TreeView& tree, ReplayState* state, const std::int32_t* indices,
                        const float* td_errors, std::int64_t n, float alpha, float eps, cudaStream_t stream);

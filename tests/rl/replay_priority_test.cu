@@ -170,6 +170,15 @@ TEST_F(ReplayPriorityTest, NonFiniteErrorsAndOutOfRangeIndicesAreSkipped) {
   EXPECT_NEAR(leaves[12], leaf_of(0.5, cfg), 1e-6);
   EXPECT_EQ(download_state(rb, stream()).max_priority, 1.0f);  // 3.0 entries had bad indices
   expect_tree_consistent(rb, stream());
+
+  // An index past the stored size (an empty slot) must stay empty.
+  ReplayBuffer part(cfg, stream());
+  insert_rows(part, part.add_producer(1), 100, rng(), stream());
+  update(part, {4000, 50}, {2.0f, 2.0f}, stream());
+  const auto pl = download_leaves(part, stream());
+  EXPECT_EQ(pl[4000], 0.0f);
+  EXPECT_NEAR(pl[50], leaf_of(2.0, cfg), 1e-6);
+  expect_tree_consistent(part, stream());
 }
 
 TEST_F(ReplayPriorityTest, TreeIsConsistentAfterWrappingInsertsFromSeveralProducers) {
