@@ -35,6 +35,7 @@
 #include "gpu/buffer.hpp"
 #include "gpu/check.hpp"
 #include "gpu/device.hpp"
+#include "gpu/graph.hpp"
 #include "gpu/launch.cuh"
 #include "gpu/stream.hpp"
 #include "rl/replay/replay_buffer.hpp"
@@ -136,28 +137,6 @@ struct SourceBlock {
   }
 };
 
-// A captured stream sequence, replayed with one launch.
-class Graph {
- public:
-  Graph(cudaStream_t s, const std::function<void(cudaStream_t)>& body) {
-    FH_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    body(s);
-    cudaGraph_t g = nullptr;
-    FH_CHECK(cudaStreamEndCapture(s, &g));
-    FH_CHECK(cudaGraphInstantiate(&exec_, g, 0));
-    FH_CHECK(cudaGraphDestroy(g));
-  }
-  ~Graph() {
-    if (exec_) cudaGraphExecDestroy(exec_);
-  }
-  Graph(const Graph&) = delete;
-  Graph& operator=(const Graph&) = delete;
-  void replay(cudaStream_t s) const { FH_CHECK(cudaGraphLaunch(exec_, s)); }
-
- private:
-  cudaGraphExec_t exec_ = nullptr;
-};
-
 // ---- ours ----------------------------------------------------------------------------------
 
 void bench_ours(std::int64_t capacity, cudaStream_t s) {
@@ -202,14 +181,16 @@ void bench_ours(std::int64_t capacity, cudaStream_t s) {
 
     // sample + weights + gather, captured once.
     rl::SampledBatch out = rb.allocate_batch(B);
-    Graph sample(s, [&](cudaStream_t cs) { rb.sample(out.view(), cs); });
+    gpu::CudaGraph sample;
+    sample.capture(s, [&](cudaStream_t cs) { rb.sample(out.view(), cs); });
     const double sample_ms = bench::median_ms([&](int) { sample.replay(s); }, s, 10, 200);
     g_rows[{"sample", B, capacity}].ours_us = sample_ms * 1e3;
 
     // priority update from |td| + eps on the sampled indices, captured once.
     gpu::DeviceBuffer<float> td(static_cast<std::size_t>(B));
     launch_fill([&](int b) { fill_uniform<<<b, gpu::kBlock, 0, s>>>(td.data(), B, 4242, -3.f, 3.f); }, B);
-    Graph update(s, [&](cudaStream_t cs) { rb.update_priorities(out.view().indices, td.data(), B, cs); });
+    gpu::CudaGraph update;
+    update.capture(s, [&](cudaStream_t cs) { rb.update_priorities(out.view().indices, td.data(), B, cs); });
     const double update_ms = bench::median_ms([&](int) { update.replay(s); }, s, 10, 200);
     g_rows[{"update", B, capacity}].ours_us = update_ms * 1e3;
     FH_CHECK(cudaStreamSynchronize(s));
