@@ -49,10 +49,12 @@ __device__ __forceinline__ std::int64_t descend(const TreeView& t, int k, std::i
   if (lane == 0) excl = 0.0;
   const double pre[4] = {excl + l0, excl + l1, excl + l2, excl + l3};
 
+  // First i with pre[i] > u among non-empty children (an empty child can only look like the
+  // crossing when scan rounding puts a lane's exclusive prefix above u).
   int j = -1;
 #pragma unroll
   for (int i = 3; i >= 0; --i)
-    if (pre[i] > u) j = i;  // first i with pre[i] > u
+    if (pre[i] > u && c[i] > 0.0f) j = i;
   const unsigned found = __ballot_sync(tree::kFull, j >= 0);
   int from;
   if (found) {
@@ -85,6 +87,7 @@ __global__ void __launch_bounds__(kSampleBlock)
   __shared__ typename BlockScan::TempStorage scan_tmp;
   __shared__ typename BlockMin::TempStorage min_tmp;
   __shared__ double prefix[TreeShape::kMaxTop];
+  __shared__ float top_value[TreeShape::kMaxTop];
   __shared__ float min_priority;
   __shared__ bool last;
 
@@ -119,6 +122,7 @@ __global__ void __launch_bounds__(kSampleBlock)
           m = fminf(m, t.mins[t.top][j]);
         }
       }
+      top_value[j] = x;
       sum += x;
       v[i] = sum;
     }
@@ -152,13 +156,21 @@ __global__ void __launch_bounds__(kSampleBlock)
         if (prefix[mid] > u) hi = mid;
         else lo = mid + 1;
       }
-      if (lo < n_top) {
+      if (lo < n_top && top_value[lo] > 0.0f) {
         u = fmax(u - (lo > 0 ? prefix[lo - 1] : 0.0), 0.0);
-      } else {  // rounding put u at the total: the last non-empty node
-        lo = n_top - 1;
-        while (lo > 0 && !(prefix[lo] > prefix[lo - 1])) --lo;
-        u = just_below(prefix[lo] - (lo > 0 ? prefix[lo - 1] : 0.0));
+      } else {
+        // Rounding (u at the total, or a scan boundary a few ulps off): the next non-empty node,
+        // else the last one. The ring holds at least one transition, so one exists.
+        int k = lo;
+        while (k < n_top && !(top_value[k] > 0.0f)) ++k;
+        if (k >= n_top) {
+          k = n_top - 1;
+          while (k > 0 && !(top_value[k] > 0.0f)) --k;
+        }
+        lo = k;
+        u = 0.0;
       }
+      if (u >= top_value[lo]) u = just_below(top_value[lo]);
       std::int64_t node = lo;
       for (int k = t.top; k >= 1; --k) node = descend(t, k, node, u, lane);
       idx = node < ring.capacity ? node : ring.capacity - 1;  // a padded leaf is empty: never chosen

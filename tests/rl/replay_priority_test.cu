@@ -186,11 +186,11 @@ TEST_F(ReplayPriorityTest, TreeIsConsistentAfterWrappingInsertsFromSeveralProduc
   ReplayConfig cfg = priority_config(140000);  // level 1: 1094 nodes, level 2 (top): 9
   ReplayBuffer rb(cfg, stream());
   const int a = rb.add_producer(3), b = rb.add_producer(1000);
-  std::uniform_int_distribution<std::int64_t> steps(1, 60);
+  std::uniform_int_distribution<std::int64_t> small_steps(1, 60), big_steps(40, 60);  // 4 big blocks wrap
   for (int i = 0; i < 8; ++i) {
     const bool big = i % 2;
     const std::int64_t envs = big ? 1000 : 3;
-    const HostBlock h = random_block(steps(rng()), envs, cfg.layout.obs_dim, 1, rng());
+    const HostBlock h = random_block(big ? big_steps(rng()) : small_steps(rng()), envs, cfg.layout.obs_dim, 1, rng());
     DeviceBlock d(h, cfg.layout, stream());
     rb.insert(big ? b : a, d.batch, stream());
     FH_CHECK(cudaStreamSynchronize(stream()));
