@@ -18,8 +18,9 @@ std::string str(T v) {
   return s.str();
 }
 
-// Bytes of the small device state block (size, counters, running max priority).
-constexpr std::size_t kStateBytes = 64;
+// The small device state block (size, counters, running max priority) plus the 256-byte
+// alignment of the ring's and the tree's sub-arrays.
+constexpr std::size_t kStateBytes = 64 + 8192;
 
 }  // namespace
 
