@@ -6,26 +6,28 @@
 // Learners (issue 5):  standard: obs 64, trunk 256-256 ReLU, dueling, 9 actions, batch 256
 //                      large:    obs 64, trunk 1024-1024 ReLU, dueling, 9 actions, batch 4096
 //                                (strict fp32, and TF32 tensor cores by config)
-// Replay: a 2^20-transition table on the device (obs and next obs f32). Sampling here is a
-// stand-in until rl/replay lands on main: Philox-uniform indices, row gathers, IS weights from the
-// sampled priorities, priorities scattered back; the PyTorch script does the same work.
+// Replay: rl/replay's prioritized buffer, 2^20 transitions (obs 64 f32, 3-step returns, alpha 0.6,
+// beta annealed on the device), filled before timing; the graph holds sample -> update -> priority
+// update. The PyTorch script samples proportionally with cumsum + searchsorted over the same size.
 // Script: $FOXHUNT_BENCH_SCRIPTS/dqn.py, else <exe dir>/../share/foxhunt/bench/dqn.py, else the
 // source tree's bench/torch_baselines/dqn.py.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "bench_util.hpp"
 #include "gpu/buffer.hpp"
 #include "gpu/context.hpp"
-#include "gpu/gather.hpp"
 #include "gpu/launch.cuh"
 #include "gpu/philox.cuh"
 #include "gpu/rng.hpp"
 #include "rl/dqn/learner.hpp"
+#include "rl/dqn/replay_hooks.hpp"
+#include "rl/replay/replay_buffer.hpp"
 
 using namespace foxhunt;
 
@@ -35,59 +37,72 @@ constexpr std::int64_t kCapacity = std::int64_t{1} << 20;
 constexpr std::int64_t kObs = 64;
 constexpr std::int64_t kActions = 9;
 
-// Replay stand-in: indices ~ Philox uniform (counter advanced on the device), scalar columns
-// gathered, weight = (p_i / p_max)^-0.4-ish from the stored priorities (a read per sample, like PER).
-__global__ void sample_kernel(std::int32_t* idx, std::int32_t* act, float* ret, float* disc, float* w,
-                              const std::int32_t* t_act, const float* t_ret, const float* t_disc, const float* prio,
-                              std::int64_t batch, std::int64_t capacity, std::uint64_t* counter) {
-  const std::uint64_t c = *counter;
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < batch; i += stride) {
-    const uint4 r = gpu::random_bits4(7, 1, (c << 24) + static_cast<std::uint64_t>(i));
-    const auto j = static_cast<std::int32_t>((static_cast<std::uint64_t>(r.x) * capacity) >> 32);
-    idx[i] = j;
-    act[i] = t_act[j];
-    ret[i] = t_ret[j];
-    disc[i] = t_disc[j];
-    w[i] = powf(fmaxf(prio[j], 1e-6f), -0.4f) * 0.5f;
-  }
-}
-__global__ void advance_kernel(std::uint64_t* counter) { *counter += 1; }
-__global__ void write_priorities(float* prio, const std::int32_t* idx, const float* p, std::int64_t batch) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < batch; i += stride)
-    prio[idx[i]] = p[i];  // repeated indices: one of them lands (as a bench stand-in)
-}
 __global__ void fill_int(std::int32_t* out, std::int64_t n, std::int32_t mod) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     out[i] = static_cast<std::int32_t>((i * 2654435761ll) % mod);
 }
+__global__ void fill_flags(std::uint8_t* out, std::int64_t n, std::int64_t every) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = (i * 7919) % every == 0 ? 1 : 0;
+}
 
-struct Table {
-  gpu::DeviceBuffer<float> obs, next_obs, ret, disc, prio;
-  gpu::DeviceBuffer<std::int32_t> act;
-  explicit Table(cudaStream_t s)
-      : obs(kCapacity * kObs), next_obs(kCapacity * kObs), ret(kCapacity), disc(kCapacity), prio(kCapacity),
-        act(kCapacity) {
-    gpu::fill_uniform(obs.data(), kCapacity * kObs, -1.f, 1.f, 1, 0, 0, s);
-    gpu::fill_uniform(next_obs.data(), kCapacity * kObs, -1.f, 1.f, 1, 1, 0, s);
-    gpu::fill_uniform(ret.data(), kCapacity, -1.f, 1.f, 1, 2, 0, s);
-    gpu::fill_uniform(disc.data(), kCapacity, 0.9f, 0.97f, 1, 3, 0, s);
-    gpu::fill_uniform(prio.data(), kCapacity, 0.1f, 1.f, 1, 4, 0, s);
-    fill_int<<<gpu::grid_stride_blocks(kCapacity), gpu::kBlock, 0, s>>>(act.data(), kCapacity,
-                                                                        static_cast<std::int32_t>(kActions));
-    FH_CHECK_LAUNCH();
-  }
-};
+// A full 2^20 prioritized replay (rl/replay): obs 64 f32, discrete actions, 3-step returns.
+std::unique_ptr<rl::ReplayBuffer> make_replay(std::int64_t batch, cudaStream_t s) {
+  rl::ReplayConfig rc;
+  rc.capacity = kCapacity;
+  rc.layout.obs_dim = kObs;
+  rc.layout.obs_dtype = gpu::DType::f32;
+  rc.mode = rl::SamplingMode::prioritized;
+  rc.batch_size = batch;
+  rc.n_step = 3;
+  rc.gamma = 0.99f;
+  rc.alpha = 0.6f;
+  rc.beta = 0.4f;
+  rc.beta_final = 1.f;
+  rc.beta_anneal_steps = 100000;
+  rc.seed = 11;
+  auto rb = std::make_unique<rl::ReplayBuffer>(rc, s);
+  // Fill with (16, 4096) blocks of random transitions until the ring is full.
+  constexpr std::int64_t kSteps = 16, kEnvs = 4096, kRows = kSteps * kEnvs;
+  gpu::DeviceBuffer<float> obs(kRows * kObs), next(kRows * kObs), rew(kRows);
+  gpu::DeviceBuffer<std::int32_t> act(kRows);
+  gpu::DeviceBuffer<std::uint8_t> term(kRows), trunc(kRows);
+  gpu::fill_uniform(obs.data(), kRows * kObs, -1.f, 1.f, 1, 0, 0, s);
+  gpu::fill_uniform(next.data(), kRows * kObs, -1.f, 1.f, 1, 1, 0, s);
+  gpu::fill_uniform(rew.data(), kRows, -1.f, 1.f, 1, 2, 0, s);
+  fill_int<<<gpu::grid_stride_blocks(kRows), gpu::kBlock, 0, s>>>(act.data(), kRows,
+                                                                    static_cast<std::int32_t>(kActions));
+  FH_CHECK_LAUNCH();
+  fill_flags<<<gpu::grid_stride_blocks(kRows), gpu::kBlock, 0, s>>>(term.data(), kRows, 200);
+  FH_CHECK_LAUNCH();
+  FH_CHECK(cudaMemsetAsync(trunc.data(), 0, kRows, s));
+  const int producer = rb->add_producer(kEnvs);
+  rl::TransitionBatch tb;
+  tb.layout = rc.layout;
+  tb.steps = kSteps;
+  tb.envs = kEnvs;
+  tb.obs = obs.data();
+  tb.next_obs = next.data();
+  tb.actions = act.data();
+  tb.rewards = rew.data();
+  tb.terminated = term.data();
+  tb.truncated = trunc.data();
+  for (std::int64_t n = 0; n < kCapacity + 2 * kRows; n += kRows) rb->insert(producer, tb, s);
+  FH_CHECK(cudaStreamSynchronize(s));
+  return rb;
+}
 
 struct Result {
   std::string name;
   double ups = 0;
 };
 
-double bench_foxhunt(const char* what, std::int64_t hidden, std::int64_t batch, bool tf32, Table& t,
-                     gpu::DeviceContext& ctx) {
+double bench_foxhunt(const char* what, std::int64_t hidden, std::int64_t batch, bool tf32, gpu::DeviceContext& ctx) {
+  const cudaStream_t s = ctx.stream();
+  auto rb = make_replay(batch, s);
+  rl::SampledBatch out = rb->allocate_batch(batch);
   rl::DqnLearnerConfig c;
   c.net.obs_dim = kObs;
   c.net.hidden = {hidden, hidden};
@@ -101,32 +116,12 @@ double bench_foxhunt(const char* what, std::int64_t hidden, std::int64_t batch, 
   c.schedule.lr_start = c.schedule.lr_end = 1e-4f;
   c.max_grad_norm = 10.f;
   c.tau = 0.005f;
+  c.priority_eps = 0.f;  // the replay adds its own eps
   c.seed = 3;
-  const cudaStream_t s = ctx.stream();
   rl::DqnLearner learner(c, ctx.blas());
-  const auto B = static_cast<std::size_t>(batch);
-  gpu::DeviceBuffer<std::int32_t> idx(B), act(B);
-  gpu::DeviceBuffer<float> obs(B * kObs), next(B * kObs), ret(B), disc(B), w(B);
-  gpu::DeviceBuffer<std::uint64_t> counter(1);
-  counter.zero(s);
-  const rl::DqnBatch view{obs.data(), act.data(), ret.data(), disc.data(), next.data(), w.data(), idx.data(), batch};
   learner.capture(
-      view,
-      [&](cudaStream_t cs) {
-        sample_kernel<<<gpu::grid_stride_blocks(batch), gpu::kBlock, 0, cs>>>(
-            idx.data(), act.data(), ret.data(), disc.data(), w.data(), t.act.data(), t.ret.data(), t.disc.data(),
-            t.prio.data(), batch, kCapacity, counter.data());
-        FH_CHECK_LAUNCH();
-        gpu::gather_rows(obs.data(), t.obs.data(), idx.data(), batch, kObs, cs);
-        gpu::gather_rows(next.data(), t.next_obs.data(), idx.data(), batch, kObs, cs);
-      },
-      [&](cudaStream_t cs) {
-        write_priorities<<<gpu::grid_stride_blocks(batch), gpu::kBlock, 0, cs>>>(t.prio.data(), idx.data(),
-                                                                                 learner.priorities(), batch);
-        FH_CHECK_LAUNCH();
-        advance_kernel<<<1, 1, 0, cs>>>(counter.data());
-        FH_CHECK_LAUNCH();
-      });
+      rl::dqn_batch_view(out), [&](cudaStream_t cs) { rb->sample(out.view(), cs); },
+      [&](cudaStream_t cs) { rb->update_priorities(out.view().indices, learner.priorities(), batch, cs); });
   const int reps = batch >= 4096 ? 200 : 2000;
   const double ms = bench::median_ms(
       [&](int) {
@@ -183,12 +178,10 @@ int main() {
   gpu::DeviceContext ctx(0, 1);
   const cudaStream_t s = ctx.stream();
   std::printf("DQN learner updates/s (one CUDA graph per update) vs PyTorch on the same GPU\n");
-  Table table(s);
-  FH_CHECK(cudaStreamSynchronize(s));
   std::vector<Result> fox;
-  fox.push_back({"standard_fp32", bench_foxhunt("standard (256-256, B 256)", 256, 256, false, table, ctx)});
-  fox.push_back({"large_fp32", bench_foxhunt("large (1024-1024, B 4096)", 1024, 4096, false, table, ctx)});
-  fox.push_back({"large_tf32", bench_foxhunt("large TF32", 1024, 4096, true, table, ctx)});
+  fox.push_back({"standard_fp32", bench_foxhunt("standard (256-256, B 256)", 256, 256, false, ctx)});
+  fox.push_back({"large_fp32", bench_foxhunt("large (1024-1024, B 4096)", 1024, 4096, false, ctx)});
+  fox.push_back({"large_tf32", bench_foxhunt("large TF32", 1024, 4096, true, ctx)});
 
   const auto script = find_script();
   std::printf("PyTorch baseline: %s\n", script.string().c_str());

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """PyTorch baseline for bench/dqn.cu: the same DQN update on the same GPU.
 
-Update: sample from a 2^20-transition device table (uniform indices, gathered rows, IS weights
-from the stored priorities, the same stand-in as the C++ bench), forward online(s), online(s'),
+Update: proportional prioritized sampling from a 2^20-transition device table (stratified
+cumsum + searchsorted over p^alpha, IS weights normalised by the max weight, alpha 0.6, beta 0.4),
+gathered rows with precomputed 3-step returns, forward online(s), online(s'),
 target(s'), double-DQN 3-step targets, Huber weighted by IS weights, backward, grad-norm clip 10,
-Adam (eps 1.5e-4), priority write-back, Polyak tau 0.005.
+Adam (eps 1.5e-4), priority write-back (|td| + 1e-6)^alpha, Polyak tau 0.005.
 Learners: standard (obs 64, 256-256 ReLU, dueling, 9 actions, batch 256), large (1024-1024,
 batch 4096) in strict fp32 and with TF32. Each in eager mode and captured whole in a CUDA graph.
 Prints `RESULT <learner>_<mode> <updates per second>` lines that the C++ bench parses.
@@ -52,11 +53,17 @@ def make_update(hidden, batch, dev):
     online_params = list(online.parameters())
     target_params = list(target.parameters())
 
+    alpha, beta = 0.6, 0.4
+    strata = torch.arange(batch, device=dev, dtype=torch.float32)
+
     def update():
-        idx = torch.randint(0, CAPACITY, (batch,), device=dev)
+        cdf = torch.cumsum(t_prio, 0)
+        total = cdf[-1]
+        u = (strata + torch.rand(batch, device=dev)) * (total / batch)
+        idx = torch.searchsorted(cdf, u).clamp_max(CAPACITY - 1)
         obs, nxt = t_obs[idx], t_next[idx]
         act, ret, disc = t_act[idx], t_ret[idx], t_disc[idx]
-        w = t_prio[idx].clamp_min(1e-6).pow(-0.4) * 0.5
+        w = (CAPACITY * t_prio[idx] / total).pow(-beta) / (CAPACITY * t_prio.min() / total).pow(-beta)
         with torch.no_grad():
             a_star = online(nxt).argmax(dim=1, keepdim=True)
             y = ret + disc * target(nxt).gather(1, a_star).squeeze(1)
@@ -68,7 +75,7 @@ def make_update(hidden, batch, dev):
         torch.nn.utils.clip_grad_norm_(online_params, 10.0)
         opt.step()
         with torch.no_grad():
-            t_prio[idx] = td.abs() + 1e-6
+            t_prio[idx] = (td.abs() + 1e-6).pow(alpha)
             torch._foreach_lerp_(target_params, online_params, 0.005)
 
     return update

@@ -66,8 +66,9 @@ class DqnLearner {
   bool captured() const { return graph_.captured(); }
 
   // Acting: Q of obs (rows, obs_dim) with the online network (noisy nets: fresh noise for this
-  // environment step, keyed by the state's act_noise_counter; eval uses mu only), then per branch epsilon-greedy with epsilon from the state (greedy when eval or
-  // when the net is noisy) into actions (rows, D), a device buffer (e.g. the envs' action buffer).
+  // environment step, keyed by the state's act_noise_counter; eval uses mu only), then per branch
+  // epsilon-greedy with epsilon from the state (greedy when eval or when the net is noisy) into
+  // actions (rows, D), a device buffer (e.g. the envs' action buffer).
   // rows <= config.act_rows. Capturable (no host values change).
   void act(std::int32_t* actions, const float* obs, std::int64_t rows, bool eval);
   const float* act_q() const { return online_->q(act_ws_); }  // (rows, D, A) of the last act()
