@@ -1,0 +1,110 @@
+#include "gpu/adam.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "gpu/check.hpp"
+#include "gpu/launch.cuh"
+#include "gpu/partial_sum.cuh"
+
+namespace foxhunt::gpu {
+namespace {
+
+// Step constants folded on the host in double, once per launch.
+struct AdamConstants {
+  float beta2;
+  float one_minus_beta1;
+  float one_minus_beta2;
+  float eps;
+  float weight_decay;   // coupled L2 term (0 for AdamW)
+  float decay_factor;   // AdamW's 1 - lr * wd (1 for Adam)
+  float step_size;      // lr / (1 - beta1^step)
+  float bc2_sqrt;       // sqrt(1 - beta2^step)
+};
+
+// Operation order mirrors PyTorch's single-tensor Adam so that float rounding is alike.
+__device__ __forceinline__ void adam_element(float& p, float& m, float& v, float g, float scale,
+                                             const AdamConstants& c) {
+  g *= scale;
+  if (c.weight_decay != 0.f) g = fmaf(c.weight_decay, p, g);
+  p *= c.decay_factor;
+  m = fmaf(c.one_minus_beta1, g - m, m);  // m.lerp_(g, 1 - beta1)
+  v = fmaf(c.one_minus_beta2 * g, g, v * c.beta2);
+  const float denom = sqrtf(v) / c.bc2_sqrt + c.eps;
+  p = fmaf(-c.step_size, m / denom, p);
+}
+
+__global__ void adam_kernel(float* __restrict__ params, float* __restrict__ m, float* __restrict__ v,
+                            const float* __restrict__ grads, std::int64_t n, AdamConstants c,
+                            const float* __restrict__ grad_scale, const std::uint32_t* __restrict__ skip_flag,
+                            bool vec4) {
+  if (skip_flag && *skip_flag != 0u) return;  // uniform: every thread reads the same flag
+  const float scale = grad_scale ? *grad_scale : 1.f;
+  const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  std::int64_t done = 0;
+  if (vec4) {
+    const std::int64_t n4 = n / 4;
+    auto* p4 = reinterpret_cast<float4*>(params);
+    auto* m4 = reinterpret_cast<float4*>(m);
+    auto* v4 = reinterpret_cast<float4*>(v);
+    const auto* g4 = reinterpret_cast<const float4*>(grads);
+    for (std::int64_t j = tid; j < n4; j += stride) {
+      float4 p = p4[j], mm = m4[j], vv = v4[j];
+      const float4 g = g4[j];
+      adam_element(p.x, mm.x, vv.x, g.x, scale, c);
+      adam_element(p.y, mm.y, vv.y, g.y, scale, c);
+      adam_element(p.z, mm.z, vv.z, g.z, scale, c);
+      adam_element(p.w, mm.w, vv.w, g.w, scale, c);
+      p4[j] = p;
+      m4[j] = mm;
+      v4[j] = vv;
+    }
+    done = n4 * 4;
+  }
+  for (std::int64_t i = done + tid; i < n; i += stride) {
+    float p = params[i], mm = m[i], vv = v[i];
+    adam_element(p, mm, vv, grads[i], scale, c);
+    params[i] = p;
+    m[i] = mm;
+    v[i] = vv;
+  }
+}
+
+}  // namespace
+
+void adam_step(float* params, float* m, float* v, const float* grads, std::int64_t n, const AdamConfig& config,
+               std::int64_t step, const float* grad_scale, const std::uint32_t* skip_flag, cudaStream_t stream) {
+  FH_EXPECT(n >= 0, "adam_step: n must be >= 0");
+  FH_EXPECT(step >= 1, "adam_step: step is 1-based and must be >= 1, got " + std::to_string(step));
+  FH_EXPECT(config.lr >= 0.f, "adam_step: lr must be >= 0, got " + std::to_string(config.lr));
+  FH_EXPECT(config.beta1 >= 0.f && config.beta1 < 1.f,
+            "adam_step: beta1 must be in [0, 1), got " + std::to_string(config.beta1));
+  FH_EXPECT(config.beta2 >= 0.f && config.beta2 < 1.f,
+            "adam_step: beta2 must be in [0, 1), got " + std::to_string(config.beta2));
+  FH_EXPECT(config.eps >= 0.f, "adam_step: eps must be >= 0, got " + std::to_string(config.eps));
+  FH_EXPECT(config.weight_decay >= 0.f,
+            "adam_step: weight_decay must be >= 0, got " + std::to_string(config.weight_decay));
+  if (n == 0) return;
+  FH_EXPECT(params != nullptr && m != nullptr && v != nullptr && grads != nullptr,
+            "adam_step: params, m, v and grads must not be null");
+
+  const double t = static_cast<double>(step);
+  AdamConstants c{};
+  c.beta2 = config.beta2;
+  c.one_minus_beta1 = static_cast<float>(1.0 - static_cast<double>(config.beta1));
+  c.one_minus_beta2 = static_cast<float>(1.0 - static_cast<double>(config.beta2));
+  c.eps = config.eps;
+  c.weight_decay = config.decoupled ? 0.f : config.weight_decay;
+  c.decay_factor = config.decoupled
+                       ? static_cast<float>(1.0 - static_cast<double>(config.lr) * config.weight_decay)
+                       : 1.f;
+  c.step_size = static_cast<float>(config.lr / (1.0 - std::pow(static_cast<double>(config.beta1), t)));
+  c.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(config.beta2), t)));
+
+  const bool vec4 = aligned16(params) && aligned16(m) && aligned16(v) && aligned16(grads);
+  adam_kernel<<<grid_stride_blocks(n), kBlock, 0, stream>>>(params, m, v, grads, n, c, grad_scale, skip_flag, vec4);
+  FH_CHECK_LAUNCH();
+}
+
+}  // namespace foxhunt::gpu

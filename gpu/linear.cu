@@ -1,0 +1,505 @@
+#include "gpu/linear.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "gpu/check.hpp"
+#include "gpu/launch.cuh"
+#include "gpu/partial_sum.cuh"
+
+namespace foxhunt::gpu {
+namespace {
+
+std::atomic<bool> g_force_unfused{false};
+
+constexpr std::int64_t round_up(std::int64_t a, std::int64_t b) { return (a + b - 1) / b * b; }
+
+// Leading dimension of aux per batch row: bits for the ReLU mask (cuBLASLt: multiple of 128),
+// floats for the GELU input (cuBLASLt: multiple of 8).
+std::int64_t aux_ld(std::int64_t out_features, Activation act) {
+  if (act == Activation::relu) return round_up(out_features, 128);
+  if (act == Activation::gelu) return round_up(out_features, 8);
+  return 0;
+}
+
+void expect_supported(Activation act, const char* op) {
+  FH_EXPECT(act == Activation::identity || act == Activation::relu || act == Activation::gelu,
+            std::string(op) + ": act must be identity, relu or gelu (the cuBLASLt epilogues), got " +
+                std::string(activation_name(act)) + "; compose other activations with a separate kernel");
+}
+
+// Largest power of two (<= 256) dividing the address: what cuBLASLt's heuristic may assume.
+std::uint32_t alignment_of(const void* p) {
+  if (p == nullptr) return 256;
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::uint32_t align = 1;
+  while (align < 256 && (a % (2u * align)) == 0) align *= 2;
+  return align;
+}
+
+// ---- cuBLASLt plumbing ---------------------------------------------------------------------
+
+class MatmulDesc {
+ public:
+  MatmulDesc() { FH_CHECK(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F)); }
+  ~MatmulDesc() { cublasLtMatmulDescDestroy(desc_); }
+  MatmulDesc(const MatmulDesc&) = delete;
+  MatmulDesc& operator=(const MatmulDesc&) = delete;
+  template <class T>
+  void set(cublasLtMatmulDescAttributes_t attr, const T& value) {
+    FH_CHECK(cublasLtMatmulDescSetAttribute(desc_, attr, &value, sizeof(T)));
+  }
+  cublasLtMatmulDesc_t get() const { return desc_; }
+
+ private:
+  cublasLtMatmulDesc_t desc_ = nullptr;
+};
+
+class MatrixLayout {
+ public:
+  MatrixLayout(std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+    FH_CHECK(cublasLtMatrixLayoutCreate(&layout_, CUDA_R_32F, static_cast<std::uint64_t>(rows),
+                                        static_cast<std::uint64_t>(cols), ld));
+  }
+  ~MatrixLayout() { cublasLtMatrixLayoutDestroy(layout_); }
+  MatrixLayout(const MatrixLayout&) = delete;
+  MatrixLayout& operator=(const MatrixLayout&) = delete;
+  cublasLtMatrixLayout_t get() const { return layout_; }
+
+ private:
+  cublasLtMatrixLayout_t layout_ = nullptr;
+};
+
+class Preference {
+ public:
+  Preference() { FH_CHECK(cublasLtMatmulPreferenceCreate(&pref_)); }
+  ~Preference() { cublasLtMatmulPreferenceDestroy(pref_); }
+  Preference(const Preference&) = delete;
+  Preference& operator=(const Preference&) = delete;
+  template <class T>
+  void set(cublasLtMatmulPreferenceAttributes_t attr, const T& value) {
+    FH_CHECK(cublasLtMatmulPreferenceSetAttribute(pref_, attr, &value, sizeof(T)));
+  }
+  cublasLtMatmulPreference_t get() const { return pref_; }
+
+ private:
+  cublasLtMatmulPreference_t pref_ = nullptr;
+};
+
+// One column-major GEMM D (m, n) = op(A) op(B) + beta D, with an epilogue.
+struct GemmSpec {
+  cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
+  std::int64_t m = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  std::int64_t lda = 0;
+  const float* b = nullptr;
+  std::int64_t ldb = 0;
+  float* d = nullptr;
+  std::int64_t ldd = 0;
+  float beta = 0.f;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const float* bias = nullptr;
+  void* aux = nullptr;
+  std::int64_t aux_ld = 0;
+};
+
+using AlgoKey = std::array<std::int64_t, 18>;
+struct AlgoEntry {
+  bool supported = false;  // false: cuBLASLt has no algorithm for this configuration
+  cublasLtMatmulAlgo_t algo{};
+};
+std::mutex g_algo_mutex;
+std::map<AlgoKey, AlgoEntry> g_algos;
+
+// Runs the GEMM; returns false (and runs nothing) when cuBLASLt has no algorithm for this
+// configuration, so the caller can fall back. Other cuBLASLt failures throw.
+bool run_gemm(const GemmSpec& g, const BlasLane& lane) {
+  MatmulDesc desc;
+  desc.set(CUBLASLT_MATMUL_DESC_TRANSA, static_cast<std::int32_t>(g.trans_a));
+  desc.set(CUBLASLT_MATMUL_DESC_TRANSB, static_cast<std::int32_t>(g.trans_b));
+  desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<std::uint32_t>(g.epilogue));
+  if (g.bias) desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(g.bias));
+  if (g.aux) {
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux);
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.aux_ld);
+  }
+  const bool na = g.trans_a == CUBLAS_OP_N, nb = g.trans_b == CUBLAS_OP_N;
+  MatrixLayout a_layout(na ? g.m : g.k, na ? g.k : g.m, g.lda);
+  MatrixLayout b_layout(nb ? g.k : g.n, nb ? g.n : g.k, g.ldb);
+  MatrixLayout d_layout(g.m, g.n, g.ldd);
+
+  int device = 0;
+  FH_CHECK(cudaGetDevice(&device));
+  const AlgoKey key{device,
+                    g.trans_a,
+                    g.trans_b,
+                    g.m,
+                    g.n,
+                    g.k,
+                    g.lda,
+                    g.ldb,
+                    g.ldd,
+                    static_cast<std::int64_t>(g.epilogue),
+                    g.beta != 0.f,
+                    alignment_of(g.a),
+                    alignment_of(g.b),
+                    alignment_of(g.d),
+                    g.bias ? alignment_of(g.bias) : 0,
+                    g.aux ? alignment_of(g.aux) : 0,
+                    g.aux_ld,
+                    static_cast<std::int64_t>(lane.workspace ? lane.workspace_bytes : 0)};
+  AlgoEntry entry;
+  bool cached = false;
+  {
+    std::lock_guard<std::mutex> lock(g_algo_mutex);
+    if (auto it = g_algos.find(key); it != g_algos.end()) {
+      entry = it->second;
+      cached = true;
+    }
+  }
+  if (!cached) {
+    Preference pref;
+    pref.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+             static_cast<std::uint64_t>(lane.workspace ? lane.workspace_bytes : 0));
+    // Tell the heuristic the real alignments: callers may pass views into larger buffers.
+    pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(g.a));
+    pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(g.b));
+    pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(g.d));
+    pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(g.d));
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(lane.lt, desc.get(), a_layout.get(), b_layout.get(), d_layout.get(),
+                                       d_layout.get(), pref.get(), 1, &result, &count);
+    if (status == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+      entry.supported = true;
+      entry.algo = result.algo;
+    } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) {
+      FH_CHECK(status);  // a real error (bad descriptor): report it
+    }
+    std::lock_guard<std::mutex> lock(g_algo_mutex);
+    g_algos.emplace(key, entry);
+  }
+  if (!entry.supported) return false;
+  const float alpha = 1.f;
+  const cublasStatus_t status =
+      cublasLtMatmul(lane.lt, desc.get(), &alpha, g.a, a_layout.get(), g.b, b_layout.get(), &g.beta, g.d,
+                     d_layout.get(), g.d, d_layout.get(), &entry.algo, lane.workspace,
+                     lane.workspace ? lane.workspace_bytes : 0, lane.stream);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {  // the heuristic offered it, the launch refused: remember
+    std::lock_guard<std::mutex> lock(g_algo_mutex);
+    g_algos[key].supported = false;
+    return false;
+  }
+  FH_CHECK(status);
+  return true;
+}
+
+void run_gemm_or_throw(const GemmSpec& g, const BlasLane& lane, const char* what) {
+  if (!run_gemm(g, lane))
+    throw Error(std::string("cuBLASLt has no f32 algorithm for the ") + what + " GEMM (m=" + std::to_string(g.m) +
+                ", n=" + std::to_string(g.n) + ", k=" + std::to_string(g.k) + ")");
+}
+
+// ---- activation math (tanh-approximate GELU, as cuBLASLt and PyTorch approximate="tanh") -------
+
+constexpr float kGeluC0 = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluC1 = 0.044715f;
+
+__device__ __forceinline__ float gelu(float x) {
+  const float u = kGeluC0 * (x + kGeluC1 * x * x * x);
+  return 0.5f * x * (1.f + tanhf(u));
+}
+
+__device__ __forceinline__ float gelu_grad(float x) {
+  const float u = kGeluC0 * (x + kGeluC1 * x * x * x);
+  const float t = tanhf(u);
+  const float du = kGeluC0 * (1.f + 3.f * kGeluC1 * x * x);
+  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * du;
+}
+
+// Block shape of the row-tiled kernels: 32 columns (one warp) x 8 rows.
+constexpr int kTileCols = 32;
+constexpr int kTileRows = 8;
+
+// Fallback epilogue: out (B, out_f) holds x W^T; adds bias, applies act, writes aux in cuBLASLt's
+// layout. A warp covers 32 consecutive columns of one row, so one ballot is one mask word.
+template <Activation A>
+__global__ void epilogue_kernel(float* __restrict__ out, void* __restrict__ aux, const float* __restrict__ bias,
+                                std::int64_t batch, std::int64_t out_f, std::int64_t ld) {
+  const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kTileCols + threadIdx.x;
+  const bool in_range = col < out_f;
+  const float b = (bias && in_range) ? bias[col] : 0.f;
+  for (std::int64_t row = static_cast<std::int64_t>(blockIdx.y) * kTileRows + threadIdx.y; row < batch;
+       row += static_cast<std::int64_t>(gridDim.y) * kTileRows) {  // warp-uniform bound
+    float x = in_range ? out[row * out_f + col] + b : 0.f;
+    if constexpr (A == Activation::relu) {
+      if (aux) {
+        const unsigned mask = __ballot_sync(0xffffffffu, in_range && x > 0.f);
+        if (threadIdx.x == 0)
+          static_cast<std::uint32_t*>(aux)[(row * ld + static_cast<std::int64_t>(blockIdx.x) * kTileCols) / 32] =
+              mask;
+      }
+      x = x > 0.f ? x : 0.f;
+    } else if constexpr (A == Activation::gelu) {
+      if (aux && in_range) static_cast<float*>(aux)[row * ld + col] = x;
+      x = gelu(x);
+    }
+    if (in_range) out[row * out_f + col] = x;
+  }
+}
+
+// d_pre = d_out * act'(pre) (written when d_pre != null) and the bias gradient: the block's column
+// sums over its rows go to bias_out[blockIdx.y * out_f + col] (partials), or straight into d_bias
+// when the grid has one row split (bias_out == d_bias then).
+template <Activation A>
+__global__ void dpre_bias_kernel(float* __restrict__ d_pre, float* __restrict__ bias_out,
+                                 const float* __restrict__ d_out, const void* __restrict__ aux, std::int64_t batch,
+                                 std::int64_t out_f, std::int64_t ld, std::int64_t rows_per_split, bool accumulate) {
+  const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kTileCols + threadIdx.x;
+  const bool in_range = col < out_f;
+  const std::int64_t row_begin = static_cast<std::int64_t>(blockIdx.y) * rows_per_split;
+  const std::int64_t row_end = min(batch, row_begin + rows_per_split);
+  float acc = 0.f;
+  if (in_range) {
+    for (std::int64_t row = row_begin + threadIdx.y; row < row_end; row += kTileRows) {
+      float g = d_out[row * out_f + col];
+      if constexpr (A == Activation::relu) {
+        // ld is a multiple of 128 and col's tile starts at a multiple of 32: the whole warp reads
+        // one word, and col's bit in it is col % 32.
+        const std::uint32_t word = static_cast<const std::uint32_t*>(aux)[(row * ld + col) >> 5];
+        if (((word >> (col & 31)) & 1u) == 0u) g = 0.f;
+      } else if constexpr (A == Activation::gelu) {
+        g *= gelu_grad(static_cast<const float*>(aux)[row * ld + col]);
+      }
+      if (d_pre) d_pre[row * out_f + col] = g;
+      acc += g;
+    }
+  }
+  if (bias_out == nullptr) return;  // uniform over the block
+  __shared__ float sums[kTileRows][kTileCols + 1];
+  sums[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && in_range) {
+    float s = 0.f;
+#pragma unroll
+    for (int r = 0; r < kTileRows; ++r) s += sums[r][threadIdx.x];
+    if (gridDim.y == 1)
+      bias_out[col] = accumulate ? bias_out[col] + s : s;
+    else
+      bias_out[static_cast<std::int64_t>(blockIdx.y) * out_f + col] = s;
+  }
+}
+
+// d_bias[j] (+)= sum over splits of partials[s, j], in split order (deterministic).
+__global__ void bias_finish_kernel(float* __restrict__ d_bias, const float* __restrict__ partials, int splits,
+                                   std::int64_t out_f, bool accumulate) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < out_f; j += stride) {
+    float s = 0.f;
+    for (int split = 0; split < splits; ++split) s += partials[static_cast<std::int64_t>(split) * out_f + j];
+    d_bias[j] = accumulate ? d_bias[j] + s : s;
+  }
+}
+
+void launch_epilogue(float* out, void* aux, const float* bias, std::int64_t batch, std::int64_t out_f,
+                     Activation act, cudaStream_t stream) {
+  const dim3 block(kTileCols, kTileRows);
+  const dim3 grid(ceil_div(out_f, kTileCols),
+                  static_cast<unsigned>(std::min<std::int64_t>(ceil_div(batch, kTileRows), 65535)));
+  const std::int64_t ld = aux_ld(out_f, act);
+  switch (act) {
+    case Activation::relu: epilogue_kernel<Activation::relu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld); break;
+    case Activation::gelu: epilogue_kernel<Activation::gelu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld); break;
+    default: epilogue_kernel<Activation::identity><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld); break;
+  }
+  FH_CHECK_LAUNCH();
+}
+
+cublasLtEpilogue_t fused_epilogue(Activation act, bool has_bias, bool has_aux) {
+  switch (act) {
+    case Activation::relu:
+      if (has_aux) return has_bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX;
+      return has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    case Activation::gelu:
+      if (has_aux) return has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+      return has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    default: return has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+
+void expect_shape(std::int64_t batch, std::int64_t in_f, std::int64_t out_f, const BlasLane& lane, const char* op) {
+  const std::string name(op);
+  FH_EXPECT(batch >= 0, name + ": batch must be >= 0, got " + std::to_string(batch));
+  FH_EXPECT(in_f >= 1, name + ": in_features must be >= 1, got " + std::to_string(in_f));
+  FH_EXPECT(out_f >= 1, name + ": out_features must be >= 1, got " + std::to_string(out_f));
+  FH_EXPECT(lane.lt != nullptr, name + ": the BlasLane has no cuBLASLt handle (use DeviceContext::blas)");
+}
+
+}  // namespace
+
+namespace detail {
+void linear_force_unfused_epilogue(bool force) { g_force_unfused.store(force); }
+}  // namespace detail
+
+std::size_t linear_aux_bytes(std::int64_t batch, std::int64_t out_features, Activation act) {
+  expect_supported(act, "linear_aux_bytes");
+  FH_EXPECT(batch >= 0 && out_features >= 1, "linear_aux_bytes: batch must be >= 0 and out_features >= 1");
+  const std::int64_t ld = aux_ld(out_features, act);
+  if (act == Activation::relu) return static_cast<std::size_t>(batch * ld / 8);
+  if (act == Activation::gelu) return static_cast<std::size_t>(batch * ld) * sizeof(float);
+  return 0;
+}
+
+void linear_forward(float* out, void* aux, const float* in, const float* weight, const float* bias,
+                    std::int64_t batch, std::int64_t in_features, std::int64_t out_features, Activation act,
+                    BlasLane lane) {
+  expect_supported(act, "linear_forward");
+  expect_shape(batch, in_features, out_features, lane, "linear_forward");
+  if (batch == 0) return;
+  FH_EXPECT(out != nullptr && in != nullptr && weight != nullptr,
+            "linear_forward: out, in and weight must not be null");
+  if (act == Activation::identity) aux = nullptr;  // nothing to save
+  FH_EXPECT(aligned16(aux), "linear_forward: aux must be 16-byte aligned");
+
+  GemmSpec g;  // column-major view: out^T (out_f, B) = W (out_f, in_f) · in^T (in_f, B)
+  g.trans_a = CUBLAS_OP_T;
+  g.trans_b = CUBLAS_OP_N;
+  g.m = out_features;
+  g.n = batch;
+  g.k = in_features;
+  g.a = weight;
+  g.lda = in_features;
+  g.b = in;
+  g.ldb = in_features;
+  g.d = out;
+  g.ldd = out_features;
+  g.bias = bias;
+  g.aux = aux;
+  g.aux_ld = aux ? aux_ld(out_features, act) : 0;
+  g.epilogue = fused_epilogue(act, bias != nullptr, aux != nullptr);
+  if (!g_force_unfused.load(std::memory_order_relaxed) && run_gemm(g, lane)) return;
+
+  // Fallback: plain GEMM, then bias + activation + aux in one pass over out.
+  GemmSpec plain = g;
+  plain.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  plain.bias = nullptr;
+  plain.aux = nullptr;
+  plain.aux_ld = 0;
+  run_gemm_or_throw(plain, lane, "linear forward");
+  if (act != Activation::identity || bias != nullptr)
+    launch_epilogue(out, aux, bias, batch, out_features, act, lane.stream);
+}
+
+void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_scratch, const float* d_out,
+                     const void* aux, const float* in, const float* weight, std::int64_t batch,
+                     std::int64_t in_features, std::int64_t out_features, Activation act,
+                     bool accumulate_param_grads, BlasLane lane) {
+  expect_supported(act, "linear_backward");
+  expect_shape(batch, in_features, out_features, lane, "linear_backward");
+  if (batch == 0) {  // empty batch: zero parameter gradients (sums over nothing), unless accumulating
+    if (!accumulate_param_grads) {
+      if (d_weight)
+        FH_CHECK(cudaMemsetAsync(d_weight, 0, static_cast<std::size_t>(out_features * in_features) * sizeof(float),
+                                 lane.stream));
+      if (d_bias)
+        FH_CHECK(cudaMemsetAsync(d_bias, 0, static_cast<std::size_t>(out_features) * sizeof(float), lane.stream));
+    }
+    return;
+  }
+  FH_EXPECT(d_out != nullptr, "linear_backward: d_out must not be null");
+  FH_EXPECT(d_weight == nullptr || in != nullptr, "linear_backward: d_weight needs the forward input `in`");
+  FH_EXPECT(d_in == nullptr || weight != nullptr, "linear_backward: d_in needs `weight`");
+  const bool need_d_pre = act != Activation::identity && (d_in != nullptr || d_weight != nullptr);
+  if (act != Activation::identity) {
+    FH_EXPECT(aux != nullptr, std::string("linear_backward: act ") + std::string(activation_name(act)) +
+                                  " needs the aux buffer its linear_forward wrote");
+    FH_EXPECT(aligned16(aux), "linear_backward: aux must be 16-byte aligned");
+    FH_EXPECT(!need_d_pre || d_pre_scratch != nullptr,
+              "linear_backward: relu/gelu need d_pre_scratch (batch * out_features floats)");
+  }
+
+  const float* d_pre = d_out;
+  if (need_d_pre || d_bias != nullptr) {
+    // Row splits: enough blocks to fill the device; each split >= 64 rows; partials must fit in
+    // the lane's workspace (it is free between GEMMs on this stream).
+    const std::int64_t tiles = ceil_div(out_features, kTileCols);
+    std::int64_t splits = std::max<std::int64_t>(1, (4LL * sm_count() + tiles - 1) / tiles);
+    splits = std::min(splits, std::max<std::int64_t>(1, (batch + 63) / 64));
+    splits = std::min<std::int64_t>(splits, 65535);
+    if (d_bias != nullptr && splits > 1) {
+      const std::int64_t fit =
+          lane.workspace ? static_cast<std::int64_t>(lane.workspace_bytes / (sizeof(float) * out_features)) : 0;
+      splits = std::min(splits, std::max<std::int64_t>(fit, 1));
+    }
+    const std::int64_t rows_per_split = (batch + splits - 1) / splits;
+    splits = (batch + rows_per_split - 1) / rows_per_split;  // no empty split
+    float* bias_out = nullptr;
+    if (d_bias != nullptr) bias_out = splits == 1 ? d_bias : static_cast<float*>(lane.workspace);
+    float* pre_out = need_d_pre ? d_pre_scratch : nullptr;
+    const std::int64_t ld = aux_ld(out_features, act);
+    const dim3 block(kTileCols, kTileRows);
+    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
+    switch (act) {
+      case Activation::relu:
+        dpre_bias_kernel<Activation::relu><<<grid, block, 0, lane.stream>>>(
+            pre_out, bias_out, d_out, aux, batch, out_features, ld, rows_per_split, accumulate_param_grads);
+        break;
+      case Activation::gelu:
+        dpre_bias_kernel<Activation::gelu><<<grid, block, 0, lane.stream>>>(
+            pre_out, bias_out, d_out, aux, batch, out_features, ld, rows_per_split, accumulate_param_grads);
+        break;
+      default:
+        dpre_bias_kernel<Activation::identity><<<grid, block, 0, lane.stream>>>(
+            pre_out, bias_out, d_out, aux, batch, out_features, ld, rows_per_split, accumulate_param_grads);
+        break;
+    }
+    FH_CHECK_LAUNCH();
+    if (d_bias != nullptr && splits > 1) {
+      bias_finish_kernel<<<grid_stride_blocks(out_features), kBlock, 0, lane.stream>>>(
+          d_bias, static_cast<const float*>(lane.workspace), static_cast<int>(splits), out_features,
+          accumulate_param_grads);
+      FH_CHECK_LAUNCH();
+    }
+    if (need_d_pre) d_pre = d_pre_scratch;
+  }
+
+  if (d_weight != nullptr) {  // d_weight^T (in_f, out_f) = in^T (in_f, B) · d_pre (B, out_f)
+    GemmSpec g;
+    g.trans_a = CUBLAS_OP_N;
+    g.trans_b = CUBLAS_OP_T;
+    g.m = in_features;
+    g.n = out_features;
+    g.k = batch;
+    g.a = in;
+    g.lda = in_features;
+    g.b = d_pre;
+    g.ldb = out_features;
+    g.d = d_weight;
+    g.ldd = in_features;
+    g.beta = accumulate_param_grads ? 1.f : 0.f;
+    run_gemm_or_throw(g, lane, "linear weight-gradient");
+  }
+  if (d_in != nullptr) {  // d_in^T (in_f, B) = W^T (in_f, out_f) · d_pre^T (out_f, B)
+    GemmSpec g;
+    g.trans_a = CUBLAS_OP_N;
+    g.trans_b = CUBLAS_OP_N;
+    g.m = in_features;
+    g.n = batch;
+    g.k = out_features;
+    g.a = weight;
+    g.lda = in_features;
+    g.b = d_pre;
+    g.ldb = out_features;
+    g.d = d_in;
+    g.ldd = in_features;
+    run_gemm_or_throw(g, lane, "linear input-gradient");
+  }
+}
+
+}  // namespace foxhunt::gpu

@@ -1,0 +1,423 @@
+// cuBLASLt linear layer: forward (identity / relu / gelu, with and without bias, fused epilogue and
+// the unfused fallback) and backward (d_in, d_weight overwrite/accumulate, d_bias) against float64
+// references, plus central finite differences of the GPU forward.
+#include "support/gpu_test.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gpu/context.hpp"
+#include "gpu/linear.hpp"
+
+namespace foxhunt::gpu {
+namespace {
+
+class LinearTest : public test::GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    ctx_ = std::make_unique<DeviceContext>(0, 1);
+  }
+  void TearDown() override {
+    detail::linear_force_unfused_epilogue(false);
+    if (ctx_) FH_CHECK(cudaStreamSynchronize(ctx_->stream()));
+    GpuTest::TearDown();
+  }
+  BlasLane lane() const { return ctx_->blas(0); }
+  cudaStream_t s() const { return ctx_->stream(0); }
+  std::unique_ptr<DeviceContext> ctx_;
+};
+
+// ---- float64 reference --------------------------------------------------------------------
+
+constexpr double kC0 = 0.7978845608028654, kC1 = 0.044715;
+double act_ref(Activation a, double x) {
+  if (a == Activation::relu) return x > 0 ? x : 0;
+  if (a == Activation::gelu) return 0.5 * x * (1 + std::tanh(kC0 * (x + kC1 * x * x * x)));
+  return x;
+}
+double act_grad_ref(Activation a, double x) {
+  if (a == Activation::relu) return x > 0 ? 1 : 0;
+  if (a == Activation::gelu) {
+    const double t = std::tanh(kC0 * (x + kC1 * x * x * x));
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kC0 * (1 + 3 * kC1 * x * x);
+  }
+  return 1;
+}
+
+struct Shape3 {
+  std::int64_t batch, in, out;
+};
+std::string describe(Shape3 sh, Activation a, bool bias) {
+  return "B=" + std::to_string(sh.batch) + " in=" + std::to_string(sh.in) + " out=" + std::to_string(sh.out) +
+         " act=" + std::string(activation_name(a)) + " bias=" + std::to_string(bias);
+}
+
+struct Problem {
+  Shape3 sh;
+  std::vector<float> x, w, b;
+  std::vector<double> pre;   // (B, out) x W^T + b
+  std::vector<double> pre_mag;  // sum of |terms| per element: the scale of its float rounding
+};
+
+Problem make_problem(Shape3 sh, bool bias, std::mt19937_64& rng) {
+  Problem p{sh, {}, {}, {}, {}, {}};
+  p.x = test::random_uniform(static_cast<std::size_t>(sh.batch * sh.in), -1.f, 1.f, rng);
+  const float bound = 1.f / std::sqrt(static_cast<float>(sh.in));  // PyTorch's Linear init range
+  p.w = test::random_uniform(static_cast<std::size_t>(sh.out * sh.in), -bound, bound, rng);
+  if (bias) p.b = test::random_uniform(static_cast<std::size_t>(sh.out), -bound, bound, rng);
+  p.pre.assign(static_cast<std::size_t>(sh.batch * sh.out), 0);
+  p.pre_mag.assign(p.pre.size(), 0);
+  for (std::int64_t r = 0; r < sh.batch; ++r)
+    for (std::int64_t j = 0; j < sh.out; ++j) {
+      double acc = bias ? p.b[j] : 0.0, mag = bias ? std::abs(p.b[j]) : 0.0;
+      for (std::int64_t k = 0; k < sh.in; ++k) {
+        const double t = static_cast<double>(p.x[r * sh.in + k]) * p.w[j * sh.in + k];
+        acc += t;
+        mag += std::abs(t);
+      }
+      p.pre[r * sh.out + j] = acc;
+      p.pre_mag[r * sh.out + j] = mag;
+    }
+  return p;
+}
+
+// |got - ref| <= tol * mag + atol per element: GEMM rounding scales with sum |a_k b_k|, not |result|.
+::testing::AssertionResult close_by_magnitude(const std::vector<float>& got, const std::vector<double>& ref,
+                                              const std::vector<double>& mag, double tol, double atol = 1e-7) {
+  if (got.size() != ref.size()) return ::testing::AssertionFailure() << "size mismatch";
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(static_cast<double>(got[i]) - ref[i]);
+    if (!(err <= tol * mag[i] + atol))
+      return ::testing::AssertionFailure() << "element " << i << ": got " << got[i] << ", want " << ref[i]
+                                           << " (|err| " << err << ", scale " << mag[i] << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+struct DeviceProblem {
+  DeviceBuffer<float> x, w, b;
+  DeviceProblem(const Problem& p, cudaStream_t s)
+      : x(test::upload(p.x, s)), w(test::upload(p.w, s)), b(test::upload(p.b, s)) {}
+  const float* bias() const { return b.empty() ? nullptr : b.data(); }
+};
+
+const Shape3 kShapes[] = {{37, 129, 65}, {1, 129, 65}, {1, 1, 1}, {64, 32, 128}, {300, 17, 200}, {5, 64, 3}};
+const Activation kActs[] = {Activation::identity, Activation::relu, Activation::gelu};
+
+// ---- forward ------------------------------------------------------------------------------
+
+void check_forward(Shape3 sh, Activation act, bool bias, bool unfused, std::mt19937_64& rng, BlasLane lane) {
+  SCOPED_TRACE(describe(sh, act, bias) + (unfused ? " unfused" : " fused"));
+  detail::linear_force_unfused_epilogue(unfused);
+  const Problem p = make_problem(sh, bias, rng);
+  DeviceProblem d(p, lane.stream);
+  DeviceBuffer<float> y(static_cast<std::size_t>(sh.batch * sh.out)), y_noaux(y.size());
+  DeviceBuffer<std::byte> aux(linear_aux_bytes(sh.batch, sh.out, act));
+  test::poison(y, lane.stream);
+  test::poison(y_noaux, lane.stream);
+  test::poison(aux, lane.stream);
+  linear_forward(y.data(), aux.data(), d.x.data(), d.w.data(), d.bias(), sh.batch, sh.in, sh.out, act, lane);
+  linear_forward(y_noaux.data(), nullptr, d.x.data(), d.w.data(), d.bias(), sh.batch, sh.in, sh.out, act, lane);
+  const auto got = test::download(y, lane.stream);
+
+  std::vector<double> ref(p.pre.size()), mag(p.pre.size());
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    ref[i] = act_ref(act, p.pre[i]);
+    mag[i] = p.pre_mag[i] * std::max(1.0, std::abs(act_grad_ref(act, p.pre[i])));
+  }
+  // fp32 GEMM without TF32: ~1e-6 of the magnitude. cuBLASLt's own GELU epilogue may evaluate tanh
+  // with the hardware approximation (~2^-11 relative), so the fused GELU output gets a looser bound
+  // (and its measured error is printed); the pre-activation it saves is checked tightly below.
+  const bool approx_gelu = act == Activation::gelu && !unfused;
+  EXPECT_TRUE(close_by_magnitude(got, ref, mag, approx_gelu ? 2e-3 : 1e-5)) << "y";
+  EXPECT_LT(test::rel_error(got, ref), approx_gelu ? 1e-3 : 1e-5) << "y";
+  if (approx_gelu) std::printf("  [fused GELU] %s: rel_error(y) = %.3g\n", describe(sh, act, bias).c_str(),
+                               test::rel_error(got, ref));
+  // Without aux (inference) cuBLASLt may pick another kernel: same values up to GEMM rounding.
+  EXPECT_TRUE(close_by_magnitude(test::download(y_noaux, lane.stream), ref, mag, approx_gelu ? 2e-3 : 1e-5))
+      << "y without aux";
+
+  const std::int64_t out = sh.out;
+  if (act == Activation::gelu) {  // aux: pre-activation, row stride round_up(out, 8)
+    const std::int64_t ld = (out + 7) / 8 * 8;
+    ASSERT_EQ(aux.size(), static_cast<std::size_t>(sh.batch * ld) * sizeof(float));
+    const auto raw = test::download(reinterpret_cast<const float*>(aux.data()), aux.size() / sizeof(float),
+                                    lane.stream);
+    std::vector<float> pre_got;
+    for (std::int64_t r = 0; r < sh.batch; ++r)
+      for (std::int64_t j = 0; j < out; ++j) pre_got.push_back(raw[r * ld + j]);
+    EXPECT_TRUE(close_by_magnitude(pre_got, p.pre, p.pre_mag, 1e-5)) << "gelu aux (pre-activation)";
+  }
+  if (act == Activation::relu) {  // aux: bit (r * ld + j), ld = round_up(out, 128), LSB first
+    const std::int64_t ld = (out + 127) / 128 * 128;
+    ASSERT_EQ(aux.size(), static_cast<std::size_t>(sh.batch * ld / 8));
+    const auto words = test::download(reinterpret_cast<const std::uint32_t*>(aux.data()), aux.size() / 4,
+                                      lane.stream);
+    int wrong = 0;
+    for (std::int64_t r = 0; r < sh.batch; ++r)
+      for (std::int64_t j = 0; j < out; ++j) {
+        const double pre = p.pre[r * out + j];
+        if (std::abs(pre) <= 1e-5 * p.pre_mag[r * out + j]) continue;  // sign decided by rounding
+        const std::int64_t bit = r * ld + j;
+        const bool set = (words[bit / 32] >> (bit % 32)) & 1u;
+        if (set != (pre > 0)) ++wrong;
+      }
+    EXPECT_EQ(wrong, 0) << "relu aux bits disagree with sign(pre-activation)";
+  }
+}
+
+TEST_F(LinearTest, ForwardMatchesReference) {
+  SCOPED_TRACE(seed_note());
+  for (bool unfused : {false, true})
+    for (Shape3 sh : kShapes)
+      for (Activation act : kActs)
+        for (bool bias : {true, false}) check_forward(sh, act, bias, unfused, rng(), lane());
+}
+
+TEST_F(LinearTest, EmptyBatchIsANoOp) {
+  DeviceBuffer<float> w(12), dw(12), db(3);
+  linear_forward(nullptr, nullptr, nullptr, w.data(), nullptr, 0, 4, 3, Activation::relu, lane());
+  test::poison(dw, s());
+  test::poison(db, s());
+  linear_backward(nullptr, dw.data(), db.data(), nullptr, nullptr, nullptr, nullptr, w.data(), 0, 4, 3,
+                  Activation::identity, false, lane());
+  for (float v : test::download(dw, s())) EXPECT_EQ(v, 0.f);
+  for (float v : test::download(db, s())) EXPECT_EQ(v, 0.f);
+}
+
+TEST_F(LinearTest, RejectsOtherActivations) {
+  DeviceBuffer<float> x(8), w(8), y(4);
+  for (Activation act : {Activation::tanh, Activation::sigmoid, Activation::silu, Activation::leaky_relu,
+                         Activation::elu, Activation::softplus}) {
+    try {
+      linear_forward(y.data(), nullptr, x.data(), w.data(), nullptr, 2, 4, 2, act, lane());
+      ADD_FAILURE() << activation_name(act) << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("identity, relu or gelu"), std::string::npos) << what;
+      EXPECT_NE(what.find(std::string(activation_name(act))), std::string::npos) << what;
+    }
+    EXPECT_THROW(linear_backward(nullptr, nullptr, nullptr, nullptr, y.data(), nullptr, x.data(), w.data(), 2, 4, 2,
+                                 act, false, lane()),
+                 std::invalid_argument);
+  }
+}
+
+// ---- backward -----------------------------------------------------------------------------
+
+struct Backward {
+  std::vector<double> d_in, d_w, d_b, d_in_mag, d_w_mag, d_b_mag;
+};
+
+Backward backward_ref(const Problem& p, Activation act, const std::vector<float>& up) {
+  const auto [B, in, out] = p.sh;
+  std::vector<double> d_pre(static_cast<std::size_t>(B * out));
+  for (std::size_t i = 0; i < d_pre.size(); ++i) d_pre[i] = up[i] * act_grad_ref(act, p.pre[i]);
+  Backward r;
+  r.d_in.assign(static_cast<std::size_t>(B * in), 0);
+  r.d_in_mag = r.d_in;
+  r.d_w.assign(static_cast<std::size_t>(out * in), 0);
+  r.d_w_mag = r.d_w;
+  r.d_b.assign(static_cast<std::size_t>(out), 0);
+  r.d_b_mag = r.d_b;
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t j = 0; j < out; ++j) {
+      const double g = d_pre[b * out + j];
+      r.d_b[j] += g;
+      r.d_b_mag[j] += std::abs(g);
+      for (std::int64_t k = 0; k < in; ++k) {
+        r.d_in[b * in + k] += g * p.w[j * in + k];
+        r.d_in_mag[b * in + k] += std::abs(g * p.w[j * in + k]);
+        r.d_w[j * in + k] += g * p.x[b * in + k];
+        r.d_w_mag[j * in + k] += std::abs(g * p.x[b * in + k]);
+      }
+    }
+  return r;
+}
+
+void check_backward(Shape3 sh, Activation act, bool bias, bool unfused, std::mt19937_64& rng, BlasLane lane) {
+  SCOPED_TRACE(describe(sh, act, bias) + (unfused ? " unfused forward" : " fused forward"));
+  detail::linear_force_unfused_epilogue(unfused);
+  const cudaStream_t s = lane.stream;
+  const Problem p = make_problem(sh, bias, rng);
+  DeviceProblem d(p, s);
+  const auto up = test::random_normal(static_cast<std::size_t>(sh.batch * sh.out), 0.f, 1.f, rng);
+  auto d_up = test::upload(up, s);
+  DeviceBuffer<float> y(up.size()), scratch(up.size()), d_in(p.x.size()), d_w(p.w.size()),
+      d_b(static_cast<std::size_t>(sh.out));
+  DeviceBuffer<std::byte> aux(linear_aux_bytes(sh.batch, sh.out, act));
+  linear_forward(y.data(), aux.data(), d.x.data(), d.w.data(), d.bias(), sh.batch, sh.in, sh.out, act, lane);
+  test::poison(d_in, s);
+  test::poison(d_w, s);
+  test::poison(d_b, s);
+  test::poison(scratch, s);
+  linear_backward(d_in.data(), d_w.data(), d_b.data(), scratch.data(), d_up.data(), aux.data(), d.x.data(),
+                  d.w.data(), sh.batch, sh.in, sh.out, act, false, lane);
+  const Backward r = backward_ref(p, act, up);
+  EXPECT_TRUE(close_by_magnitude(test::download(d_in, s), r.d_in, r.d_in_mag, 1e-5)) << "d_in";
+  EXPECT_TRUE(close_by_magnitude(test::download(d_w, s), r.d_w, r.d_w_mag, 1e-5)) << "d_weight";
+  EXPECT_TRUE(close_by_magnitude(test::download(d_b, s), r.d_b, r.d_b_mag, 1e-5)) << "d_bias";
+
+  // Accumulate: parameter gradients add onto what is there; d_in is still overwritten.
+  const auto w0 = test::random_normal(p.w.size(), 0.f, 1.f, rng);
+  const auto b0 = test::random_normal(static_cast<std::size_t>(sh.out), 0.f, 1.f, rng);
+  d_w.upload(std::span<const float>(w0), s);
+  d_b.upload(std::span<const float>(b0), s);
+  test::poison(d_in, s);
+  linear_backward(d_in.data(), d_w.data(), d_b.data(), scratch.data(), d_up.data(), aux.data(), d.x.data(),
+                  d.w.data(), sh.batch, sh.in, sh.out, act, true, lane);
+  std::vector<double> w_acc(r.d_w), w_mag(r.d_w_mag), b_acc(r.d_b), b_mag(r.d_b_mag);
+  for (std::size_t i = 0; i < w_acc.size(); ++i) {
+    w_acc[i] += w0[i];
+    w_mag[i] += std::abs(w0[i]);
+  }
+  for (std::size_t i = 0; i < b_acc.size(); ++i) {
+    b_acc[i] += b0[i];
+    b_mag[i] += std::abs(b0[i]);
+  }
+  EXPECT_TRUE(close_by_magnitude(test::download(d_in, s), r.d_in, r.d_in_mag, 1e-5)) << "d_in (accumulate call)";
+  EXPECT_TRUE(close_by_magnitude(test::download(d_w, s), w_acc, w_mag, 1e-5)) << "d_weight accumulated";
+  EXPECT_TRUE(close_by_magnitude(test::download(d_b, s), b_acc, b_mag, 1e-5)) << "d_bias accumulated";
+
+  // Nullable outputs: only d_bias, then only d_in.
+  test::poison(d_b, s);
+  linear_backward(nullptr, nullptr, d_b.data(), nullptr, d_up.data(), aux.data(), nullptr, nullptr, sh.batch,
+                  sh.in, sh.out, act, false, lane);
+  EXPECT_TRUE(close_by_magnitude(test::download(d_b, s), r.d_b, r.d_b_mag, 1e-5)) << "d_bias alone";
+  test::poison(d_in, s);
+  linear_backward(d_in.data(), nullptr, nullptr, scratch.data(), d_up.data(), aux.data(), nullptr, d.w.data(),
+                  sh.batch, sh.in, sh.out, act, false, lane);
+  EXPECT_TRUE(close_by_magnitude(test::download(d_in, s), r.d_in, r.d_in_mag, 1e-5)) << "d_in alone";
+}
+
+TEST_F(LinearTest, BackwardMatchesReference) {
+  SCOPED_TRACE(seed_note());
+  for (Shape3 sh : kShapes)
+    for (Activation act : kActs)
+      for (bool bias : {true, false}) check_backward(sh, act, bias, false, rng(), lane());
+  // The aux the fallback forward writes must serve the same backward.
+  for (Activation act : {Activation::relu, Activation::gelu}) check_backward({37, 129, 65}, act, true, true, rng(), lane());
+  // Tall batch: the bias gradient goes through per-split partials and a second pass.
+  for (Activation act : kActs) check_backward({4096, 64, 96}, act, true, false, rng(), lane());
+}
+
+TEST_F(LinearTest, BackwardIsDeterministic) {
+  SCOPED_TRACE(seed_note());
+  const Shape3 sh{4096, 64, 96};
+  const Problem p = make_problem(sh, true, rng());
+  DeviceProblem d(p, s());
+  auto d_up = test::upload(test::random_normal(static_cast<std::size_t>(sh.batch * sh.out), 0.f, 1.f, rng()), s());
+  DeviceBuffer<float> y(d_up.size()), scratch(d_up.size()), d_b1(sh.out), d_b2(sh.out);
+  DeviceBuffer<std::byte> aux(linear_aux_bytes(sh.batch, sh.out, Activation::gelu));
+  linear_forward(y.data(), aux.data(), d.x.data(), d.w.data(), d.bias(), sh.batch, sh.in, sh.out, Activation::gelu,
+                 lane());
+  linear_backward(nullptr, nullptr, d_b1.data(), nullptr, d_up.data(), aux.data(), nullptr, nullptr, sh.batch, sh.in,
+                  sh.out, Activation::gelu, false, lane());
+  linear_backward(nullptr, nullptr, d_b2.data(), nullptr, d_up.data(), aux.data(), nullptr, nullptr, sh.batch, sh.in,
+                  sh.out, Activation::gelu, false, lane());
+  EXPECT_EQ(test::download(d_b1, s()), test::download(d_b2, s()));
+}
+
+// Central differences of L = sum(upstream * y) over the GPU forward, for a few elements of x, W
+// and b, against the GPU backward. Only the outputs a perturbed element feeds change, so the noise
+// is their float rounding (~1e-7 each) over 2h.
+// ReLU: piecewise linear, so a small h is exact as long as no pre-activation it moves crosses 0;
+// elements are picked that way. GELU: run through the fallback forward (exact tanhf), because
+// cuBLASLt's epilogue may use the approximate hardware tanh, whose error does not difference well.
+TEST_F(LinearTest, BackwardMatchesFiniteDifferences) {
+  SCOPED_TRACE(seed_note());
+  const Shape3 sh{37, 129, 65};
+  for (Activation act : kActs) {
+    SCOPED_TRACE(std::string(activation_name(act)));
+    detail::linear_force_unfused_epilogue(act == Activation::gelu);
+    const float h = act == Activation::relu ? 1e-3f : 1e-2f;
+    const double atol = 5e-6 / h;  // the rounding noise above, generously
+    Problem p = make_problem(sh, true, rng());
+    DeviceProblem d(p, s());
+    const auto up = test::random_normal(static_cast<std::size_t>(sh.batch * sh.out), 0.f, 1.f, rng());
+    auto d_up = test::upload(up, s());
+    DeviceBuffer<float> y(up.size()), scratch(up.size()), d_in(p.x.size()), d_w(p.w.size()), d_b(sh.out);
+    DeviceBuffer<std::byte> aux(linear_aux_bytes(sh.batch, sh.out, act));
+    linear_forward(y.data(), aux.data(), d.x.data(), d.w.data(), d.bias(), sh.batch, sh.in, sh.out, act, lane());
+    linear_backward(d_in.data(), d_w.data(), d_b.data(), scratch.data(), d_up.data(), aux.data(), d.x.data(),
+                    d.w.data(), sh.batch, sh.in, sh.out, act, false, lane());
+    const auto g_in = test::download(d_in, s()), g_w = test::download(d_w, s()), g_b = test::download(d_b, s());
+
+    auto loss = [&]() {
+      linear_forward(y.data(), aux.data(), d.x.data(), d.w.data(), d.bias(), sh.batch, sh.in, sh.out, act, lane());
+      const auto yy = test::download(y, s());
+      double l = 0;
+      for (std::size_t i = 0; i < yy.size(); ++i) l += static_cast<double>(up[i]) * yy[i];
+      return l;
+    };
+    // Central difference of `param[idx]` (host copy `host`, device copy `dev`).
+    auto central = [&](std::vector<float>& host, DeviceBuffer<float>& dev, std::size_t idx) {
+      const float orig = host[idx];
+      const float plus = orig + h, minus = orig - h;
+      host[idx] = plus;
+      dev.upload(std::span<const float>(host), s());
+      const double lp = loss();
+      host[idx] = minus;
+      dev.upload(std::span<const float>(host), s());
+      const double lm = loss();
+      host[idx] = orig;
+      dev.upload(std::span<const float>(host), s());
+      return (lp - lm) / (static_cast<double>(plus) - static_cast<double>(minus));
+    };
+    // ReLU: no pre-activation that the perturbation moves may come near 0.
+    auto safe = [&](auto&& coef_of, std::int64_t rows_or_cols, auto&& pre_of) {
+      if (act != Activation::relu) return true;
+      for (std::int64_t t = 0; t < rows_or_cols; ++t)
+        if (std::abs(pre_of(t)) <= 3.0 * h * std::abs(coef_of(t))) return false;
+      return true;
+    };
+    auto pick = [&](std::int64_t count) {
+      return static_cast<std::size_t>(std::uniform_int_distribution<std::int64_t>(0, count - 1)(rng()));
+    };
+    auto expect_fd = [&](double fd, float analytic, const char* what, std::size_t idx) {
+      EXPECT_NEAR(fd, analytic, 1e-2 * std::abs(analytic) + atol) << what << "[" << idx << "]";
+    };
+
+    int checked = 0;
+    for (int attempt = 0; attempt < 200 && checked < 4; ++attempt) {  // x[r, k]: moves pre[r, :]
+      const std::size_t idx = pick(sh.batch * sh.in);
+      const std::int64_t r = static_cast<std::int64_t>(idx) / sh.in, k = static_cast<std::int64_t>(idx) % sh.in;
+      if (!safe([&](std::int64_t j) { return p.w[j * sh.in + k]; }, sh.out,
+                [&](std::int64_t j) { return p.pre[r * sh.out + j]; }))
+        continue;
+      expect_fd(central(p.x, d.x, idx), g_in[idx], "d_in", idx);
+      ++checked;
+    }
+    EXPECT_EQ(checked, 4);
+    checked = 0;
+    for (int attempt = 0; attempt < 200 && checked < 4; ++attempt) {  // W[j, k]: moves pre[:, j]
+      const std::size_t idx = pick(sh.out * sh.in);
+      const std::int64_t j = static_cast<std::int64_t>(idx) / sh.in, k = static_cast<std::int64_t>(idx) % sh.in;
+      if (!safe([&](std::int64_t r) { return p.x[r * sh.in + k]; }, sh.batch,
+                [&](std::int64_t r) { return p.pre[r * sh.out + j]; }))
+        continue;
+      expect_fd(central(p.w, d.w, idx), g_w[idx], "d_weight", idx);
+      ++checked;
+    }
+    EXPECT_EQ(checked, 4);
+    checked = 0;
+    for (int attempt = 0; attempt < 200 && checked < 3; ++attempt) {  // b[j]: moves pre[:, j]
+      const std::size_t j = pick(sh.out);
+      if (!safe([&](std::int64_t) { return 1.0f; }, sh.batch,
+                [&](std::int64_t r) { return p.pre[r * sh.out + static_cast<std::int64_t>(j)]; }))
+        continue;
+      expect_fd(central(p.b, d.b, j), g_b[j], "d_bias", j);
+      ++checked;
+    }
+    EXPECT_EQ(checked, 3);
+  }
+}
+
+}  // namespace
+}  // namespace foxhunt::gpu
