@@ -28,6 +28,8 @@
 #include "gpu/philox.cuh"
 #include "rl/envs/bench_market.hpp"
 #include "rl/envs/cartpole.hpp"
+#include "rl/envs/market.hpp"
+#include "rl/envs/market_config.hpp"
 
 namespace fs = std::filesystem;
 using namespace foxhunt;
@@ -94,6 +96,32 @@ Row measure(const std::string& name, rl::VecEnv& env, std::int64_t t, std::int64
 std::int64_t cartpole_bytes(std::int64_t n, std::int64_t t) {
   // per step: action 4, obs 16, reward 4, flags 2; state (float4, steps, counter) once per call
   return n * t * (4 + 16 + 4 + 2) + 2 * n * (16 + 4 + 8);
+}
+
+// configs/markets/gbm8_correlated.toml, built in code so the bench needs no file.
+rl::MarketConfig gbm8_config() {
+  rl::MarketConfig c;
+  c.assets = 8;
+  c.process = rl::PriceProcess::gbm;
+  c.initial_price.assign(8, 100.0);
+  for (int a = 0; a < 8; ++a) {
+    c.mu.push_back(0.02 + 0.01 * a);
+    c.sigma.push_back(0.15 + 0.02 * a);
+  }
+  c.correlation.assign(64, 0.3);
+  for (int a = 0; a < 8; ++a) c.correlation[a * 8 + a] = 1.0;
+  c.action = rl::ActionMode::discrete;
+  c.levels = {-1.0, -0.5, 0.0, 0.5, 1.0};
+  c.fee_bps = 1.0;
+  c.half_spread_bps = 1.0;
+  c.slippage = 0.1;
+  c.liquidity = 1e7;
+  c.position_limit = 0.25;
+  c.leverage_cap = 2.0;
+  c.borrow_rate = 0.01;
+  c.reward = rl::RewardKind::log_return;
+  rl::validate(c);
+  return c;
 }
 
 fs::path find_baseline_script() {
@@ -186,6 +214,8 @@ int main() {
   std::vector<std::int64_t> sizes;
   for (int k = 12; k <= 22; ++k) sizes.push_back(std::int64_t{1} << k);
 
+  const rl::MarketConfig gbm8 = gbm8_config();
+
   std::vector<Row> rows;
   std::map<std::int64_t, double> ours;  // benchmark market steps/s by N
   for (auto n : sizes) {
@@ -199,6 +229,11 @@ int main() {
       rows.push_back(measure("bench_market", env, t, rl::bench_market_bytes(n, t, gpu::DType::f32), copy_gbs, stream));
       ours[n] = rows.back().steps_per_s;
       rows.push_back(measure("bench_market T=1", env, 1, rl::bench_market_bytes(n, 1, gpu::DType::f32), copy_gbs, stream));
+    }
+    {
+      rl::MarketEnv env(gbm8, n);
+      const std::int64_t tm = std::max<std::int64_t>(1, t / 4);  // obs rows are 8x wider: keep buffers bounded
+      rows.push_back(measure("gbm8_market", env, tm, env.step_bytes(tm, gpu::DType::f32), copy_gbs, stream));
     }
   }
 
