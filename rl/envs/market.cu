@@ -29,7 +29,8 @@ constexpr int kEnvBlock = 128;
 __device__ __forceinline__ float lane(float4 v, int k) { return k == 0 ? v.x : (k == 1 ? v.y : (k == 2 ? v.z : v.w)); }
 
 // Philox counters: steps use (counter << 4 | block); resets use the top bit, the step counter at
-// the reset and the burn-in step (< 1024), so no two draws share a block.
+// the reset and the burn-in step j (< 1024: j < window for burn-in steps, window for the initial
+// normals, window + 1 for the initial regime and replay offset), so no two draws share a block.
 __device__ __forceinline__ std::uint64_t step_base(std::uint64_t c) { return c << 4; }
 __device__ __forceinline__ std::uint64_t reset_base(std::uint64_t c, int j) {
   return (std::uint64_t{1} << 63) | (c << 14) | (static_cast<std::uint64_t>(j) << 4);
@@ -137,7 +138,8 @@ __device__ void reset_env(const MarketState& st, const MarketParams& p, std::uin
                           std::int64_t n, std::uint64_t c) {
   const int A = p.assets, W = p.window;
   const std::uint32_t env = static_cast<std::uint32_t>(i);
-  const float4 u = gpu::uniform4(seed, env, reset_base(c, 0) | 12u);
+  // Burn-in steps use reset_base(c, 0 .. W-1); the initial draws use W (normals) and W + 1.
+  const float4 u = gpu::uniform4(seed, env, reset_base(c, W + 1));
   int regime = sample_cdf(p.stationary_cdf, p.regimes, u.x);
   float* ring = st.ring + i * W * A;
   double x[MaxA];

@@ -34,8 +34,9 @@
 // at a random bar with the real history before it.
 //
 // Randomness: Philox (seed, env index, counter) with counter = (step << 4 | block) for steps and
-// (1 << 63 | step << 14 | burn-in step << 4 | block) for resets; blocks 0-3 Brownian normals,
-// 4-7 jump counts, 8-11 jump sizes, 12 regime, 13 replay offset.
+// (1 << 63 | step << 14 | j << 4 | block) for resets (j = burn-in step; window: initial normals;
+// window + 1: initial regime and replay offset); blocks 0-3 Brownian normals, 4-7 jump counts,
+// 8-11 jump sizes, 12 regime transition.
 #include <cstdint>
 #include <vector>
 
