@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Runs on the GPU host over a packaged folder (scripts/package.sh): the GPU suite, the CPU suite,
 # every benchmark, then compute-sanitizer memcheck and racecheck over the GPU suite. Logs go to
-# $OUT (or ./gpu-logs); the last lines printed are the summary.
+# $FOXHUNT_LOGS (default ./gpu-logs); the last lines printed are the summary.
 #   usage: scripts/gpu-host.sh <dist folder> [gtest filter] [sanitizer tools...]
 set -uo pipefail
 dist=$(cd "${1:?usage: gpu-host.sh <dist> [filter]}" && pwd)
 filter=${2:-*}
 shift $(( $# >= 2 ? 2 : 1 ))
 tools=("$@"); [ ${#tools[@]} -gt 0 ] || tools=(memcheck racecheck)
-out=${OUT:-$PWD/gpu-logs}
+out=${FOXHUNT_LOGS:-$PWD/gpu-logs}
+sanitizer_timeout=${FOXHUNT_SANITIZER_TIMEOUT:-300}   # seconds per tool
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$dist/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export NCCL_NVLS_ENABLE=0
@@ -38,10 +39,13 @@ for b in "$dist"/bin/foxhunt_bench_*; do
   summary+=("$n rc=$?")
 done
 
+# Two graph tests provoke CUDA API errors on purpose (a sync inside a capture must throw);
+# the sanitizer would count those as errors, so it runs everything else.
+sanitizer_filter="$filter-GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest.UncheckedSyncInvalidatesCaptureAndThrows"
 for tool in "${tools[@]}"; do
   t0=$SECONDS
-  "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 \
-    "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$filter" >"$out/sanitizer_$tool.txt" 2>&1
+  timeout "$sanitizer_timeout" "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 \
+    "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$sanitizer_filter" >"$out/sanitizer_$tool.txt" 2>&1
   rc=$?
   verdict=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer_$tool.txt" | tail -1)
   summary+=("sanitizer $tool rc=$rc $((SECONDS - t0))s: $verdict $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$out/sanitizer_$tool.txt" | tr '\n' ' ')")

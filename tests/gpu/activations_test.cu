@@ -267,10 +267,10 @@ class ActivationsArgsTest : public test::GpuTest {};
 
 TEST_F(ActivationsArgsTest, RejectsBadArguments) {
   DeviceBuffer<float> v(4);
-  EXPECT_THROW(activation_forward(v.data(), v.data(), 4, Activation::softplus, 0.0f, stream()), Error);
-  EXPECT_THROW(activation_backward(v.data(), v.data(), v.data(), 4, Activation::softplus, -1.0f, stream()), Error);
-  EXPECT_THROW(activation_forward(v.data(), v.data(), 4, static_cast<Activation>(200), 0.0f, stream()), Error);
-  EXPECT_THROW(activation_forward(v.data(), v.data(), -1, Activation::relu, 0.0f, stream()), Error);
+  EXPECT_THROW(activation_forward(v.data(), v.data(), 4, Activation::softplus, 0.0f, stream()), std::invalid_argument);
+  EXPECT_THROW(activation_backward(v.data(), v.data(), v.data(), 4, Activation::softplus, -1.0f, stream()), std::invalid_argument);
+  EXPECT_THROW(activation_forward(v.data(), v.data(), 4, static_cast<Activation>(200), 0.0f, stream()), std::invalid_argument);
+  EXPECT_THROW(activation_forward(v.data(), v.data(), -1, Activation::relu, 0.0f, stream()), std::invalid_argument);
 }
 
 }  // namespace

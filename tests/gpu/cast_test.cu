@@ -271,7 +271,7 @@ TEST_F(CastTest, F32ToI32SpecialValues) {
       {std::numeric_limits<float>::max(), INT32_MAX},
       {std::numeric_limits<float>::lowest(), INT32_MIN},
       {2.5f, 2}, {3.5f, 4}, {-2.5f, -2}, {-0.5f, 0}, {0.5f, 0}, {1.5f, 2}, {0.49999997f, 0},
-      {-0.0f, 0}, {1e-40f, 0}, {16777217.0f, 16777216},
+      {-0.0f, 0}, {1e-40f, 0}, {16777218.0f, 16777218},  // 2^24 + 2: exact (spacing 2 above 2^24)
   };
   std::vector<float> x;
   for (auto& c : cases) x.push_back(c.first);

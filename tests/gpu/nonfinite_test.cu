@@ -135,7 +135,7 @@ TEST_F(NonfiniteTest, ZeroSizeLeavesTheFlag) {
   DeviceBuffer<float> f(1);
   flag_nonfinite(flag.data(), f.data(), 0, stream());
   EXPECT_EQ(test::download(flag, stream())[0], 7u);
-  EXPECT_THROW(flag_nonfinite(flag.data(), f.data(), -1, stream()), Error);
+  EXPECT_THROW(flag_nonfinite(flag.data(), f.data(), -1, stream()), std::invalid_argument);
 }
 
 }  // namespace
