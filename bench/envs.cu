@@ -68,7 +68,7 @@ Row measure(const std::string& name, rl::VecEnv& env, std::int64_t t, std::int64
   gpu::DeviceBuffer<float> continuous;
   rl::ActionInput actions;
   const int blocks = gpu::grid_stride_blocks(t * n * width);
-  if (space.kind == rl::ActionKind::discrete) {
+  if (space.kind == rl::ActionSpace::Kind::discrete) {
     discrete = gpu::DeviceBuffer<std::int32_t>(static_cast<std::size_t>(t * n * width));
     fill_discrete<<<blocks, gpu::kBlock, 0, stream>>>(discrete.data(), t * n * width, space.choices, 42);
     FH_CHECK_LAUNCH();

@@ -62,7 +62,7 @@ class BenchMarketEnv final : public VecEnv {
   std::int64_t num_envs() const override { return n_; }
   std::int64_t obs_dim() const override { return BenchMarketConstants::obs_dim; }
   ActionSpace action_space() const override {
-    return ActionSpace{ActionKind::discrete, 1, BenchMarketConstants::actions, 0, 0.0f, 0.0f};
+    return ActionSpace{ActionSpace::Kind::discrete, 1, BenchMarketConstants::actions, 0, 0.0f, 0.0f};
   }
   void reset(void* obs, gpu::DType obs_dtype, std::uint64_t seed, cudaStream_t stream) override;
   void step(const StepOutputs& out, const ActionInput& actions, std::int64_t steps, cudaStream_t stream) override;

@@ -52,7 +52,7 @@ class CartPoleEnv final : public VecEnv {
 
   std::int64_t num_envs() const override { return n_; }
   std::int64_t obs_dim() const override { return CartPoleConstants::obs_dim; }
-  ActionSpace action_space() const override { return ActionSpace{ActionKind::discrete, 1, 2, 0, 0.0f, 0.0f}; }
+  ActionSpace action_space() const override { return ActionSpace{ActionSpace::Kind::discrete, 1, 2, 0, 0.0f, 0.0f}; }
 
   void reset(void* obs, gpu::DType obs_dtype, std::uint64_t seed, cudaStream_t stream) override;
   void step(const StepOutputs& out, const ActionInput& actions, std::int64_t steps, cudaStream_t stream) override;

@@ -546,8 +546,8 @@ MarketEnv::MarketEnv(const MarketConfig& config, std::int64_t num_envs, const Oh
 
 ActionSpace MarketEnv::action_space() const {
   if (config_.action == ActionMode::discrete)
-    return ActionSpace{ActionKind::discrete, config_.assets, static_cast<int>(config_.levels.size()), 0, 0.0f, 0.0f};
-  return ActionSpace{ActionKind::continuous, 1, 0, config_.assets, -1.0f, 1.0f};
+    return ActionSpace{ActionSpace::Kind::discrete, config_.assets, static_cast<int>(config_.levels.size()), 0, 0.0f, 0.0f};
+  return ActionSpace{ActionSpace::Kind::continuous, 1, 0, config_.assets, -1.0f, 1.0f};
 }
 
 void MarketEnv::reset(void* obs, gpu::DType obs_dtype, std::uint64_t seed, cudaStream_t stream) {

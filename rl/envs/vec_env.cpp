@@ -12,7 +12,7 @@ void VecEnv::check_step_args(const StepOutputs& out, const ActionInput& actions,
   FH_EXPECT(out.truncated != nullptr, "step: out.truncated must be a device buffer of (steps, N)");
   FH_EXPECT(out.obs_dtype == gpu::DType::f32 || out.obs_dtype == gpu::DType::bf16,
             "step: out.obs_dtype must be f32 or bf16 (got " + std::string(gpu::dtype_name(out.obs_dtype)) + ")");
-  if (action_space().kind == ActionKind::discrete) {
+  if (action_space().kind == ActionSpace::Kind::discrete) {
     FH_EXPECT(actions.discrete != nullptr && actions.continuous == nullptr,
               "step: this environment takes discrete actions: set actions.discrete (int32, (steps, N, branches))");
   } else {

@@ -32,17 +32,18 @@
 
 namespace foxhunt::rl {
 
-enum class ActionKind : std::uint8_t { discrete, continuous };
-
 struct ActionSpace {
-  ActionKind kind = ActionKind::discrete;
+  // (A nested enum: rl/replay/config.hpp has its own rl::ActionKind for stored transitions,
+  // where discrete with branches > 1 is called multi_discrete.)
+  enum class Kind : std::uint8_t { discrete, continuous };
+  Kind kind = Kind::discrete;
   int branches = 1;      // discrete: sub-actions per environment (1 = Gymnasium Discrete)
   int choices = 0;       // discrete: choices per branch, indices 0 .. choices-1
   int dim = 0;           // continuous: values per environment
   float low = 0.0f;      // continuous: bounds (values outside are clamped)
   float high = 0.0f;
   // int32 (discrete) or f32 (continuous) values per environment per step.
-  int width() const { return kind == ActionKind::discrete ? branches : dim; }
+  int width() const { return kind == Kind::discrete ? branches : dim; }
 };
 
 // Device buffers for one call of step(): T steps of N environments.
