@@ -16,6 +16,7 @@
 #include "gpu/exit.hpp"
 #include "rl/envs/market.hpp"
 #include "rl/envs/market_policies.hpp"
+#include "tests/rl/envs_stationary.hpp"
 #include "tests/support/gpu_test.hpp"
 
 namespace foxhunt::rl {
@@ -402,26 +403,7 @@ TEST_F(MarketTest, OuLogPriceIsStationaryWithTheRightAutocorrelation) {
   const std::int64_t n = 65536;
   const int lag = 10, t0 = 20;
   const Path p = flat_path(c, n, t0 + lag, seed_, stream());
-  const double mean = std::log(50.0) + 0.1, var = 0.09 / 10.0, rho = std::exp(-5.0 * c.dt * lag);
-  const auto& a = p.x[t0];
-  const auto& b = p.x[t0 + lag];
-  double ma = 0, mb = 0;
-  for (std::int64_t i = 0; i < n; ++i) ma += a[i], mb += b[i];
-  ma /= n;
-  mb /= n;
-  double va = 0, vb = 0, cab = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    va += (a[i] - ma) * (a[i] - ma);
-    vb += (b[i] - mb) * (b[i] - mb);
-    cab += (a[i] - ma) * (b[i] - mb);
-  }
-  va /= n;
-  vb /= n;
-  cab /= n;
-  EXPECT_NEAR(ma, mean, 5 * std::sqrt(var / n));
-  EXPECT_NEAR(va, var, 5 * var * std::sqrt(2.0 / n));
-  EXPECT_NEAR(vb, var, 5 * var * std::sqrt(2.0 / n));
-  EXPECT_NEAR(cab / std::sqrt(va * vb), rho, 5 * (1 - rho * rho) / std::sqrt(static_cast<double>(n)));
+  test::expect_stationary_pair(p.x[t0], p.x[t0 + lag], std::log(50.0) + 0.1, 0.09 / 10.0, std::exp(-5.0 * c.dt * lag));
 }
 
 TEST_F(MarketTest, RegimesOccupyTheStationaryLawAndSwitchVolatility) {
