@@ -7,6 +7,7 @@
 #include <string>
 
 #include "rl/dqn/config.hpp"
+#include "rl/envs/market_config.hpp"
 #include "rl/dqn/state.hpp"
 
 namespace foxhunt::rl {
@@ -44,11 +45,13 @@ TEST(DqnConfig, ShippedConfigsLoad) {
   EXPECT_TRUE(rb.dueling && rb.noisy && rb.double_q && rb.prioritized);
   EXPECT_EQ(rb.atoms, 51);
   EXPECT_EQ(rb.n_step, 3);
-  EXPECT_EQ(std::filesystem::path(rb.market_config), (dir / "markets/ou.toml").lexically_normal());
+  EXPECT_EQ(std::filesystem::path(rb.market_config), (dir / "markets/ou_mean_reversion.toml").lexically_normal());
+  EXPECT_NO_THROW(load_market_config(rb.market_config));
 
   const DqnRunConfig bdq = load_dqn_config(dir / "bdq_market.toml");
   EXPECT_TRUE(bdq.branching);
   EXPECT_EQ(bdq.atoms, 1);
+  EXPECT_GT(load_market_config(bdq.market_config).assets, 1);
 }
 
 void expect_rejected(const std::string& toml, const std::string& needle) {
