@@ -3,7 +3,8 @@
 // (>= 100 episodes when the policy is good) must be >= 475, for plain DQN with CleanRL's
 // hyper-parameters and for Rainbow, 3 fixed seeds each. The OU market (configs/markets/
 // ou_mean_reversion.toml): the greedy policy's mean episode Sharpe net of costs must reach half the
-// OU oracle's and beat buy-and-hold, 3 seeds. Everything runs on the device through the
+// OU oracle's and beat buy-and-hold, 3 seeds; BDQ on the 8-asset market: positive Sharpe,
+// 3 seeds. Everything runs on the device through the
 // single-stream trainer: vectorized CartPole (rl/envs), prioritized replay (rl/replay), the
 // learner's update graph. Only the episode statistics leave, through the exit.
 //
@@ -166,17 +167,15 @@ TEST_F(DqnLearning, CartPoleRainbow) {
 
 // ---- OU market -----------------------------------------------------------------------------
 
-std::filesystem::path market_config_path() {
-  if (const char* env = std::getenv("FOXHUNT_CONFIGS"))
-    return std::filesystem::path(env) / "markets" / "ou_mean_reversion.toml";
+std::filesystem::path market_config_path(const std::string& name = "ou_mean_reversion.toml") {
+  if (const char* env = std::getenv("FOXHUNT_CONFIGS")) return std::filesystem::path(env) / "markets" / name;
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    const auto p = exe.parent_path() / ".." / "share" / "foxhunt" / "configs" / "markets" / "ou_mean_reversion.toml";
+    const auto p = exe.parent_path() / ".." / "share" / "foxhunt" / "configs" / "markets" / name;
     if (std::filesystem::exists(p)) return p;
   }
-  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "configs" / "markets" /
-         "ou_mean_reversion.toml";
+  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "configs" / "markets" / name;
 }
 
 // Mean episode Sharpe over `episodes_per_env` full episodes of every environment, actions from
@@ -292,8 +291,83 @@ TEST_F(DqnLearning, OuMarketBeatsHalfOracleAndBuyAndHold) {
   }
 }
 
+// BDQ on the 8-asset correlated GBM market (configs/markets/gbm8_correlated.toml; the issue asks
+// for 4 assets, no 4-asset config ships yet): one branch per asset, shared value; the greedy
+// policy's mean episode Sharpe net of costs must be positive.
+TEST_F(DqnLearning, BdqMultiAssetMarketPositiveSharpe) {
+  const MarketConfig mc = load_market_config(market_config_path("gbm8_correlated.toml"));
+  const std::int64_t N = 64;
+  for (std::uint64_t seed : {1ull, 2ull, 3ull}) {
+    MarketEnv env(mc, N);
+    const std::int64_t O = env.obs_dim(), D = env.action_space().branches, A = env.action_space().choices;
+    DqnLearnerConfig c;
+    c.net.obs_dim = O;
+    c.net.hidden = {256, 256};
+    c.net.branches = D;
+    c.net.actions = A;
+    c.net.dueling = true;
+    c.batch = 256;
+    c.double_q = true;
+    c.adam.eps = 1.5e-4f;
+    c.schedule.lr_start = c.schedule.lr_end = 2.5e-4f;
+    c.schedule.epsilon_start = 1.f;
+    c.schedule.epsilon_end = 0.02f;
+    c.schedule.epsilon_steps = 1000000;
+    c.max_grad_norm = 10.f;
+    c.tau = 0.005f;
+    c.priority_eps = 0.f;
+    c.seed = seed;
+    c.act_rows = N;
+    ReplayConfig rc;
+    rc.capacity = 1 << 20;
+    rc.layout.obs_dim = O;
+    rc.layout.action_kind = D > 1 ? ActionKind::multi_discrete : ActionKind::discrete;
+    rc.layout.action_dim = D;
+    rc.batch_size = c.batch;
+    rc.n_step = 3;
+    rc.gamma = 0.99f;
+    rc.alpha = 0.6f;
+    rc.beta = 0.4f;
+    rc.beta_final = 1.f;
+    rc.beta_anneal_steps = 30000;
+    rc.seed = seed;
+    const cudaStream_t st = s();
+    ReplayBuffer rb(rc, st);
+    SampledBatch out = rb.allocate_batch(c.batch);
+    DqnLearner learner(c, lane());
+    DqnEnvHooks hooks;
+    hooks.num_envs = N;
+    hooks.obs_dim = O;
+    hooks.reset = [&env](float* obs, std::uint64_t sd, cudaStream_t cs) { env.reset(obs, gpu::DType::f32, sd, cs); };
+    hooks.step = [&env](float* next_obs, float* reward, std::uint8_t* term, std::uint8_t* trunc, float* final_obs,
+                        const std::int32_t* actions, cudaStream_t cs) {
+      StepOutputs o;
+      o.obs = next_obs;
+      o.reward = reward;
+      o.terminated = term;
+      o.truncated = trunc;
+      o.final_obs = final_obs;
+      ActionInput in;
+      in.discrete = actions;
+      env.step(o, in, 1, cs);
+    };
+    DqnTrainer trainer(learner, hooks, make_replay_hooks(rb, out, N), DqnTrainSchedule{20000, 64, 1});
+    trainer.reset(seed);
+    trainer.run(2000000);
+    MarketEnv eval(mc, N);
+    gpu::DeviceBuffer<float> obs(N * O);
+    gpu::DeviceBuffer<std::int32_t> act(N * D);
+    const double greedy = mean_sharpe(
+        eval, obs.data(), act.data(), 1000 + seed, 4,
+        [&](std::uint64_t) { learner.act(act.data(), obs.data(), N, true); }, st);
+    std::printf("  seed %llu: BDQ greedy Sharpe %.3f\n", static_cast<unsigned long long>(seed), greedy);
+    EXPECT_GT(greedy, 0.0) << "seed " << seed;
+  }
+}
+
 #else
 
+TEST_F(DqnLearning, BdqMultiAssetMarketPositiveSharpe) { GTEST_SKIP() << "rl/envs not merged yet"; }
 TEST_F(DqnLearning, OuMarketBeatsHalfOracleAndBuyAndHold) { GTEST_SKIP() << "rl/envs not merged yet"; }
 TEST_F(DqnLearning, CartPolePlainDqnCleanRlSettings) { GTEST_SKIP() << "rl/envs (CartPole) not merged yet"; }
 TEST_F(DqnLearning, CartPoleRainbow) { GTEST_SKIP() << "rl/envs (CartPole) not merged yet"; }
