@@ -1,0 +1,37 @@
+#pragma once
+// CudaLane: the Stage plumbing of a real (GPU) stage: one stream and the three non-blocking
+// operations every actor needs from it. A real stage derives from its role's interface and
+// forwards wait/when_done/synchronize/health here.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "gpu/stream.hpp"
+
+namespace foxhunt::actors {
+
+inline cudaEvent_t as_event(std::uint64_t id) noexcept {
+  return reinterpret_cast<cudaEvent_t>(static_cast<std::uintptr_t>(id));
+}
+inline std::uint64_t event_id(cudaEvent_t e) noexcept {
+  return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(e));
+}
+
+class CudaLane {
+ public:
+  explicit CudaLane(int device = 0);
+  int device() const noexcept { return device_; }
+  cudaStream_t stream() const noexcept { return stream_.get(); }
+  void wait(std::uint64_t event) const;                // cudaStreamWaitEvent; 0: no-op
+  void when_done(std::function<void()> fn) const;     // cudaLaunchHostFunc; fn only sends messages
+  void synchronize() const { stream_.synchronize(); }
+  std::string health() const;                          // cudaStreamQuery: "" unless it reports an error
+
+ private:
+  int device_;
+  gpu::Stream stream_;
+};
+
+}  // namespace foxhunt::actors
