@@ -1,0 +1,94 @@
+#pragma once
+// GPU test plumbing for the replay tests: a host block uploaded as a collector's device buffers,
+// a downloaded sampled batch, and downloads of the priority tree.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "rl/replay/replay_buffer.hpp"
+#include "support/gpu_test.hpp"
+#include "tests/rl/replay_model.hpp"
+
+namespace foxhunt::rl::test_model {
+
+// A collector's block on the device (f32 observations, or bf16 when `bf16_obs`).
+struct DeviceBlock {
+  gpu::DeviceBuffer<float> obs, next_obs, rewards;
+  gpu::DeviceBuffer<__nv_bfloat16> obs16, next_obs16;
+  gpu::DeviceBuffer<std::int32_t> actions;
+  gpu::DeviceBuffer<std::uint8_t> terminated, truncated;
+  TransitionBatch batch;
+
+  DeviceBlock(const HostBlock& h, const TransitionLayout& layout, cudaStream_t stream, bool bf16_obs = false) {
+    rewards = test::upload(h.rewards, stream);
+    actions = test::upload(h.actions, stream);
+    terminated = test::upload(h.terminated, stream);
+    truncated = test::upload(h.truncated, stream);
+    batch.layout = layout;
+    batch.layout.obs_dtype = bf16_obs ? gpu::DType::bf16 : gpu::DType::f32;
+    batch.steps = h.steps;
+    batch.envs = h.envs;
+    if (bf16_obs) {
+      obs16 = test::upload(to_bf16(h.obs), stream);
+      next_obs16 = test::upload(to_bf16(h.next_obs), stream);
+      batch.obs = obs16.data();
+      batch.next_obs = next_obs16.data();
+    } else {
+      obs = test::upload(h.obs, stream);
+      next_obs = test::upload(h.next_obs, stream);
+      batch.obs = obs.data();
+      batch.next_obs = next_obs.data();
+    }
+    batch.actions = actions.data();
+    batch.rewards = rewards.data();
+    batch.terminated = terminated.data();
+    batch.truncated = truncated.data();
+  }
+
+  static std::vector<__nv_bfloat16> to_bf16(const std::vector<float>& x) {
+    std::vector<__nv_bfloat16> y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = __float2bfloat16_rn(x[i]);
+    return y;
+  }
+};
+
+// A sampled batch on the host.
+struct HostSample {
+  std::vector<std::int32_t> indices;
+  std::vector<float> weights, obs, returns, discounts, next_obs;
+  std::vector<std::uint32_t> actions;
+};
+
+inline HostSample download_sample(const SampledBatchView& v, const TransitionLayout& layout, cudaStream_t stream) {
+  const auto b = static_cast<std::size_t>(v.batch);
+  HostSample s;
+  s.indices = test::download(v.indices, b, stream);
+  s.weights = test::download(v.weights, b, stream);
+  s.obs = test::download(v.obs, b * static_cast<std::size_t>(layout.obs_dim), stream);
+  s.next_obs = test::download(v.next_obs, b * static_cast<std::size_t>(layout.obs_dim), stream);
+  s.actions = test::download(static_cast<const std::uint32_t*>(v.actions), b * static_cast<std::size_t>(layout.action_dim),
+                             stream);
+  s.returns = test::download(v.returns, b, stream);
+  s.discounts = test::download(v.discounts, b, stream);
+  return s;
+}
+
+// Leaf priorities (p^alpha; 0 for empty slots) of the first `count` slots.
+inline std::vector<float> download_leaves(const ReplayBuffer& rb, cudaStream_t stream) {
+  const TreeView* t = rb.tree_view();
+  const auto stamps = test::download(t->leaves, static_cast<std::size_t>(rb.capacity()), stream);
+  std::vector<float> v(stamps.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const auto bits = static_cast<std::uint32_t>(stamps[i] & 0xFFFFFFFFull);
+    std::memcpy(&v[i], &bits, 4);
+  }
+  return v;
+}
+
+inline ReplayState download_state(const ReplayBuffer& rb, cudaStream_t stream) {
+  return test::download(rb.device_state(), 1, stream)[0];
+}
+
+}  // namespace foxhunt::rl::test_model
