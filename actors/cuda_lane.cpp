@@ -21,6 +21,8 @@ void CUDART_CB run_host_fn(void* data) {
 
 CudaLane::CudaLane(int device) : device_(set_device(device)) {}
 
+void CudaLane::make_current() const { FH_CHECK(cudaSetDevice(device_)); }
+
 void CudaLane::wait(std::uint64_t event) const {
   if (event != 0) FH_CHECK(cudaStreamWaitEvent(stream_.get(), as_event(event), 0));
 }

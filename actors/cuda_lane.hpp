@@ -27,6 +27,8 @@ class CudaLane {
   void wait(std::uint64_t event) const;                // cudaStreamWaitEvent; 0: no-op
   void when_done(std::function<void()> fn) const;     // cudaLaunchHostFunc; fn only sends messages
   void synchronize() const { stream_.synchronize(); }
+  // Actors run on pool threads: each stage call makes its device current first.
+  void make_current() const;
   std::string health() const;                          // cudaStreamQuery: "" unless it reports an error
 
  private:

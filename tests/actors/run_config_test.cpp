@@ -2,6 +2,8 @@
 // names the key (and the allowed range or set); good configs round-trip through the resolved TOML.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "actors/run_config.hpp"
 
 using namespace foxhunt::actors;
@@ -116,4 +118,17 @@ TEST(RunConfigTest, ReportsEveryProblemAtOnce) {
     for (const char* k : {"replay.alpha", "replay.beta", "learner.lr", "learner.foo"})
       EXPECT_NE(msg.find(k), std::string::npos) << msg;
   }
+}
+
+TEST(RunConfigTest, ShippedConfigsAreValid) {
+  const auto dir = std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "configs";
+  ASSERT_TRUE(std::filesystem::is_directory(dir)) << dir;
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".toml") continue;
+    SCOPED_TRACE(e.path().string());
+    EXPECT_NO_THROW(load_run_config(e.path()));
+    ++n;
+  }
+  EXPECT_GE(n, 2);
 }
