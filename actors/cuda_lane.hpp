@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "actors/timeline.hpp"
 #include "gpu/stream.hpp"
 
 namespace foxhunt::actors {
@@ -30,10 +31,21 @@ class CudaLane {
   // Actors run on pool threads: each stage call makes its device current first.
   void make_current() const;
   std::string health() const;                          // cudaStreamQuery: "" unless it reports an error
+  // Optional busy-interval recording for the timeline: begin/end bracket one piece of work.
+  void set_timeline(StreamTimeline* timeline, const char* lane) noexcept {
+    timeline_ = timeline;
+    lane_name_ = lane;
+  }
+  int begin(const char* what) const { return timeline_ ? timeline_->begin(lane_name_, what, stream_.get()) : -1; }
+  void end(int token) const {
+    if (timeline_) timeline_->end(token, stream_.get());
+  }
 
  private:
   int device_;
   gpu::Stream stream_;
+  StreamTimeline* timeline_ = nullptr;
+  const char* lane_name_ = "";
 };
 
 }  // namespace foxhunt::actors

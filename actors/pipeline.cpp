@@ -74,6 +74,7 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
 
   RunResult result;
   std::string sync_error;
+  if (hooks.timeline) hooks.timeline->start(nullptr);  // the origin every interval is measured from
   const auto t0 = std::chrono::steady_clock::now();
   auto latch = std::make_shared<OutcomeLatch>();
   {
@@ -153,6 +154,15 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
       }
     }
     if (hooks.on_progress) hooks.on_progress(snapshot_of(*progress, t0));
+  }
+  if (hooks.timeline && !hooks.timeline_file.empty() && sync_error.empty()) {
+    try {
+      auto intervals = hooks.timeline->resolve();
+      result.overlap = overlap_fraction(intervals, 2);
+      write_chrome_trace(hooks.timeline_file, intervals);
+    } catch (const std::exception& e) {
+      spdlog::warn("timeline not written: {}", e.what());
+    }
   }
   result.counters = progress->counters();
   if (hooks.store) {

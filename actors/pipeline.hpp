@@ -15,6 +15,7 @@
 
 #include "actors/pipeline_actors.hpp"
 #include "actors/supervisor.hpp"
+#include "actors/timeline.hpp"
 
 namespace foxhunt::actors {
 
@@ -44,6 +45,10 @@ struct RunHooks {
   const std::atomic<int>* stop_signal = nullptr;
   int scheduler_threads = 4;
   SupervisorPolicy policy{0, std::chrono::seconds(10)};  // pipeline actors are not restarted
+  // Timeline: stages record into it (CudaLane::set_timeline); written as Chrome trace to
+  // timeline_file after the streams are synchronized (nothing when either is empty).
+  std::shared_ptr<StreamTimeline> timeline;
+  std::filesystem::path timeline_file;
   // Test hook: called with the supervisor and the actors by name right after spawning.
   std::function<void(caf::actor supervisor, const std::map<std::string, caf::actor>&)> on_started;
 };
@@ -53,6 +58,7 @@ struct RunResult {
   Counters counters;                                  // at the end
   std::optional<std::filesystem::path> final_checkpoint;
   std::string checkpoint_error;                       // why the final checkpoint is missing, if it is
+  double overlap = -1;                                // timeline: time with >= 2 streams busy / span (-1: none)
   int exit_code() const { return outcome.ok() && checkpoint_error.empty() ? 0 : 1; }
 };
 
