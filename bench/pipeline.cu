@@ -163,7 +163,7 @@ int main() {
   const int slots = 4, batches = 3;
   const std::int64_t steps_per_slot = 256, batch = 256;
   PipelineConfig cfg;
-  cfg.total_env_steps = 400'000;
+  cfg.total_env_steps = 2'000'000;  // ~0.4 s of learner time: start-up and shutdown are small beside it
   cfg.learning_starts = 4096;
   cfg.replay_ratio = 1.0 / 256.0;  // one update per slot: the learner (50 us) vs collector (40 us) per slot
   cfg.ratio_slack = 4;
