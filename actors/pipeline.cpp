@@ -118,7 +118,12 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
       }
       if (!failure_sent) {
         for (Stage* s : stages.all()) {
-          std::string why = s->health();
+          std::string why;
+          try {
+            why = s->health();
+          } catch (const std::exception& e) {
+            why = e.what();
+          }
           if (!why.empty()) {
             failure_sent = true;
             caf::anon_send(sup, failure_atom_v, "device error: " + why);
@@ -139,7 +144,18 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
                            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(hooks.stall_timeout).count()) +
                            " s");
       }
-      if (hooks.on_progress) hooks.on_progress(snapshot_of(*progress, t0));
+      if (hooks.on_progress) {
+        // An exception escaping here would leave live actors behind ~actor_system (a hang):
+        // a failing progress sink (e.g. a full disk under the metrics files) stops the run instead.
+        try {
+          hooks.on_progress(snapshot_of(*progress, t0));
+        } catch (const std::exception& e) {
+          if (!failure_sent) {
+            failure_sent = true;
+            caf::anon_send(sup, failure_atom_v, std::string("progress/metrics output failed: ") + e.what());
+          }
+        }
+      }
     }
     result.outcome = *latch->get();
     sys.await_all_actors_done();
@@ -153,7 +169,12 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
         if (sync_error.empty()) sync_error = e.what();
       }
     }
-    if (hooks.on_progress) hooks.on_progress(snapshot_of(*progress, t0));
+    if (hooks.on_progress) {
+      try {
+        hooks.on_progress(snapshot_of(*progress, t0));
+      } catch (const std::exception&) {
+      }
+    }
   }
   if (hooks.timeline && !hooks.timeline_file.empty() && sync_error.empty()) {
     try {

@@ -353,3 +353,17 @@ TEST(PipelineConfigTest, RejectsUnrunnableConfigurations) {
   cfg.replay_ratio = 0;
   EXPECT_THROW(run_pipeline(cfg, p.stages, RunHooks{}), std::invalid_argument);
 }
+
+TEST(PipelineFailureTest, FailingProgressSinkStopsTheRunInsteadOfHanging) {
+  FakePipeline p(71, FakeKnobs{});
+  PipelineConfig cfg = base_config();
+  cfg.total_env_steps = 1'000'000'000;
+  RunHooks hooks;
+  hooks.progress_interval = std::chrono::milliseconds(5);
+  hooks.on_progress = [](const ProgressSnapshot& s) {
+    if (s.updates_done > 10) throw std::runtime_error("disk full");
+  };
+  RunResult r = run_with_deadline(cfg, p.stages, hooks);
+  EXPECT_EQ(r.outcome.kind, RunOutcome::Kind::failed);
+  EXPECT_NE(r.outcome.reason.find("disk full"), std::string::npos) << r.outcome.reason;
+}
