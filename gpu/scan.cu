@@ -5,18 +5,21 @@
 // f32 uses a single-pass scan of our own whose look-back has a FIXED combination order:
 // CUB's decoupled look-back adds the nearest predecessor's published inclusive prefix to the
 // aggregates between, and which predecessor has published depends on timing, so its float
-// results vary in the last bits from run to run. Here each block (tile of 8192 elements):
+// results vary in the last bits from run to run. Here each block (one tile, 8192 elements in
+// the default configuration; groups of G = 32 tiles):
 //   1. loads its tile (coalesced float4) and scans it locally (fixed shuffle trees);
 //   2. publishes its tile total A[t] (value and ready flag in one 64-bit word);
-//   3. if it is the last tile of a group of 32, waits for the group's A's and publishes the
-//      group total G[g] = fixed tree sum of A[32g .. 32g+31];
+//   3. if it is the last tile of a group of G, waits for the group's A's and publishes the
+//      group total G[g] = fixed tree sum of A[Gg .. Gg+G-1];
 //   4. computes its exclusive prefix as (fixed-order sum of G[0 .. g-1]) + (fixed tree sum of
-//      A[32g .. t-1]).
+//      A[Gg .. t-1]).
 // Nothing waits on another tile's prefix, only on totals, so there is no serial chain; each
 // value is a fixed function of the input, so the output is bitwise reproducible. A block's tile
 // index comes from an atomic counter, so every tile it waits for belongs to a block that is
 // already running (no deadlock whatever the block scheduling order). Reading back G costs
-// tiles/32/32 loads per lane (about 12 at 1e8 elements), issued in batches.
+// tiles/G/32 loads per lane of warp 0 (about 12 at 1e8 elements), issued in batches.
+// The kernel is a template over its tile shape and look-back strategy (ScanCfg); the variants
+// in ScanCfgs are reachable through detail::scan_f32_config for tests and bench/scan_variants.
 #include "gpu/scan.hpp"
 
 #include <cub/device/device_scan.cuh>
@@ -25,7 +28,10 @@
 #include <algorithm>
 #include <climits>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "gpu/check.hpp"
 #include "gpu/launch.cuh"
@@ -37,22 +43,67 @@ namespace {
 // ---- f32: deterministic single-pass scan -------------------------------------------------
 
 using Word = unsigned long long;  // (ready flag << 32) | float bits
-
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kSegs = 8;                                   // float4 segments per lane
-constexpr std::int64_t kWarpElems = kSegs * 128;           // 1024 consecutive elements per warp
-constexpr std::int64_t kTileElems = kWarps * kWarpElems;   // 8192 per block
-constexpr std::int64_t kGroup = 32;                        // tiles per group total
-constexpr int kBatch = 8;                                  // group totals in flight per lane
 constexpr Word kReady = Word{1} << 32;
 
-std::int64_t float_tiles(std::int64_t n) { return (n + kTileElems - 1) / kTileElems; }
-// Status words: [0] tile counter, [1, 1 + tiles) tile totals, then group totals.
-std::int64_t float_status_words(std::int64_t n) {
-  const std::int64_t tiles = float_tiles(n);
-  return tiles > 1 ? 1 + tiles + (tiles + kGroup - 1) / kGroup : 0;
-}
+// Tile shape and look-back strategy of one configuration of the f32 scan.
+//   kThreads    threads per block; kSegs float4 segments per lane (a tile is kThreads * kSegs * 4
+//               elements, kSegs * 4 of them in registers per thread);
+//   kGroupMul   tiles per group total = 32 * kGroupMul (each lane of warp 0 sums kGroupMul tile
+//               totals): smaller tiles want bigger groups, or every block reads many group totals;
+//   kMinBlocks  __launch_bounds__ minimum blocks per SM (caps registers; 0: no cap);
+//   kBlockG     the earlier groups' totals are read by every thread of the block (one round trip
+//               up to kThreads * 4 groups) instead of by warp 0 alone (batches of 8 per lane);
+//   kEarly      the first batch of group totals is loaded before the local scan, so its latency
+//               hides behind the tile loads; totals not ready then are polled again after this
+//               tile has published its own total (never waited for before it: that would chain
+//               the groups one after another);
+//   kNc         tile loads through the non-coherent path with a 256-byte L2 prefetch hint
+//               (ld.global.nc.L1::no_allocate.L2::256B); plain loads when in == out.
+// Which values are added, and in which order, depends only on the configuration and n, never on
+// timing: every configuration is bitwise reproducible (but two configurations differ in bits).
+template <int kThreads_, int kSegs_, int kGroupMul_, int kMinBlocks_, bool kBlockG_, bool kEarly_, bool kNc_>
+struct ScanCfg {
+  static constexpr int kThreads = kThreads_, kWarps = kThreads / 32, kSegs = kSegs_, kGroupMul = kGroupMul_;
+  static constexpr int kMinBlocks = kMinBlocks_;
+  static constexpr bool kBlockG = kBlockG_, kEarly = kEarly_, kNc = kNc_;
+  static constexpr std::int64_t kWarpElems = kSegs * 128;           // consecutive elements per warp
+  static constexpr std::int64_t kTileElems = kWarps * kWarpElems;   // per block
+  static constexpr std::int64_t kGroup = 32 * kGroupMul;            // tiles per group total
+  static constexpr int kGReaders = kBlockG ? kThreads : 32;         // threads reading group totals
+  static constexpr int kBatch = kBlockG ? 4 : 8;                    // group totals in flight per reader
+  static_assert(kThreads % 32 == 0 && kThreads >= 32 && kThreads <= 1024, "kThreads: multiple of 32 up to 1024");
+  static_assert(kSegs >= 1 && kGroupMul >= 1, "kSegs, kGroupMul >= 1");
+
+  static std::int64_t tiles(std::int64_t n) { return (n + kTileElems - 1) / kTileElems; }
+  // Status words: [0] tile counter, [1, 1 + tiles) tile totals, then group totals.
+  static std::int64_t status_words(std::int64_t n) {
+    const std::int64_t t = tiles(n);
+    return t > 1 ? 1 + t + (t + kGroup - 1) / kGroup : 0;
+  }
+  static std::string name() {
+    std::string s = "t" + std::to_string(kThreads) + "_s" + std::to_string(kSegs) + "_g" + std::to_string(kGroup);
+    if (kMinBlocks > 0) s += "_mb" + std::to_string(kMinBlocks);
+    s += kBlockG ? "_blockG" : "_warpG";
+    if (kEarly) s += "_early";
+    if (kNc) s += "_nc";
+    return s;
+  }
+};
+
+// The configurations the bench compares (detail::scan_f32_config_*). Entry 0 is the original
+// kernel (same bits as before the variants existed).
+// Registers (ptxas, sm_90): the original needs 112 in its aligned path, so only 2 blocks (64 KB of
+// tile loads) fit per SM; the minimum-blocks caps below were chosen so that nothing spills.
+using ScanCfgs = std::tuple<ScanCfg<256, 8, 1, 0, false, false, false>,   // 8192-element tiles (original)
+                            ScanCfg<256, 8, 1, 3, false, false, false>,   // same, registers capped for 3 blocks/SM
+                            ScanCfg<256, 8, 1, 3, true, true, false>,     // + block-wide early group totals
+                            ScanCfg<256, 8, 1, 3, true, true, true>,      // + nc loads
+                            ScanCfg<256, 6, 1, 4, true, true, true>,      // 6144-element tiles, 4 blocks/SM
+                            ScanCfg<256, 4, 2, 5, true, true, false>,     // 4096-element tiles, 5 blocks/SM
+                            ScanCfg<256, 4, 2, 5, true, true, true>,      // + nc loads
+                            ScanCfg<128, 4, 4, 9, true, true, true>>;     // 2048-element tiles, 9 blocks/SM
+constexpr int kDefaultCfg = 0;  // what inclusive_scan / exclusive_scan use
+using DefaultCfg = std::tuple_element_t<kDefaultCfg, ScanCfgs>;
 
 __device__ __forceinline__ Word load_word(Word* p) {
   return cuda::atomic_ref<Word, cuda::thread_scope_device>(*p).load(cuda::memory_order_relaxed);
@@ -62,67 +113,80 @@ __device__ __forceinline__ void publish(Word* p, float v) {
   cuda::atomic_ref<Word, cuda::thread_scope_device>(*p).store(kReady | __float_as_uint(v), cuda::memory_order_relaxed);
 }
 __device__ __forceinline__ float word_value(Word w) { return __uint_as_float(static_cast<unsigned>(w)); }
-__device__ __forceinline__ float wait_value(Word* p) {
-  Word w = load_word(p);
+__device__ __forceinline__ Word wait_word(Word* p, Word w) {  // w: a first load of *p
   while (!(w & kReady)) {
     __nanosleep(32);
     w = load_word(p);
   }
-  return word_value(w);
+  return w;
+}
+
+// Each element is read (before it is written, by the same thread) exactly once, so the
+// non-coherent path is safe even in place; the caller still avoids it there, to stay within
+// the letter of ld.global.nc's read-only rule.
+__device__ __forceinline__ float4 load_nc(const float* p) {
+  float4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+      : "l"(p));
+  return v;
 }
 
 // Run by all 32 lanes of warp 0 of the block that scans `tile` (tiles > 1). `total` is the
-// tile's sum (same value in every lane). Returns the tile's exclusive prefix in every lane.
-__device__ float look_back(Word* status, std::int64_t tiles, std::int64_t tile, float total, int lane) {
+// tile's sum (same value in every lane). Publishes it, waits for the totals of the earlier
+// tiles of its group, publishes the group total when it is the group's last tile, and returns
+// the sum of the earlier tiles' totals of its group in every lane. Lane l holds the tile totals
+// A[G * g + l * kGroupMul + j], j < kGroupMul, summed in j order, then across lanes by warp_sum.
+template <class C>
+__device__ float group_look_back(Word* status, std::int64_t tiles, std::int64_t tile, float total, int lane) {
+  constexpr int m = C::kGroupMul;
   Word* tile_total = status + 1;
   Word* group_total = status + 1 + tiles;
-  const std::int64_t g = tile / kGroup;
-  const int r = static_cast<int>(tile % kGroup);
+  const std::int64_t g = tile / C::kGroup;
+  const int r = static_cast<int>(tile % C::kGroup);
   if (lane == 0 && tile + 1 < tiles) publish(tile_total + tile, total);  // first: others wait on it
 
-  // This group's tiles: lane l holds A[32g + l] for l < r, and this tile's total at l == r.
-  float a = 0.f;
-  if (lane < r) a = wait_value(tile_total + g * kGroup + lane);
-  else if (lane == r) a = total;
-  const float within = warp_sum(lane < r ? a : 0.f);
-  if (r == kGroup - 1 && tile + 1 < tiles) {  // warp-uniform: last tile of a group others need
-    const float sum = warp_sum(a);
+  Word w[m];
+#pragma unroll
+  for (int j = 0; j < m; ++j) {
+    const int idx = lane * m + j;
+    w[j] = idx < r ? load_word(tile_total + g * C::kGroup + idx) : kReady;
+  }
+  float a[m];
+#pragma unroll
+  for (int j = 0; j < m; ++j) {
+    const int idx = lane * m + j;
+    a[j] = idx < r ? word_value(wait_word(tile_total + g * C::kGroup + idx, w[j])) : idx == r ? total : 0.f;
+  }
+  float below = lane * m < r ? a[0] : 0.f;
+#pragma unroll
+  for (int j = 1; j < m; ++j) below += lane * m + j < r ? a[j] : 0.f;
+  const float within = warp_sum(below);
+  if (r == C::kGroup - 1 && tile + 1 < tiles) {  // warp-uniform: last tile of a group others need
+    float all = a[0];
+#pragma unroll
+    for (int j = 1; j < m; ++j) all += a[j];
+    const float sum = warp_sum(all);
     if (lane == 0) publish(group_total + g, sum);
   }
-
-  // Earlier groups: lane l adds G[l], G[l + 32], ... in that order; kBatch loads in flight.
-  float acc = 0.f;
-  for (std::int64_t k0 = 0; k0 < g; k0 += 32 * kBatch) {
-    Word w[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const std::int64_t k = k0 + b * 32 + lane;
-      w[b] = k < g ? load_word(group_total + k) : kReady;
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const std::int64_t k = k0 + b * 32 + lane;
-      if (k < g) {
-        while (!(w[b] & kReady)) {
-          __nanosleep(32);
-          w[b] = load_word(group_total + k);
-        }
-        acc += word_value(w[b]);
-      }
-    }
-  }
-  return warp_sum(acc) + within;
+  return within;
 }
 
-// Warp w of the tile owns elements [tile * 8192 + w * 1024, + 1024); lane l owns, in segment
-// j, the four elements at j * 128 + 4 * l (so each warp load/store is 512 contiguous bytes).
-// kVec: in and out 16-byte aligned.
-template <bool kExclusive, bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    scan_f32_kernel(float* out, const float* in, std::int64_t n, Word* status, std::int64_t tiles) {
+// Warp w of the tile owns elements [tile * kTileElems + w * kWarpElems, + kWarpElems); lane l
+// owns, in segment j, the four elements at j * 128 + 4 * l (so each warp load/store is 512
+// contiguous bytes). kVec: in and out 16-byte aligned. nc: use load_nc (C::kNc and in != out).
+//
+// Tile prefix = (sum of the earlier groups' totals) + (sum of the earlier tiles' totals of this
+// group). Earlier groups: reader thread i adds G[i], G[i + R], G[i + 2R], ... (R = kGReaders) in
+// that order; the readers' sums are combined by warp_sum, then warp by warp in order.
+template <class C, bool kExclusive, bool kVec>
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks > 0 ? C::kMinBlocks : 1)
+    scan_f32_kernel(float* out, const float* in, std::int64_t n, Word* status, std::int64_t tiles, bool nc) {
+  constexpr int kSegs = C::kSegs, kWarps = C::kWarps, kR = C::kGReaders, kBatch = C::kBatch;
   __shared__ std::int64_t s_tile;
   __shared__ float s_warp[kWarps];
-  __shared__ float s_prefix;
+  __shared__ float s_gpart[kR / 32];
+  __shared__ float s_within;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
   std::int64_t tile = 0;
@@ -131,14 +195,16 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     tile = s_tile;
   }
-  const std::int64_t base = tile * kTileElems + warp * kWarpElems + 4 * lane;
-  const bool full = (tile + 1) * kTileElems <= n;
+  const std::int64_t base = tile * C::kTileElems + warp * C::kWarpElems + 4 * lane;
+  const bool full = (tile + 1) * C::kTileElems <= n;
 
   float x[kSegs][4];
   if (kVec && full) {
 #pragma unroll
     for (int j = 0; j < kSegs; ++j) {
-      const float4 t = *reinterpret_cast<const float4*>(in + base + j * 128);
+      float4 t;
+      if (C::kNc && nc) t = load_nc(in + base + j * 128);
+      else t = *reinterpret_cast<const float4*>(in + base + j * 128);
       x[j][0] = t.x;
       x[j][1] = t.y;
       x[j][2] = t.z;
@@ -152,6 +218,19 @@ __global__ void __launch_bounds__(kThreads)
         const std::int64_t c = base + j * 128 + k;
         x[j][k] = c < n ? in[c] : 0.f;
       }
+  }
+
+  // Earlier groups' totals: the first batch may go out now, beside the tile loads.
+  Word* const group_total = status + 1 + tiles;
+  const std::int64_t g = tile / C::kGroup;
+  const bool reader = threadIdx.x < kR;  // warp-uniform
+  Word gw[kBatch];
+  if constexpr (C::kEarly) {
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const std::int64_t k = b * kR + threadIdx.x;
+      gw[b] = reader && k < g ? load_word(group_total + k) : kReady;
+    }
   }
 
   // Warp-local scan: per lane over its 4 values, Kogge-Stone over the lanes, carry across segments.
@@ -191,11 +270,33 @@ __global__ void __launch_bounds__(kThreads)
     if (warp == 0) {
       float total = 0.f;
       for (int w = 0; w < kWarps; ++w) total += s_warp[w];
-      const float p = look_back(status, tiles, tile, total, lane);
-      if (lane == 0) s_prefix = p;
+      const float within = group_look_back<C>(status, tiles, tile, total, lane);
+      if (lane == 0) s_within = within;
+    }
+    if (reader) {  // after this tile's total is out (warp 0) or independent of it (other warps)
+      float acc = 0.f;
+      for (std::int64_t k0 = 0; k0 < g; k0 += static_cast<std::int64_t>(kR) * kBatch) {
+        if (!C::kEarly || k0 > 0) {
+#pragma unroll
+          for (int b = 0; b < kBatch; ++b) {
+            const std::int64_t k = k0 + b * kR + threadIdx.x;
+            gw[b] = k < g ? load_word(group_total + k) : kReady;
+          }
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const std::int64_t k = k0 + b * kR + threadIdx.x;
+          if (k < g) acc += word_value(wait_word(group_total + k, gw[b]));
+        }
+      }
+      acc = warp_sum(acc);
+      if (lane == 0) s_gpart[warp] = acc;
     }
     __syncthreads();
-    tile_prefix = s_prefix;
+    float groups = s_gpart[0];
+#pragma unroll
+    for (int w = 1; w < kR / 32; ++w) groups += s_gpart[w];
+    tile_prefix = groups + s_within;
   }
   const float head = tile_prefix + warp_prefix;
 
@@ -227,22 +328,53 @@ void check_scan_args(const char* name, const void* out, const void* in, std::int
             std::string(name) + ": workspace must be non-null and 8-byte aligned");
 }
 
-template <bool kExclusive>
+template <class C>
+std::size_t f32_workspace_bytes(std::int64_t n) {
+  return n > 0 ? static_cast<std::size_t>(C::status_words(n)) * sizeof(Word) : 0;
+}
+
+template <class C, bool kExclusive>
 void scan_f32(const char* name, float* out, const float* in, std::int64_t n, void* workspace,
               std::size_t workspace_bytes, cudaStream_t stream) {
-  const std::size_t needed = static_cast<std::size_t>(float_status_words(n)) * sizeof(Word);
+  const std::size_t needed = f32_workspace_bytes<C>(n);
   check_scan_args(name, out, in, n, workspace, workspace_bytes, needed);
   if (n == 0) return;
-  const std::int64_t tiles = float_tiles(n);
+  const std::int64_t tiles = C::tiles(n);
   FH_EXPECT(tiles <= INT_MAX, std::string(name) + ": n too large");
   Word* status = static_cast<Word*>(workspace);
   if (tiles > 1) FH_CHECK(cudaMemsetAsync(status, 0, needed, stream));  // counter 0, nothing ready
   const bool vec = ((reinterpret_cast<std::uintptr_t>(in) | reinterpret_cast<std::uintptr_t>(out)) & 15u) == 0;
+  const bool nc = C::kNc && in != out;
+  const int grid = static_cast<int>(tiles);
   if (vec)
-    scan_f32_kernel<kExclusive, true><<<static_cast<int>(tiles), kThreads, 0, stream>>>(out, in, n, status, tiles);
+    scan_f32_kernel<C, kExclusive, true><<<grid, C::kThreads, 0, stream>>>(out, in, n, status, tiles, nc);
   else
-    scan_f32_kernel<kExclusive, false><<<static_cast<int>(tiles), kThreads, 0, stream>>>(out, in, n, status, tiles);
+    scan_f32_kernel<C, kExclusive, false><<<grid, C::kThreads, 0, stream>>>(out, in, n, status, tiles, nc);
   FH_CHECK_LAUNCH();
+}
+
+// Table of the configurations, indexed like ScanCfgs.
+struct CfgEntry {
+  std::string name;
+  std::size_t (*workspace_bytes)(std::int64_t);
+  void (*inclusive)(const char*, float*, const float*, std::int64_t, void*, std::size_t, cudaStream_t);
+  void (*exclusive)(const char*, float*, const float*, std::int64_t, void*, std::size_t, cudaStream_t);
+};
+template <std::size_t... I>
+std::vector<CfgEntry> make_cfg_table(std::index_sequence<I...>) {
+  return {CfgEntry{std::tuple_element_t<I, ScanCfgs>::name(), &f32_workspace_bytes<std::tuple_element_t<I, ScanCfgs>>,
+                   &scan_f32<std::tuple_element_t<I, ScanCfgs>, false>,
+                   &scan_f32<std::tuple_element_t<I, ScanCfgs>, true>}...};
+}
+const std::vector<CfgEntry>& cfg_table() {
+  static const std::vector<CfgEntry> table = make_cfg_table(std::make_index_sequence<std::tuple_size_v<ScanCfgs>>{});
+  return table;
+}
+const CfgEntry& cfg_entry(int config) {
+  FH_EXPECT(config >= 0 && config < static_cast<int>(std::tuple_size_v<ScanCfgs>),
+            "scan_f32 config " + std::to_string(config) + " out of range [0, " +
+                std::to_string(std::tuple_size_v<ScanCfgs>) + ")");
+  return cfg_table()[static_cast<std::size_t>(config)];
 }
 
 // ---- integers: CUB --------------------------------------------------------------------------
@@ -286,7 +418,7 @@ void scan_int(const char* name, T* out, const T* in, std::int64_t n, void* works
 template <class T>
 std::size_t scan_workspace_bytes(std::int64_t n) {
   if (n <= 0) return 0;
-  if constexpr (std::is_same_v<T, float>) return static_cast<std::size_t>(float_status_words(n)) * sizeof(Word);
+  if constexpr (std::is_same_v<T, float>) return f32_workspace_bytes<DefaultCfg>(n);
   else return cub_bytes<T>(n);
 }
 template std::size_t scan_workspace_bytes<float>(std::int64_t);
@@ -295,7 +427,7 @@ template std::size_t scan_workspace_bytes<std::uint32_t>(std::int64_t);
 
 void inclusive_scan(float* out, const float* in, std::int64_t n, void* workspace, std::size_t workspace_bytes,
                     cudaStream_t stream) {
-  scan_f32<false>("inclusive_scan<f32>", out, in, n, workspace, workspace_bytes, stream);
+  scan_f32<DefaultCfg, false>("inclusive_scan<f32>", out, in, n, workspace, workspace_bytes, stream);
 }
 void inclusive_scan(std::int32_t* out, const std::int32_t* in, std::int64_t n, void* workspace,
                     std::size_t workspace_bytes, cudaStream_t stream) {
@@ -307,7 +439,7 @@ void inclusive_scan(std::uint32_t* out, const std::uint32_t* in, std::int64_t n,
 }
 void exclusive_scan(float* out, const float* in, std::int64_t n, void* workspace, std::size_t workspace_bytes,
                     cudaStream_t stream) {
-  scan_f32<true>("exclusive_scan<f32>", out, in, n, workspace, workspace_bytes, stream);
+  scan_f32<DefaultCfg, true>("exclusive_scan<f32>", out, in, n, workspace, workspace_bytes, stream);
 }
 void exclusive_scan(std::int32_t* out, const std::int32_t* in, std::int64_t n, void* workspace,
                     std::size_t workspace_bytes, cudaStream_t stream) {
@@ -317,5 +449,21 @@ void exclusive_scan(std::uint32_t* out, const std::uint32_t* in, std::int64_t n,
                     std::size_t workspace_bytes, cudaStream_t stream) {
   scan_int<true>("exclusive_scan<u32>", out, in, n, workspace, workspace_bytes, stream);
 }
+
+namespace detail {
+
+int scan_f32_config_count() { return static_cast<int>(std::tuple_size_v<ScanCfgs>); }
+int scan_f32_default_config() { return kDefaultCfg; }
+const char* scan_f32_config_name(int config) { return cfg_entry(config).name.c_str(); }
+std::size_t scan_f32_config_workspace_bytes(int config, std::int64_t n) { return cfg_entry(config).workspace_bytes(n); }
+void scan_f32_config(float* out, const float* in, std::int64_t n, bool exclusive, int config, void* workspace,
+                     std::size_t workspace_bytes, cudaStream_t stream) {
+  const CfgEntry& e = cfg_entry(config);
+  (exclusive ? e.exclusive : e.inclusive)(exclusive ? "detail::scan_f32_config (exclusive)"
+                                                    : "detail::scan_f32_config (inclusive)",
+                                          out, in, n, workspace, workspace_bytes, stream);
+}
+
+}  // namespace detail
 
 }  // namespace foxhunt::gpu

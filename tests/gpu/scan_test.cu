@@ -37,6 +37,21 @@ class ScanTest : public test::GpuTest {
     return std::vector<T>(all.begin() + offset, all.begin() + offset + n);
   }
 
+  // Same as run() for float, through configuration `config` of the f32 scan.
+  std::vector<float> run_config(int config, const std::vector<float>& host, std::int64_t offset, std::int64_t n,
+                                bool exclusive, bool in_place = false) {
+    auto d_in = test::upload(host, stream());
+    DeviceBuffer<float> d_out(host.size());
+    test::poison(d_out, stream());
+    const std::size_t bytes = detail::scan_f32_config_workspace_bytes(config, n);
+    DeviceBuffer<std::byte> ws(bytes);
+    test::poison(ws, stream());
+    float* out = (in_place ? d_in.data() : d_out.data()) + offset;
+    detail::scan_f32_config(out, d_in.data() + offset, n, exclusive, config, ws.data(), bytes, stream());
+    auto all = test::download(in_place ? d_in : d_out, stream());
+    return std::vector<float>(all.begin() + offset, all.begin() + offset + n);
+  }
+
   template <class T, class Wide>
   void check_exact(const std::vector<T>& host, std::int64_t offset, std::int64_t n) {
     for (bool exclusive : {false, true}) {
@@ -144,6 +159,108 @@ TEST_F(ScanTest, InPlaceAndRepeatedRunsAreBitwiseEqual) {
   EXPECT_EQ(std::memcmp(a.data(), c.data(), n * sizeof(std::int32_t)), 0);
 }
 
+// ---- every configuration of the f32 scan (detail::scan_f32_config) ---------------------------
+// Tile sizes are 2048, 4096, 6144 or 8192 elements and groups span up to 32 * 8192 elements: these
+// sizes hit one tile, exact tiles, one element past a tile, partial last tiles and many groups.
+const std::int64_t kConfigSizes[] = {1, 7, 2048, 2049, 4096, 4097, 6144, 6145, 8192, 8193, 1000003, (1 << 22) + 1};
+
+std::string config_note(int config) {
+  return "config " + std::to_string(config) + " " + detail::scan_f32_config_name(config);
+}
+
+TEST_F(ScanTest, ConfigsListAndRejectBadIndex) {
+  const int count = detail::scan_f32_config_count();
+  ASSERT_GE(count, 1);
+  EXPECT_GE(detail::scan_f32_default_config(), 0);
+  EXPECT_LT(detail::scan_f32_default_config(), count);
+  for (int c = 0; c < count; ++c) EXPECT_FALSE(std::string(detail::scan_f32_config_name(c)).empty());
+  EXPECT_THROW(detail::scan_f32_config_name(count), std::invalid_argument);
+  EXPECT_THROW(detail::scan_f32_config_name(-1), std::invalid_argument);
+  EXPECT_EQ(detail::scan_f32_config_workspace_bytes(0, 0), 0u);
+}
+
+// The default configuration through detail:: gives the same bits as the public entry points.
+TEST_F(ScanTest, DefaultConfigMatchesPublicScan) {
+  SCOPED_TRACE(seed_note());
+  const std::int64_t n = 1000003;
+  const auto host = test::random_normal(n, 0.f, 1.f, rng());
+  for (bool exclusive : {false, true}) {
+    const auto a = run(host, 0, n, exclusive), b = run_config(detail::scan_f32_default_config(), host, 0, n, exclusive);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0) << (exclusive ? "exclusive" : "inclusive");
+  }
+}
+
+// As FloatOfSmallIntegersIsExact, for every configuration.
+TEST_F(ScanTest, EveryConfigIsExactOnSmallIntegers) {
+  SCOPED_TRACE(seed_note());
+  std::uniform_int_distribution<int> d(-8, 8);
+  for (int config = 0; config < detail::scan_f32_config_count(); ++config) {
+    SCOPED_TRACE(config_note(config));
+    for (std::int64_t n : kConfigSizes) {
+      std::vector<float> host(n + 1);
+      for (auto& v : host) v = static_cast<float>(d(rng()));
+      for (std::int64_t offset : {0, 1})
+        for (bool exclusive : {false, true}) {
+          SCOPED_TRACE(std::string(exclusive ? "exclusive" : "inclusive") + " n " + std::to_string(n) + " offset " +
+                       std::to_string(offset));
+          const auto got = run_config(config, host, offset, n, exclusive);
+          double acc = 0;
+          for (std::int64_t i = 0; i < n; ++i) {
+            const double before = acc;
+            acc += host[offset + i];
+            ASSERT_EQ(got[i], static_cast<float>(exclusive ? before : acc)) << "element " << i;
+          }
+        }
+    }
+  }
+}
+
+// As FloatMatchesDoublePrefixSums (same tolerance and reasoning; with 2048-element tiles and
+// 128-tile groups the tree is no deeper than with the default), for every configuration.
+TEST_F(ScanTest, EveryConfigMatchesDoublePrefixSums) {
+  SCOPED_TRACE(seed_note());
+  for (int config = 0; config < detail::scan_f32_config_count(); ++config) {
+    SCOPED_TRACE(config_note(config));
+    for (std::int64_t n : {std::int64_t{4097}, std::int64_t{1000003}, std::int64_t{(1 << 22) + 1}}) {
+      const auto host = test::random_normal(n + 1, 0.1f, 1.f, rng());
+      for (std::int64_t offset : {0, 1})
+        for (bool exclusive : {false, true}) {
+          SCOPED_TRACE(std::string(exclusive ? "exclusive" : "inclusive") + " n " + std::to_string(n) + " offset " +
+                       std::to_string(offset));
+          const auto got = run_config(config, host, offset, n, exclusive);
+          double acc = 0, abs_acc = 0;
+          for (std::int64_t i = 0; i < n; ++i) {
+            const double before = acc, abs_before = abs_acc;
+            acc += host[offset + i];
+            abs_acc += std::abs(host[offset + i]);
+            const double want = exclusive ? before : acc, scale = exclusive ? abs_before : abs_acc;
+            ASSERT_NEAR(got[i], want, 1e-5 * scale + 1e-30) << "element " << i;
+          }
+          if (exclusive) EXPECT_EQ(got[0], 0.f);
+        }
+    }
+  }
+}
+
+// Every configuration: two runs bitwise equal, in place equal to out of place (aligned and
+// misaligned), inclusive and exclusive.
+TEST_F(ScanTest, EveryConfigIsBitwiseReproducibleAndInPlaceSafe) {
+  SCOPED_TRACE(seed_note());
+  const std::int64_t n = (1 << 22) + 1;
+  const auto host = test::random_normal(n + 1, 0.f, 1.f, rng());
+  for (int config = 0; config < detail::scan_f32_config_count(); ++config) {
+    SCOPED_TRACE(config_note(config));
+    for (std::int64_t offset : {0, 1})
+      for (bool exclusive : {false, true}) {
+        SCOPED_TRACE(std::string(exclusive ? "exclusive" : "inclusive") + " offset " + std::to_string(offset));
+        const auto a = run_config(config, host, offset, n, exclusive), b = run_config(config, host, offset, n, exclusive);
+        const auto c = run_config(config, host, offset, n, exclusive, /*in_place=*/true);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0);
+        EXPECT_EQ(std::memcmp(a.data(), c.data(), n * sizeof(float)), 0);
+      }
+  }
+}
+
 TEST_F(ScanTest, EmptyInputAndWorkspaceChecks) {
   DeviceBuffer<float> f(16);
   DeviceBuffer<std::int32_t> i(16);
@@ -165,6 +282,16 @@ TEST_F(ScanTest, EmptyInputAndWorkspaceChecks) {
   DeviceBuffer<std::int32_t> ibig(n);
   const std::size_t ibytes = scan_workspace_bytes<std::int32_t>(n);
   EXPECT_THROW(exclusive_scan(ibig.data(), ibig.data(), n, ws.data(), ibytes > 0 ? ibytes - 1 : 0, stream()),
+               std::invalid_argument);
+  for (int c = 0; c < detail::scan_f32_config_count(); ++c) {
+    const std::size_t cbytes = detail::scan_f32_config_workspace_bytes(c, n);
+    ASSERT_GT(cbytes, 0u);
+    DeviceBuffer<std::byte> cws(cbytes);
+    EXPECT_THROW(detail::scan_f32_config(big.data(), big.data(), n, false, c, cws.data(), cbytes - 1, stream()),
+                 std::invalid_argument);
+  }
+  EXPECT_THROW(detail::scan_f32_config(big.data(), big.data(), n, false, detail::scan_f32_config_count(), ws.data(),
+                                       bytes, stream()),
                std::invalid_argument);
 }
 

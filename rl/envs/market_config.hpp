@@ -1,0 +1,96 @@
+#pragma once
+// Configuration of the market environment (rl/envs/market.hpp): what a configs/markets/*.toml
+// file says, parsed with toml++ and validated. Every rejection names the key (as written in the
+// TOML file, e.g. `execution.fee_bps`) and the allowed values; parse errors carry file and line.
+// Plain C++: no device code, usable from CPU tests and tools.
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace foxhunt::rl {
+
+inline constexpr int kMaxAssets = 16;
+inline constexpr int kMaxRegimes = 4;
+inline constexpr int kMaxLevels = 9;
+inline constexpr int kMaxWindow = 256;
+
+enum class PriceProcess : std::uint8_t { gbm, ou, replay };
+enum class ActionMode : std::uint8_t { discrete, continuous };
+enum class RewardKind : std::uint8_t { pnl, log_return, differential_sharpe };
+enum class CsvLayout : std::uint8_t { per_asset, long_format };
+
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct MarketConfig {
+  // [market]
+  int assets = 1;
+  double dt = 1.0 / 252.0;       // years per step (also sets the Sharpe annualization sqrt(1/dt))
+  int episode_length = 256;      // steps, then truncated
+  int window = 32;               // log returns per asset in the observation
+  double initial_cash = 1e6;
+  double min_equity = 0.1;       // terminated when equity < min_equity * initial_cash
+  int extra_features = 0;        // width of the optional extra observation block
+
+  // [process]: the price law. Per-regime parameters are (regimes, assets) row-major; without
+  // [process.regimes] there is one regime and the top-level per-asset keys fill it.
+  PriceProcess process = PriceProcess::gbm;
+  std::vector<double> initial_price;  // (assets) > 0
+  int regimes = 1;
+  std::vector<double> mu;             // gbm: annual drift
+  std::vector<double> sigma;          // gbm and ou: annual volatility
+  std::vector<double> kappa;          // ou: mean-reversion speed per year
+  std::vector<double> theta;          // ou: mean of log(price / initial_price)
+  std::vector<double> transition = {1.0};  // (regimes, regimes) per-step transition matrix, rows sum to 1
+  std::vector<double> correlation;    // (assets, assets) of the Brownian parts; empty = identity
+  double jump_intensity = 0.0;        // Merton jumps per year (per asset)
+  double jump_mean = 0.0;             // mean log jump size
+  double jump_stddev = 0.0;           // stddev of the log jump size
+
+  // [execution]
+  double fee_bps = 0.0;           // of traded notional (at the mid price)
+  double half_spread_bps = 0.0;   // paid on every trade
+  double slippage = 0.0;          // price impact = slippage * step_vol * sqrt(notional / liquidity)
+  double liquidity = 1e7;         // notional at which the impact is slippage * step_vol
+  double position_limit = 1.0;    // max |weight| per asset (weight = holdings * price / equity)
+  double leverage_cap = 1.0;      // max sum |weight| after trading
+  double borrow_rate = 0.0;       // annual, charged on short notional each step
+
+  // [action]
+  ActionMode action = ActionMode::discrete;
+  std::vector<double> levels = {-1.0, -0.5, 0.0, 0.5, 1.0};  // discrete targets, x position_limit
+
+  // [reward]
+  RewardKind reward = RewardKind::pnl;
+  double sharpe_eta = 0.01;        // differential Sharpe EMA rate
+  double drawdown_penalty = 0.0;   // reward -= drawdown_penalty * current drawdown
+  double turnover_penalty = 0.0;   // reward -= turnover_penalty * traded notional / equity
+
+  // [replay] (process = replay)
+  std::vector<std::string> files;  // per_asset: one per asset; long_format: one
+  CsvLayout layout = CsvLayout::per_asset;
+  std::vector<std::string> symbols;  // long_format: the symbols to take, in asset order
+};
+
+// Parses TOML text; `source` names it in messages (a file name). Throws ConfigError.
+MarketConfig parse_market_config(const std::string& toml_text, const std::string& source);
+// Reads and parses a file; relative replay paths are resolved against the file's folder.
+MarketConfig load_market_config(const std::filesystem::path& file);
+// Checks every value and cross-constraint; throws ConfigError naming the key.
+void validate(const MarketConfig& config);
+
+// Derived quantities (host side, also used by tests).
+// Lower-triangular Cholesky factor (assets, assets) of config.correlation (identity if empty).
+std::vector<double> correlation_cholesky(const MarketConfig& config);
+// Stationary distribution of the regime chain (regimes).
+std::vector<double> regime_stationary(const MarketConfig& config);
+
+const char* to_string(PriceProcess p);
+const char* to_string(ActionMode m);
+const char* to_string(RewardKind k);
+
+}  // namespace foxhunt::rl
