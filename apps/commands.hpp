@@ -5,6 +5,7 @@
 namespace foxhunt::apps {
 
 void add_devices_command(CLI::App& app);
+void add_train_commands(CLI::App& app);  // train, eval (apps/commands_train.cpp)
 
 // The exit code set by the subcommand that ran (0 unless it reported a failure).
 int exit_code();

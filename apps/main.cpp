@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   CLI::App app{"foxhunt: GPU-resident, actor-based reinforcement learning"};
   app.require_subcommand(1);
   foxhunt::apps::add_devices_command(app);
+  foxhunt::apps::add_train_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

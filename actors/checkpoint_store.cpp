@@ -1,0 +1,122 @@
+#include "actors/checkpoint_store.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+#include <system_error>
+
+namespace foxhunt::actors {
+namespace fs = std::filesystem;
+
+namespace {
+void write_text_atomically(const fs::path& path, const std::string& text) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw std::runtime_error("cannot write " + tmp.string());
+  }
+  fs::rename(tmp, path);  // atomic replace on POSIX
+}
+}  // namespace
+
+CheckpointStore::CheckpointStore(fs::path root) : root_(std::move(root)) { fs::create_directories(root_); }
+
+fs::path CheckpointStore::write(const Counters& c, const std::function<void(const fs::path&)>& job) {
+  std::lock_guard lock(mutex_);
+  char name[64];
+  std::snprintf(name, sizeof name, "step_%012lld", static_cast<long long>(c.env_steps));
+  const fs::path final_dir = root_ / name;
+  fs::path tmp_dir = final_dir;
+  tmp_dir += ".tmp";
+  std::error_code ec;
+  fs::remove_all(tmp_dir, ec);
+  try {
+    fs::create_directories(tmp_dir);
+    if (job) job(tmp_dir);
+    nlohmann::json j = {{"env_steps", c.env_steps}, {"updates", c.updates}, {"policy_version", c.policy_version}};
+    write_text_atomically(tmp_dir / "counters.json", j.dump(2) + "\n");
+    fs::remove_all(final_dir, ec);  // a re-save at the same step replaces the older one
+    fs::rename(tmp_dir, final_dir);
+    write_text_atomically(root_ / "latest", std::string(name) + "\n");
+  } catch (const std::exception& e) {
+    fs::remove_all(tmp_dir, ec);
+    throw std::runtime_error("checkpoint " + final_dir.string() + " not written: " + e.what());
+  }
+  return final_dir;
+}
+
+std::optional<fs::path> CheckpointStore::latest(const fs::path& root) {
+  std::ifstream in(root / "latest");
+  std::string name;
+  if (!(in >> name)) return std::nullopt;
+  fs::path dir = root / name;
+  if (!fs::is_directory(dir)) return std::nullopt;
+  return dir;
+}
+
+Counters CheckpointStore::read_counters(const fs::path& dir) {
+  const fs::path file = dir / "counters.json";
+  std::ifstream in(file);
+  if (!in) throw std::runtime_error("cannot read " + file.string());
+  try {
+    nlohmann::json j = nlohmann::json::parse(in);
+    Counters c;
+    c.env_steps = j.at("env_steps").get<std::int64_t>();
+    c.updates = j.at("updates").get<std::int64_t>();
+    c.policy_version = j.at("policy_version").get<std::int64_t>();
+    if (c.env_steps < 0 || c.updates < 0 || c.policy_version < 0) throw std::runtime_error("negative counter");
+    return c;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(file.string() + ": " + e.what());
+  }
+}
+
+BackgroundWorker::BackgroundWorker() : thread_([this] { loop(); }) {}
+
+BackgroundWorker::~BackgroundWorker() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void BackgroundWorker::post(std::function<void()> job) {
+  {
+    std::lock_guard lock(mutex_);
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+}
+
+void BackgroundWorker::drain() {
+  std::unique_lock lock(mutex_);
+  idle_cv_.wait(lock, [this] { return jobs_.empty() && !busy_; });
+}
+
+void BackgroundWorker::loop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;  // stopping and nothing left
+    auto job = std::move(jobs_.front());
+    jobs_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    try {
+      job();  // jobs report their own failures through messages
+    } catch (...) {
+    }
+    lock.lock();
+    busy_ = false;
+    if (jobs_.empty()) idle_cv_.notify_all();
+  }
+}
+
+}  // namespace foxhunt::actors

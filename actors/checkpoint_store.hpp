@@ -1,0 +1,58 @@
+#pragma once
+// CheckpointStore: run checkpoints as directories, each written atomically.
+//
+//   <root>/step_000000012000/   learner files (written by LearnerStage::checkpoint_job) + counters.json
+//   <root>/latest               the name of the newest complete checkpoint
+//
+// write() fills "<name>.tmp", then renames it to "<name>" and replaces `latest` by rename, so a
+// reader (or --resume after a crash) sees either the previous or the new checkpoint, never half.
+// BackgroundWorker runs checkpoint jobs (which wait on the GPU) off the CAF scheduler threads.
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "actors/stages.hpp"
+
+namespace foxhunt::actors {
+
+class CheckpointStore {
+ public:
+  explicit CheckpointStore(std::filesystem::path root);
+  const std::filesystem::path& root() const noexcept { return root_; }
+  // Runs job(tmp_dir), writes counters.json, publishes atomically; returns the final directory.
+  // Throws std::runtime_error (tmp dir removed, previous checkpoint untouched) on failure.
+  std::filesystem::path write(const Counters& counters, const std::function<void(const std::filesystem::path&)>& job);
+  // The newest complete checkpoint under root (nullopt when none).
+  static std::optional<std::filesystem::path> latest(const std::filesystem::path& root);
+  // counters.json of a checkpoint directory; std::runtime_error naming the file when unreadable.
+  static Counters read_counters(const std::filesystem::path& dir);
+
+ private:
+  std::filesystem::path root_;
+  std::mutex mutex_;  // the worker and the final checkpoint may race at shutdown
+};
+
+// One thread running posted jobs in order; the destructor finishes queued jobs and joins.
+class BackgroundWorker {
+ public:
+  BackgroundWorker();
+  ~BackgroundWorker();
+  BackgroundWorker(const BackgroundWorker&) = delete;
+  BackgroundWorker& operator=(const BackgroundWorker&) = delete;
+  void post(std::function<void()> job);
+  void drain();  // returns when every posted job has run
+
+ private:
+  void loop();
+  std::mutex mutex_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false, busy_ = false;
+  std::thread thread_;
+};
+
+}  // namespace foxhunt::actors

@@ -1,0 +1,52 @@
+#pragma once
+// GpuReplayStage: the replay role on the device, around rl::ReplayBuffer, on its own stream.
+// insert() reads a collector slot (TransitionSlotLayout at handle.ptr) after waiting its event;
+// sample() fills one of `batches` SampledBatch buffers with the graph-safe sampler (beta from the
+// device's sample count: no host value involved); update_priorities() reads the learner's TD
+// errors (handle.ptr, batch_size floats) after waiting their event.
+//
+// The learner's update graph bakes pointers, so it is captured once per batch buffer: it gets
+// the buffers' views from batch_view(b) at construction, and a batch handle names the buffer by
+// its slot (handle.ptr = the indices array, as a check).
+#include <memory>
+#include <vector>
+
+#include "actors/cuda_lane.hpp"
+#include "actors/stages.hpp"
+#include "actors/transition_slot.hpp"
+#include "gpu/stream.hpp"
+#include "rl/replay/replay_buffer.hpp"
+
+namespace foxhunt::actors {
+
+class GpuReplayStage final : public ReplayStage {
+ public:
+  // `slots`: the collector's transition slots (one insert event each).
+  GpuReplayStage(const rl::ReplayConfig& config, const TransitionSlotLayout& slot_layout, int slots, int batches,
+                 int device = 0);
+
+  void wait(std::uint64_t event) override { lane_.wait(event); }
+  void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
+  void synchronize() override { lane_.synchronize(); }
+  std::string health() override { return lane_.health(); }
+
+  int batches() const override { return static_cast<int>(batches_.size()); }
+  std::int64_t batch_size() const override { return buffer_->config().batch_size; }
+  std::uint64_t insert(const LocalDeviceHandle& slot) override;
+  LocalDeviceHandle sample(int batch, std::uint64_t generation) override;
+  void update_priorities(int batch, const LocalDeviceHandle& td) override;
+
+  rl::SampledBatchView batch_view(int b) { return batches_.at(static_cast<std::size_t>(b)).view(); }
+  cudaStream_t stream() const noexcept { return lane_.stream(); }
+  rl::ReplayBuffer& buffer() noexcept { return *buffer_; }
+
+ private:
+  CudaLane lane_;
+  TransitionSlotLayout slot_layout_;
+  std::unique_ptr<rl::ReplayBuffer> buffer_;
+  int producer_ = 0;
+  std::vector<rl::SampledBatch> batches_;
+  std::vector<gpu::Event> insert_done_, batch_ready_;
+};
+
+}  // namespace foxhunt::actors

@@ -1,0 +1,146 @@
+#pragma once
+// The four pipeline actors and their credit protocol (see actors/messages.hpp for the arrows).
+//
+// Resources and their credits: nothing is written while queued work still reads it, and every
+// mailbox holds at most a fixed number of messages.
+//   transition slots  collector -> replay   K = collector.slots(); a slot returns to the collector
+//                                           when replay's insert has COMPLETED (host callback) and
+//                                           the replay ratio allows more collection.
+//   batch buffers     replay -> learner     B = replay.batches(); a batch returns with the learner's
+//                                           priorities once its update has COMPLETED.
+//   weight snapshot   learner -> target     1; returns when the sync has COMPLETED.
+//   policy buffers    target -> collector   2 (double buffer); the one not in use returns with the
+//                                           collector's event recorded when it swapped.
+// Because credits come back from completion callbacks, the host never runs more than K inserts,
+// B updates and one sync ahead of the GPU, and no actor ever waits on the GPU.
+//
+// The replay ratio (updates per environment step) is enforced by the replay actor holding back
+// slot credits and batch issues (actors/ratio.hpp), from host counts only.
+#include <caf/all.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/checkpoint_store.hpp"
+#include "actors/messages.hpp"
+#include "actors/ratio.hpp"
+#include "actors/stages.hpp"
+
+namespace foxhunt::actors {
+
+struct PipelineConfig {
+  std::int64_t total_env_steps = 0;    // collection stops (and the run completes) at this count
+  std::int64_t learning_starts = 0;    // env steps stored before the first update
+  double replay_ratio = 1.0;           // updates per env step
+  std::int64_t ratio_slack = 8;        // updates the learner may lag before collection is held
+  std::int64_t sync_every = 1;         // updates per target-sync / policy publication
+  std::int64_t checkpoint_every = 0;   // env steps between periodic checkpoints; 0: only at stop
+  Counters start;                      // counts a resumed run continues from
+};
+
+struct PipelineStages {
+  std::shared_ptr<CollectorStage> collector;
+  std::shared_ptr<ReplayStage> replay;
+  std::shared_ptr<LearnerStage> learner;
+  std::shared_ptr<TargetSyncStage> target_sync;
+  std::vector<Stage*> all() const { return {collector.get(), replay.get(), learner.get(), target_sync.get()}; }
+};
+
+// Host counts and the latest stage scalars, written by the actors and read by the progress line.
+struct Progress {
+  std::atomic<std::int64_t> env_steps{0};        // transitions handed to replay
+  std::atomic<std::int64_t> updates_issued{0};
+  std::atomic<std::int64_t> updates_done{0};
+  std::atomic<std::int64_t> policy_version{0};   // snapshots published to target-sync
+  std::atomic<std::int64_t> policy_swaps{0};     // policy buffers the collector switched to
+  std::atomic<std::int64_t> checkpoints{0};
+  std::atomic<std::int64_t> held_slot_credits{0};  // slots held back by the replay ratio now
+
+  void put_scalars(const Scalars& s);
+  Scalars scalars() const;
+  Counters counters() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, double> scalars_;
+};
+
+// What every pipeline actor shares: configuration, progress, and the periodic checkpoint writer.
+struct PipelineShared {
+  PipelineConfig config;
+  std::shared_ptr<Progress> progress = std::make_shared<Progress>();
+  std::shared_ptr<CheckpointStore> store;        // null: no periodic checkpoints
+  std::shared_ptr<BackgroundWorker> worker;      // runs checkpoint jobs; null with store null
+  bool sync_writes_learner = false;              // TargetSyncStage::writes_learner_state()
+};
+
+// (wire_atom, collector, replay, learner, target_sync, supervisor) is sent to each actor once
+// all are spawned; each keeps the handles it talks to.
+struct CollectorState {
+  std::shared_ptr<CollectorStage> stage;
+  std::shared_ptr<PipelineShared> shared;
+  caf::actor replay, target_sync, supervisor;
+  std::deque<std::pair<int, std::uint64_t>> free_slots;  // (slot, reuse-after event)
+  std::vector<std::uint64_t> generation;
+  std::int64_t steps_issued = 0;
+  int policy_buffer = 0;
+  bool wired = false, tick_pending = false, finished_sent = false;
+  const char* name = "foxhunt.collector";
+};
+
+struct ReplayState {
+  std::shared_ptr<ReplayStage> stage;
+  std::shared_ptr<PipelineShared> shared;
+  caf::actor collector, learner;
+  std::unique_ptr<ReplayRatio> ratio;
+  std::int64_t steps = 0;           // transitions received (incl. a resumed run's count)
+  std::int64_t stored_here = 0;     // transitions inserted by this process (the buffer's fill)
+  std::int64_t updates_issued = 0;  // batches sent
+  std::int64_t updates_done = 0;    // priorities received
+  std::deque<std::pair<int, std::uint64_t>> held_slots;  // completed inserts the ratio holds back
+  std::deque<int> free_batches;
+  std::vector<std::uint64_t> generation;
+  const char* name = "foxhunt.replay";
+};
+
+struct LearnerState {
+  std::shared_ptr<LearnerStage> stage;
+  std::shared_ptr<PipelineShared> shared;
+  caf::actor replay, target_sync, supervisor;
+  std::int64_t updates_issued = 0;
+  std::int64_t version = 0;
+  bool snapshot_free = true, sync_wanted = false, sync_outstanding = false;
+  std::uint64_t snapshot_reuse_after = 0;
+  std::deque<LocalDeviceHandle> queued_batches;  // held while a sync writes learner state
+  std::int64_t next_checkpoint = 0;
+  bool checkpoint_inflight = false;
+  const char* name = "foxhunt.learner";
+};
+
+struct TargetSyncState {
+  std::shared_ptr<TargetSyncStage> stage;
+  std::shared_ptr<PipelineShared> shared;
+  caf::actor learner, collector;
+  std::deque<std::pair<int, std::uint64_t>> free_buffers;  // (buffer, reuse-after event)
+  bool has_pending = false;
+  LocalDeviceHandle pending;  // a snapshot waiting for a free policy buffer
+  const char* name = "foxhunt.target_sync";
+};
+
+caf::behavior collector_actor(caf::stateful_actor<CollectorState>* self, std::shared_ptr<CollectorStage> stage,
+                              std::shared_ptr<PipelineShared> shared);
+caf::behavior replay_actor(caf::stateful_actor<ReplayState>* self, std::shared_ptr<ReplayStage> stage,
+                           std::shared_ptr<PipelineShared> shared);
+caf::behavior learner_actor(caf::stateful_actor<LearnerState>* self, std::shared_ptr<LearnerStage> stage,
+                            std::shared_ptr<PipelineShared> shared);
+caf::behavior target_sync_actor(caf::stateful_actor<TargetSyncState>* self, std::shared_ptr<TargetSyncStage> stage,
+                                std::shared_ptr<PipelineShared> shared);
+
+}  // namespace foxhunt::actors

@@ -1,0 +1,341 @@
+#include "actors/run_config.hpp"
+
+#include <toml++/toml.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+namespace foxhunt::actors {
+namespace {
+
+std::string fmt_num(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+std::string describe_node(const toml::node& n) {
+  std::ostringstream s;
+  if (n.is_string())
+    s << '"' << n.as_string()->get() << '"';
+  else if (n.is_table())
+    s << "a table";
+  else if (n.is_array())
+    s << "an array";
+  else
+    n.visit([&](const auto& v) {
+      if constexpr (toml::is_value<decltype(v)>) s << v.get();
+    });
+  return s.str();
+}
+
+// Reads one section at a time, remembering every key it was asked about, filling defaults into
+// `out` (the resolved configuration) and collecting every problem.
+class Reader {
+ public:
+  explicit Reader(const toml::table& root) : root_(root) {}
+
+  void section(const std::string& name) {
+    sec_name_ = name;
+    sections_.insert(name);
+    sec_ = nullptr;
+    if (const toml::node* n = root_.get(name)) {
+      if (n->is_table())
+        sec_ = n->as_table();
+      else
+        error(name + " = " + describe_node(*n) + ": must be a table ([" + name + "])");
+    }
+    out_.insert_or_assign(name, toml::table{});
+  }
+
+  void integer(const char* key, std::int64_t& v, std::int64_t lo, std::int64_t hi) {
+    if (const toml::node* n = find(key)) {
+      if (!n->is_integer())
+        error(path(key) + " = " + describe_node(*n) + ": must be an integer in [" + std::to_string(lo) + ", " +
+              std::to_string(hi) + "]");
+      else if (auto x = n->as_integer()->get(); x < lo || x > hi)
+        error(path(key) + " = " + std::to_string(x) + ": must be an integer in [" + std::to_string(lo) + ", " +
+              std::to_string(hi) + "]");
+      else
+        v = x;
+    }
+    put(key, v);
+  }
+  void integer(const char* key, int& v, int lo, int hi) {
+    std::int64_t x = v;
+    integer(key, x, lo, hi);
+    v = static_cast<int>(x);
+  }
+  void unsigned_integer(const char* key, std::uint64_t& v) {
+    std::int64_t x = static_cast<std::int64_t>(v);
+    integer(key, x, 0, std::numeric_limits<std::int64_t>::max());
+    v = static_cast<std::uint64_t>(x);
+  }
+  // [lo, hi], or (lo, hi] with lo_open
+  void number(const char* key, double& v, double lo, double hi, bool lo_open = false) {
+    const std::string range = std::string(lo_open ? "(" : "[") + fmt_num(lo) + ", " + fmt_num(hi) + "]";
+    if (const toml::node* n = find(key)) {
+      if (!n->is_number()) {
+        error(path(key) + " = " + describe_node(*n) + ": must be a number in " + range);
+      } else {
+        const double x = n->value<double>().value_or(NAN);
+        if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
+          error(path(key) + " = " + fmt_num(x) + ": must be a number in " + range);
+        else
+          v = x;
+      }
+    }
+    put(key, v);
+  }
+  void boolean(const char* key, bool& v) {
+    if (const toml::node* n = find(key)) {
+      if (!n->is_boolean())
+        error(path(key) + " = " + describe_node(*n) + ": must be true or false");
+      else
+        v = n->as_boolean()->get();
+    }
+    put(key, v);
+  }
+  void choice(const char* key, std::string& v, const std::vector<std::string>& allowed) {
+    std::string set;
+    for (auto& a : allowed) set += (set.empty() ? "" : " | ") + a;
+    if (const toml::node* n = find(key)) {
+      const std::string* s = n->is_string() ? &n->as_string()->get() : nullptr;
+      bool ok = false;
+      if (s)
+        for (auto& a : allowed) ok = ok || a == *s;
+      if (!ok)
+        error(path(key) + " = " + describe_node(*n) + ": must be one of " + set);
+      else
+        v = *s;
+    }
+    put(key, v);
+  }
+  void text(const char* key, std::string& v) {
+    if (const toml::node* n = find(key)) {
+      if (!n->is_string() || n->as_string()->get().empty())
+        error(path(key) + " = " + describe_node(*n) + ": must be a non-empty string");
+      else
+        v = n->as_string()->get();
+    }
+    put(key, v);
+  }
+  void int_list(const char* key, std::vector<std::int64_t>& v, std::size_t min_len, std::size_t max_len,
+                std::int64_t lo, std::int64_t hi) {
+    const std::string what = "must be a list of " + std::to_string(min_len) + " to " + std::to_string(max_len) +
+                             " integers in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    if (const toml::node* n = find(key)) {
+      const toml::array* a = n->as_array();
+      bool ok = a && a->size() >= min_len && a->size() <= max_len;
+      std::vector<std::int64_t> out;
+      if (ok)
+        for (const auto& e : *a) {
+          if (!e.is_integer() || e.as_integer()->get() < lo || e.as_integer()->get() > hi) {
+            ok = false;
+            break;
+          }
+          out.push_back(e.as_integer()->get());
+        }
+      if (!ok)
+        error(path(key) + " = " + describe_node(*n) + ": " + what);
+      else
+        v = out;
+    }
+    toml::array arr;
+    for (auto x : v) arr.push_back(x);
+    out_[sec_name_].as_table()->insert_or_assign(key, std::move(arr));
+    known_.insert(path(key));
+  }
+
+  void check(bool ok, const std::string& message) {
+    if (!ok) error(message);
+  }
+  // Every key in the file that nobody asked about.
+  void reject_unknown() {
+    for (const auto& [k, n] : root_) {
+      const std::string name(k.str());
+      if (!sections_.count(name)) {
+        error("unknown section or key '" + name + "' (sections: " + join(sections_) + ")");
+        continue;
+      }
+      if (const toml::table* t = n.as_table())
+        for (const auto& [k2, n2] : *t) {
+          const std::string full = name + "." + std::string(k2.str());
+          if (!known_.count(full)) error("unknown key '" + full + "' (known in [" + name + "]: " + keys_of(name) + ")");
+        }
+    }
+  }
+  const std::vector<std::string>& errors() const { return errors_; }
+  const toml::table& resolved() const { return out_; }
+
+ private:
+  const toml::node* find(const char* key) {
+    known_.insert(path(key));
+    return sec_ ? sec_->get(key) : nullptr;
+  }
+  std::string path(const char* key) const { return sec_name_ + "." + key; }
+  template <class T>
+  void put(const char* key, const T& v) {
+    if constexpr (std::is_same_v<T, std::uint64_t>)
+      out_[sec_name_].as_table()->insert_or_assign(key, static_cast<std::int64_t>(v));
+    else
+      out_[sec_name_].as_table()->insert_or_assign(key, v);
+  }
+  void error(std::string e) { errors_.push_back(std::move(e)); }
+  static std::string join(const std::set<std::string>& s) {
+    std::string r;
+    for (auto& x : s) r += (r.empty() ? "" : ", ") + x;
+    return r;
+  }
+  std::string keys_of(const std::string& sec) const {
+    std::set<std::string> ks;
+    for (auto& k : known_)
+      if (k.rfind(sec + ".", 0) == 0) ks.insert(k.substr(sec.size() + 1));
+    return join(ks);
+  }
+
+  const toml::table& root_;
+  const toml::table* sec_ = nullptr;
+  std::string sec_name_;
+  std::set<std::string> sections_, known_;
+  std::vector<std::string> errors_;
+  toml::table out_;
+};
+
+constexpr std::int64_t kBig = std::int64_t{1} << 40;
+
+// One pass reads every field (defaults where absent) and records the resolved table.
+void read_all(Reader& r, RunConfig& c) {
+  r.section("run");
+  r.text("name", c.run.name);
+  r.unsigned_integer("seed", c.run.seed);
+  r.integer("total_env_steps", c.run.total_env_steps, 1, kBig);
+  r.integer("device", c.run.device, 0, 63);
+  r.boolean("deterministic", c.run.deterministic);
+
+  r.section("env");
+  r.choice("kind", c.env.kind, {"cartpole", "ou_market"});
+  r.integer("num_envs", c.env.num_envs, 1, std::int64_t{1} << 24);
+  r.integer("steps_per_slot", c.env.steps_per_slot, 1, 4096);
+  r.number("kappa", c.env.kappa, 0.0, 1e4, true);
+  r.number("theta", c.env.theta, -1e3, 1e3);
+  r.number("sigma", c.env.sigma, 0.0, 10.0, true);
+  r.number("dt", c.env.dt, 0.0, 1.0, true);
+  r.number("fee_bps", c.env.fee_bps, 0.0, 1e4);
+  r.integer("episode_length", c.env.episode_length, 2, 1'000'000);
+
+  r.section("replay");
+  r.integer("capacity", c.replay.capacity, 1, std::int64_t{2147483647});
+  r.integer("batch_size", c.replay.batch_size, 1, 1 << 20);
+  r.boolean("prioritized", c.replay.prioritized);
+  r.number("alpha", c.replay.alpha, 0.0, 10.0);
+  r.number("beta", c.replay.beta, 0.0, 1.0);
+  r.number("beta_final", c.replay.beta_final, 0.0, 1.0);
+  r.integer("n_step", c.replay.n_step, 1, 32);
+  r.number("gamma", c.replay.gamma, 0.0, 1.0);
+
+  r.section("learner");
+  r.int_list("hidden", c.learner.hidden, 1, 8, 1, 65536);
+  r.number("lr", c.learner.lr, 0.0, 1.0, true);
+  r.boolean("dueling", c.learner.dueling);
+  r.boolean("double_dqn", c.learner.double_dqn);
+  r.choice("loss", c.learner.loss, {"huber", "mse"});
+  r.number("grad_clip", c.learner.grad_clip, 0.0, 1e6);
+  r.choice("target", c.learner.target, {"hard", "polyak"});
+  r.number("tau", c.learner.tau, 0.0, 1.0, true);
+  r.number("epsilon_start", c.learner.epsilon_start, 0.0, 1.0);
+  r.number("epsilon_final", c.learner.epsilon_final, 0.0, 1.0);
+  r.integer("epsilon_decay_steps", c.learner.epsilon_decay_steps, 1, kBig);
+
+  r.section("pipeline");
+  r.number("replay_ratio", c.pipeline.replay_ratio, 0.0, 1024.0, true);
+  r.integer("learning_starts", c.pipeline.learning_starts, 1, kBig);
+  r.integer("ratio_slack", c.pipeline.ratio_slack, 1, 1'000'000);
+  r.integer("slots", c.pipeline.slots, 1, 64);
+  r.integer("batches", c.pipeline.batches, 1, 64);
+  r.integer("sync_every", c.pipeline.sync_every, 1, 10'000'000);
+
+  r.section("checkpoint");
+  r.integer("every_env_steps", c.checkpoint.every_env_steps, 0, kBig);
+
+  r.section("logging");
+  r.integer("progress_interval_ms", c.logging.progress_interval_ms, 50, 3'600'000);
+  r.boolean("tensorboard", c.logging.tensorboard);
+  r.boolean("jsonl", c.logging.jsonl);
+  r.boolean("timeline", c.logging.timeline);
+  r.choice("level", c.logging.level, {"trace", "debug", "info", "warn", "error"});
+
+  // Relations between keys.
+  r.check(c.pipeline.learning_starts >= c.replay.batch_size,
+          "pipeline.learning_starts = " + std::to_string(c.pipeline.learning_starts) +
+              ": must be >= replay.batch_size (" + std::to_string(c.replay.batch_size) + ")");
+  r.check(c.replay.capacity >= c.pipeline.learning_starts,
+          "replay.capacity = " + std::to_string(c.replay.capacity) + ": must be >= pipeline.learning_starts (" +
+              std::to_string(c.pipeline.learning_starts) + ")");
+  r.check(c.replay.capacity >= c.env.num_envs * c.env.steps_per_slot * c.pipeline.slots,
+          "replay.capacity = " + std::to_string(c.replay.capacity) +
+              ": must hold the slots in flight (env.num_envs * env.steps_per_slot * pipeline.slots = " +
+              std::to_string(c.env.num_envs * c.env.steps_per_slot * c.pipeline.slots) + ")");
+  r.check(c.learner.epsilon_final <= c.learner.epsilon_start,
+          "learner.epsilon_final = " + fmt_num(c.learner.epsilon_final) + ": must be <= learner.epsilon_start (" +
+              fmt_num(c.learner.epsilon_start) + ")");
+}
+
+}  // namespace
+
+PipelineConfig RunConfig::pipeline_config() const {
+  PipelineConfig p;
+  p.total_env_steps = run.total_env_steps;
+  p.learning_starts = pipeline.learning_starts;
+  p.replay_ratio = pipeline.replay_ratio;
+  p.ratio_slack = pipeline.ratio_slack;
+  p.sync_every = pipeline.sync_every;
+  p.checkpoint_every = checkpoint.every_env_steps;
+  return p;
+}
+
+RunConfig parse_run_config(const std::string& text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream s;
+    s << source << ":" << e.source().begin.line << ":" << e.source().begin.column << ": TOML syntax error: "
+      << e.description();
+    throw std::invalid_argument(s.str());
+  }
+  RunConfig c;
+  Reader r(root);
+  read_all(r, c);
+  r.reject_unknown();
+  if (!r.errors().empty()) {
+    std::string msg = source + ": invalid configuration:";
+    for (const auto& e : r.errors()) msg += "\n  " + e;
+    throw std::invalid_argument(msg);
+  }
+  return c;
+}
+
+RunConfig load_run_config(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw std::invalid_argument("cannot read config file " + file.string());
+  std::ostringstream s;
+  s << in.rdbuf();
+  return parse_run_config(s.str(), file.string());
+}
+
+std::string resolved_toml(const RunConfig& c) {
+  RunConfig copy = c;
+  toml::table empty;
+  Reader r(empty);
+  read_all(r, copy);
+  std::ostringstream s;
+  s << "# foxhunt: the resolved configuration of this run (every default filled in)\n" << r.resolved() << "\n";
+  return s.str();
+}
+
+}  // namespace foxhunt::actors

@@ -1,0 +1,266 @@
+#pragma once
+// Fake stages on the FakeDevice: each "kernel" writes or checks generations in a fake device
+// memory, so the tests see whether the protocol ever let a resource be rewritten while queued work
+// still read it, and whether the replay ratio held. Knobs inject failures.
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "actors/stages.hpp"
+#include "tests/actors/fake_device.hpp"
+
+namespace foxhunt::actors::test {
+
+// Everything the fake kernels touch, plus what the tests check afterwards.
+struct FakeMemory {
+  explicit FakeMemory(int slots, int batches) : slot(slots), batch(batches), td(batches) {}
+  std::vector<std::uint64_t> slot, batch, td;  // generation last written
+  std::uint64_t snapshot = 0;                  // version last written
+  std::uint64_t policy[2] = {0, 0};            // version in each policy buffer
+  std::uint64_t params = 0;                    // updates applied (the learner's "weights")
+  std::uint64_t target = 0;                    // version the target network holds
+  std::int64_t inserted = 0;                   // transitions inserted
+
+  std::atomic<int> violations{0};
+  std::mutex mutex;
+  std::vector<std::string> messages;
+  void violation(const std::string& what) {
+    violations.fetch_add(1);
+    std::lock_guard lock(mutex);
+    if (messages.size() < 20) messages.push_back(what);
+  }
+};
+
+struct FakeKnobs {
+  int slots = 3;
+  std::int64_t steps_per_slot = 4;
+  int batches = 2;
+  std::int64_t batch_size = 8;
+  bool sync_writes_learner = false;
+  int throw_on_collect = 0;         // collect() throws on this call (1-based; 0: never)
+  int fault_on_update = 0;          // update() marks the device faulted on this call
+  bool drop_insert_callbacks = false;  // replay's completion callbacks never fire: a stall
+};
+
+class FakeStageBase {
+ public:
+  FakeStageBase(std::shared_ptr<FakeDevice> dev, std::shared_ptr<FakeMemory> mem)
+      : dev_(std::move(dev)), mem_(std::move(mem)), s_(dev_->make_stream()) {}
+
+ protected:
+  void wait_impl(std::uint64_t e) { dev_->wait(s_, e); }
+  void when_done_impl(std::function<void()> fn) {
+    if (!drop_callbacks_) dev_->host_fn(s_, std::move(fn));
+  }
+  void sync_impl() { dev_->synchronize(s_); }
+  std::string health_impl() { return dev_->faulted() ? "fake device fault (sticky)" : ""; }
+  std::shared_ptr<FakeDevice> dev_;
+  std::shared_ptr<FakeMemory> mem_;
+  int s_;
+  bool drop_callbacks_ = false;
+};
+
+#define FOXHUNT_FAKE_STAGE_PLUMBING                                              \
+  void wait(std::uint64_t e) override { wait_impl(e); }                           \
+  void when_done(std::function<void()> fn) override { when_done_impl(std::move(fn)); } \
+  void synchronize() override { sync_impl(); }                                    \
+  std::string health() override { return health_impl(); }
+
+class FakeCollector : public CollectorStage, FakeStageBase {
+ public:
+  FakeCollector(std::shared_ptr<FakeDevice> d, std::shared_ptr<FakeMemory> m, FakeKnobs k)
+      : FakeStageBase(std::move(d), std::move(m)), k_(k) {}
+  FOXHUNT_FAKE_STAGE_PLUMBING
+  int slots() const override { return k_.slots; }
+  std::int64_t steps_per_slot() const override { return k_.steps_per_slot; }
+  LocalDeviceHandle collect(int slot, std::uint64_t gen, std::uint64_t reuse_after) override {
+    if (k_.throw_on_collect > 0 && ++calls_ == k_.throw_on_collect)
+      throw std::runtime_error("fake collector: injected CUDA error");
+    dev_->wait(s_, reuse_after);
+    const int buf = active_;
+    const std::uint64_t expect = version_;
+    auto mem = mem_;
+    dev_->kernel(s_, [mem, slot, gen, buf, expect] {
+      if (mem->policy[buf] != expect)
+        mem->violation("collector read policy buffer " + std::to_string(buf) + " version " +
+                       std::to_string(mem->policy[buf]) + ", expected " + std::to_string(expect));
+      mem->slot[static_cast<std::size_t>(slot)] = gen;
+    });
+    LocalDeviceHandle h;
+    h.event = dev_->record(s_);
+    return h;
+  }
+  std::uint64_t use_policy(const LocalDeviceHandle& p) override {
+    const std::uint64_t released = dev_->record(s_);  // after every queued read of the old buffer
+    dev_->wait(s_, p.event);
+    active_ = p.slot;
+    version_ = p.count;
+    return released;
+  }
+  bool poll_metrics(Scalars& out) override {
+    out = {{"episode_return", 1.0}};
+    return true;
+  }
+
+ private:
+  FakeKnobs k_;
+  int calls_ = 0, active_ = 0;
+  std::uint64_t version_ = 0;
+};
+
+class FakeReplay : public ReplayStage, FakeStageBase {
+ public:
+  FakeReplay(std::shared_ptr<FakeDevice> d, std::shared_ptr<FakeMemory> m, FakeKnobs k)
+      : FakeStageBase(std::move(d), std::move(m)), k_(k) {
+    drop_callbacks_ = k.drop_insert_callbacks;
+  }
+  FOXHUNT_FAKE_STAGE_PLUMBING
+  int batches() const override { return k_.batches; }
+  std::int64_t batch_size() const override { return k_.batch_size; }
+  std::uint64_t insert(const LocalDeviceHandle& h) override {
+    dev_->wait(s_, h.event);
+    auto mem = mem_;
+    const int slot = h.slot;
+    const std::uint64_t gen = h.generation;
+    const std::int64_t n = static_cast<std::int64_t>(h.count);
+    dev_->kernel(s_, [mem, slot, gen, n] {
+      if (mem->slot[static_cast<std::size_t>(slot)] != gen)
+        mem->violation("replay read slot " + std::to_string(slot) + " generation " +
+                       std::to_string(mem->slot[static_cast<std::size_t>(slot)]) + ", expected " + std::to_string(gen));
+      mem->inserted += n;
+    });
+    return dev_->record(s_);
+  }
+  LocalDeviceHandle sample(int b, std::uint64_t gen) override {
+    auto mem = mem_;
+    const std::int64_t need = k_.batch_size;
+    dev_->kernel(s_, [mem, b, gen, need] {
+      if (mem->inserted < need) mem->violation("sampled before a batch was stored");
+      mem->batch[static_cast<std::size_t>(b)] = gen;
+    });
+    LocalDeviceHandle h;
+    h.event = dev_->record(s_);
+    return h;
+  }
+  void update_priorities(int b, const LocalDeviceHandle& td) override {
+    dev_->wait(s_, td.event);
+    auto mem = mem_;
+    const std::uint64_t gen = td.generation;
+    dev_->kernel(s_, [mem, b, gen] {
+      if (mem->td[static_cast<std::size_t>(b)] != gen)
+        mem->violation("priority update read td " + std::to_string(b) + " generation " +
+                       std::to_string(mem->td[static_cast<std::size_t>(b)]) + ", expected " + std::to_string(gen));
+    });
+  }
+
+ private:
+  FakeKnobs k_;
+};
+
+class FakeLearner : public LearnerStage, FakeStageBase {
+ public:
+  FakeLearner(std::shared_ptr<FakeDevice> d, std::shared_ptr<FakeMemory> m, FakeKnobs k)
+      : FakeStageBase(std::move(d), std::move(m)), k_(k) {}
+  FOXHUNT_FAKE_STAGE_PLUMBING
+  LocalDeviceHandle update(const LocalDeviceHandle& batch) override {
+    if (k_.fault_on_update > 0 && ++calls_ == k_.fault_on_update) dev_->fault();
+    dev_->wait(s_, batch.event);
+    auto mem = mem_;
+    const int b = batch.slot;
+    const std::uint64_t gen = batch.generation;
+    const std::uint64_t target_expect = target_version_;
+    const bool check_target = k_.sync_writes_learner;
+    dev_->kernel(s_, [mem, b, gen, target_expect, check_target] {
+      if (mem->batch[static_cast<std::size_t>(b)] != gen)
+        mem->violation("learner read batch " + std::to_string(b) + " generation " +
+                       std::to_string(mem->batch[static_cast<std::size_t>(b)]) + ", expected " + std::to_string(gen));
+      if (check_target && mem->target != target_expect)
+        mem->violation("learner read target version " + std::to_string(mem->target) + ", expected " +
+                       std::to_string(target_expect));
+      mem->td[static_cast<std::size_t>(b)] = gen;
+      ++mem->params;
+    });
+    LocalDeviceHandle td;
+    td.event = dev_->record(s_);
+    return td;
+  }
+  LocalDeviceHandle snapshot(std::uint64_t version, std::uint64_t reuse_after) override {
+    dev_->wait(s_, reuse_after);
+    auto mem = mem_;
+    dev_->kernel(s_, [mem, version] { mem->snapshot = version; });
+    if (k_.sync_writes_learner) target_version_ = version;  // the next update sees this sync's target
+    LocalDeviceHandle h;
+    h.event = dev_->record(s_);
+    return h;
+  }
+  std::function<void(const std::filesystem::path&)> checkpoint_job() override {
+    auto mem = mem_;
+    auto copy = std::make_shared<std::uint64_t>(0);
+    dev_->kernel(s_, [mem, copy] { *copy = mem->params; });
+    auto dev = dev_;
+    const int s = s_;
+    return [dev, s, copy](const std::filesystem::path& dir) {
+      dev->synchronize(s);
+      std::ofstream(dir / "learner.txt") << *copy << "\n";
+    };
+  }
+  bool poll_metrics(Scalars& out) override {
+    out = {{"loss", 0.5}};
+    return true;
+  }
+
+ private:
+  FakeKnobs k_;
+  int calls_ = 0;
+  std::uint64_t target_version_ = 0;
+};
+
+class FakeTargetSync : public TargetSyncStage, FakeStageBase {
+ public:
+  FakeTargetSync(std::shared_ptr<FakeDevice> d, std::shared_ptr<FakeMemory> m, FakeKnobs k)
+      : FakeStageBase(std::move(d), std::move(m)), k_(k) {}
+  FOXHUNT_FAKE_STAGE_PLUMBING
+  LocalDeviceHandle sync(const LocalDeviceHandle& snap, int buffer, std::uint64_t reuse_after) override {
+    dev_->wait(s_, snap.event);
+    dev_->wait(s_, reuse_after);
+    auto mem = mem_;
+    const std::uint64_t version = snap.count;
+    const bool target = k_.sync_writes_learner;
+    dev_->kernel(s_, [mem, version, buffer, target] {
+      if (mem->snapshot != version)
+        mem->violation("target-sync read snapshot version " + std::to_string(mem->snapshot) + ", expected " +
+                       std::to_string(version));
+      mem->policy[buffer] = version;
+      if (target) mem->target = version;
+    });
+    LocalDeviceHandle h;
+    h.event = dev_->record(s_);
+    return h;
+  }
+  bool writes_learner_state() const override { return k_.sync_writes_learner; }
+
+ private:
+  FakeKnobs k_;
+};
+
+#undef FOXHUNT_FAKE_STAGE_PLUMBING
+
+struct FakePipeline {
+  std::shared_ptr<FakeDevice> device;
+  std::shared_ptr<FakeMemory> memory;
+  PipelineStages stages;
+  FakePipeline(std::uint64_t seed, FakeKnobs k, int max_pause_us = 30)
+      : device(std::make_shared<FakeDevice>(seed, max_pause_us)),
+        memory(std::make_shared<FakeMemory>(k.slots, k.batches)) {
+    stages.collector = std::make_shared<FakeCollector>(device, memory, k);
+    stages.replay = std::make_shared<FakeReplay>(device, memory, k);
+    stages.learner = std::make_shared<FakeLearner>(device, memory, k);
+    stages.target_sync = std::make_shared<FakeTargetSync>(device, memory, k);
+  }
+};
+
+}  // namespace foxhunt::actors::test

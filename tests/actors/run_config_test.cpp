@@ -1,0 +1,135 @@
+// `foxhunt train` configuration: a table of malformed configs, each rejected with a message that
+// names the key (and the allowed range or set); good configs round-trip through the resolved TOML.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "actors/run_config.hpp"
+
+using namespace foxhunt::actors;
+
+TEST(RunConfigTest, EmptyConfigGivesDefaults) {
+  RunConfig c = parse_run_config("");
+  EXPECT_EQ(c.env.kind, "cartpole");
+  EXPECT_EQ(c.replay.batch_size, 128);
+  EXPECT_EQ(c.learner.hidden, (std::vector<std::int64_t>{256, 256}));
+}
+
+TEST(RunConfigTest, ReadsValuesAndResolvedTomlRoundTrips) {
+  const char* text = R"(
+[run]
+name = "ou"
+seed = 7
+total_env_steps = 200000
+[env]
+kind = "ou_market"
+num_envs = 256
+kappa = 3
+[replay]
+capacity = 50000
+batch_size = 64
+prioritized = false
+[learner]
+hidden = [64, 32]
+lr = 0.0005
+target = "polyak"
+tau = 0.01
+[pipeline]
+replay_ratio = 0.125
+learning_starts = 2000
+)";
+  RunConfig c = parse_run_config(text);
+  EXPECT_EQ(c.run.name, "ou");
+  EXPECT_EQ(c.run.seed, 7u);
+  EXPECT_EQ(c.env.kind, "ou_market");
+  EXPECT_DOUBLE_EQ(c.env.kappa, 3.0);  // an integer where a number is expected is fine
+  EXPECT_FALSE(c.replay.prioritized);
+  EXPECT_EQ(c.learner.hidden, (std::vector<std::int64_t>{64, 32}));
+  EXPECT_DOUBLE_EQ(c.pipeline.replay_ratio, 0.125);
+  const std::string resolved = resolved_toml(c);
+  RunConfig back = parse_run_config(resolved, "resolved");
+  EXPECT_EQ(resolved_toml(back), resolved);
+  EXPECT_EQ(back.run.seed, 7u);
+  EXPECT_DOUBLE_EQ(back.learner.tau, 0.01);
+  EXPECT_NE(resolved.find("epsilon_decay_steps"), std::string::npos);  // defaults are written out
+  PipelineConfig p = c.pipeline_config();
+  EXPECT_EQ(p.total_env_steps, 200000);
+  EXPECT_EQ(p.learning_starts, 2000);
+}
+
+struct BadConfig {
+  const char* toml;
+  std::vector<const char*> must_mention;
+};
+
+TEST(RunConfigTest, MalformedConfigsAreRejectedNamingTheKey) {
+  const std::vector<BadConfig> table = {
+      {"[run]\nnmae = \"x\"\n", {"run.nmae", "unknown key"}},
+      {"[runn]\nname = \"x\"\n", {"runn", "unknown section"}},
+      {"seed = 3\n", {"seed", "unknown"}},
+      {"[run]\ntotal_env_steps = 0\n", {"run.total_env_steps", "[1, "}},
+      {"[run]\ntotal_env_steps = \"many\"\n", {"run.total_env_steps", "integer"}},
+      {"[run]\nseed = -1\n", {"run.seed"}},
+      {"[run]\nname = \"\"\n", {"run.name", "non-empty"}},
+      {"[run]\ndeterministic = 1\n", {"run.deterministic", "true or false"}},
+      {"[env]\nkind = \"pong\"\n", {"env.kind", "cartpole | ou_market"}},
+      {"[env]\nnum_envs = 0\n", {"env.num_envs", "[1, 16777216]"}},
+      {"[env]\nsigma = 0\n", {"env.sigma", "(0, 10]"}},
+      {"[env]\nsigma = nan\n", {"env.sigma"}},
+      {"[replay]\nalpha = -1\n", {"replay.alpha", "[0, 10]"}},
+      {"[replay]\nbeta = 1.5\n", {"replay.beta", "[0, 1]"}},
+      {"[replay]\ngamma = 1.01\n", {"replay.gamma", "[0, 1]"}},
+      {"[replay]\nn_step = 0\n", {"replay.n_step", "[1, 32]"}},
+      {"[replay]\ncapacity = 10\n", {"replay.capacity", "pipeline.learning_starts"}},
+      {"[learner]\nhidden = []\n", {"learner.hidden", "list of 1 to 8"}},
+      {"[learner]\nhidden = [64, -1]\n", {"learner.hidden"}},
+      {"[learner]\nhidden = 64\n", {"learner.hidden"}},
+      {"[learner]\nlr = 0\n", {"learner.lr", "(0, 1]"}},
+      {"[learner]\nloss = \"l1\"\n", {"learner.loss", "huber | mse"}},
+      {"[learner]\nepsilon_start = 0.1\nepsilon_final = 0.5\n", {"learner.epsilon_final", "learner.epsilon_start"}},
+      {"[pipeline]\nreplay_ratio = 0\n", {"pipeline.replay_ratio", "(0, 1024]"}},
+      {"[pipeline]\nlearning_starts = 10\n", {"pipeline.learning_starts", "replay.batch_size"}},
+      {"[pipeline]\nslots = 0\n", {"pipeline.slots", "[1, 64]"}},
+      {"[pipeline]\nsync_every = 0\n", {"pipeline.sync_every"}},
+      {"[checkpoint]\nevery_env_steps = -5\n", {"checkpoint.every_env_steps"}},
+      {"[logging]\nlevel = \"loud\"\n", {"logging.level", "trace | debug | info | warn | error"}},
+      {"[logging]\nprogress_interval_ms = 1\n", {"logging.progress_interval_ms", "[50, "}},
+      {"run = 5\n", {"run", "must be a table"}},
+      {"[run\nname = 1\n", {"TOML syntax error", "cfg.toml:1"}},
+  };
+  for (const auto& bad : table) {
+    SCOPED_TRACE(bad.toml);
+    try {
+      parse_run_config(bad.toml, "cfg.toml");
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string msg = e.what();
+      for (const char* m : bad.must_mention) EXPECT_NE(msg.find(m), std::string::npos) << "message: " << msg;
+    }
+  }
+}
+
+TEST(RunConfigTest, ReportsEveryProblemAtOnce) {
+  try {
+    parse_run_config("[replay]\nalpha = -1\nbeta = 2\n[learner]\nlr = -3\nfoo = 1\n", "x.toml");
+    FAIL() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    for (const char* k : {"replay.alpha", "replay.beta", "learner.lr", "learner.foo"})
+      EXPECT_NE(msg.find(k), std::string::npos) << msg;
+  }
+}
+
+TEST(RunConfigTest, ShippedConfigsAreValid) {
+  const auto dir = std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "configs";
+  ASSERT_TRUE(std::filesystem::is_directory(dir)) << dir;
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    // pipeline_*.toml are `foxhunt train` configs; other files there belong to other schemas
+    if (e.path().extension() != ".toml" || e.path().filename().string().rfind("pipeline_", 0) != 0) continue;
+    SCOPED_TRACE(e.path().string());
+    EXPECT_NO_THROW(load_run_config(e.path()));
+    ++n;
+  }
+  EXPECT_GE(n, 2);
+}
