@@ -135,7 +135,9 @@ class SoftmaxTest : public test::GpuTest {
       const float xm = x[i];
       x[i] = x0;
       const double fd = (lp - lm) / (static_cast<double>(xp) - xm);
-      EXPECT_NEAR(fd, dx[i], 1e-2 * (std::abs(dx[i]) + 0.1 * rms) + 1e-7) << "element " << i;
+      // 3e-2: with h = 0.05 the central difference's own h^2 term reaches ~2% on softmax's
+      // curvature (seen on an H200: 1.9% at 1e5 columns); the analytic check above is the tight one.
+      EXPECT_NEAR(fd, dx[i], 3e-2 * (std::abs(dx[i]) + 0.1 * rms) + 1e-7) << "element " << i;
     }
   }
 };
