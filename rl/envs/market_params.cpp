@@ -66,7 +66,7 @@ MarketParams make_market_params(const MarketConfig& c, const OhlcvData* replay, 
       const double mean = s / m;
       double vol = std::sqrt(std::max(s2 / m - mean * mean, 0.0));
       if (!(vol > 0)) vol = 1e-4;  // a constant series: keep the scale finite
-      p.step_vol[a] = static_cast<float>(vol);
+      p.step_vol[a] = vol;
       p.ret_scale[a] = static_cast<float>(1.0 / vol);
       p.log_initial_price[a] = std::log(close[0]);
       p.decay[a] = 1.0f;
@@ -98,7 +98,7 @@ MarketParams make_market_params(const MarketConfig& c, const OhlcvData* replay, 
     for (int a = 0; a < A; ++a) {
       const int k = r * kMaxAssets + a;
       const double sigma = c.sigma[r * A + a];
-      p.step_vol[k] = static_cast<float>(sigma * std::sqrt(c.dt));
+      p.step_vol[k] = sigma * std::sqrt(c.dt);
       if (c.process == PriceProcess::gbm) {
         p.mean[k] = 0.0;
         p.decay[k] = 1.0f;

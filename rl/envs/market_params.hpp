@@ -19,15 +19,18 @@ struct MarketParams {
   double fee_rate, half_spread, slippage, inv_liquidity, position_limit, leverage_cap, borrow_per_step;
   double sharpe_eta, drawdown_penalty, turnover_penalty, annualize;
   double levels[kMaxLevels];
-  // Log-price step: x' = mean + (x - mean) * decay + drift + noise * z (+ jumps).
+  // Log-price step: x' = mean + (x - mean) * decay + drift + noise * z (+ jumps). The price law
+  // may use f32 coefficients (it only generates prices); everything the accounting reads is double.
   // GBM: mean 0, decay 1, drift (mu - sigma^2/2 - lambda k) dt, noise sigma sqrt(dt).
   // OU:  mean log(S0) + theta, decay e^{-kappa dt}, drift 0, noise sigma sqrt((1 - decay^2)/(2 kappa)).
   double mean[kMaxRegimes * kMaxAssets];
   double drift[kMaxRegimes * kMaxAssets];
+  // sigma sqrt(dt): the slippage scale (replay: regime 0 = the history's). Double because it
+  // enters the execution price and so the cash: the accounting path has no f32 in it.
+  double step_vol[kMaxRegimes * kMaxAssets];
   float decay[kMaxRegimes * kMaxAssets];
   float noise[kMaxRegimes * kMaxAssets];
   float stationary_sd[kMaxRegimes * kMaxAssets];  // OU: sigma / sqrt(2 kappa); GBM: 0
-  float step_vol[kMaxRegimes * kMaxAssets];       // sigma sqrt(dt): slippage scale (replay: regime 0 = history)
   float chol[kMaxAssets * kMaxAssets];            // lower-triangular Cholesky factor, row-major
   float transition_cdf[kMaxRegimes * kMaxRegimes];  // row-wise cumulative, last entry of a row exactly 1
   float stationary_cdf[kMaxRegimes];
