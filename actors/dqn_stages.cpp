@@ -79,6 +79,15 @@ void DqnCollectorStage::load_policy(const float* params, std::int64_t floats) {
   lane_.synchronize();
 }
 
+void DqnCollectorStage::resume_at(std::int64_t env_steps) {
+  FH_EXPECT(env_steps >= 0, "DqnCollectorStage::resume_at: env_steps must be >= 0");
+  lane_.make_current();
+  if (env_steps > 0) policy_->after_env_step(env_steps);  // one schedule step of the whole count
+  steps_ = env_steps;
+  next_stats_ = (env_steps / stats_every_ + 1) * stats_every_;
+  lane_.synchronize();
+}
+
 LocalDeviceHandle DqnCollectorStage::collect(int slot, std::uint64_t generation, std::uint64_t reuse_after) {
   FH_EXPECT(slot >= 0 && slot < slots(), "DqnCollectorStage::collect: slot out of range");
   lane_.make_current();

@@ -58,6 +58,9 @@ class DqnCollectorStage final : public CollectorStage {
 
   // Setup only (synchronizes): the acting network's weights from `params` (the learner's arena).
   void load_policy(const float* params, std::int64_t floats);
+  // Setup only (synchronizes): continue the epsilon schedule and the statistics windows from a
+  // resumed run's env-step count. (The exploration RNG and the envs start afresh: not bit-exact.)
+  void resume_at(std::int64_t env_steps);
   rl::DqnLearner& acting() noexcept { return *policy_; }
   // The latest exported window of episode statistics (tests read it after the run).
   const gpu::ExitSlot<rl::EpisodeStats>& episode_stats() const noexcept { return stats_exit_; }

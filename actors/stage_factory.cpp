@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "actors/checkpoint_store.hpp"
 #include "actors/dqn_stages.hpp"
 #include "actors/gpu_replay_stage.hpp"
 #include "gpu/check.hpp"
@@ -95,6 +96,7 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   auto collector = std::make_shared<DqnCollectorStage>(std::move(env), lc, layout, config.pipeline.slots,
                                                        config.run.seed, stats_every, device);
   const std::int64_t floats = learner->learner().online_arena().padded_count();
+  if (resume) collector->resume_at(CheckpointStore::read_counters(*resume).env_steps);
   collector->load_policy(learner->learner().online_arena().params(), floats);
   auto sync = std::make_shared<PolicyPublishStage>(learner->learner().online_arena().params(), floats, device);
 
