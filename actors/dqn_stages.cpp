@@ -140,7 +140,7 @@ LocalDeviceHandle DqnCollectorStage::collect(int slot, std::uint64_t generation,
   h.slot = slot;
   h.generation = generation;
   h.event = event_id(done.get());
-  h.count = static_cast<std::uint64_t>(layout_.steps);
+  h.count = static_cast<std::uint64_t>(steps_per_slot());
   return h;
 }
 

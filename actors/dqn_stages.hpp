@@ -52,7 +52,8 @@ class DqnCollectorStage final : public CollectorStage {
   bool poll_metrics(Scalars& out) override;
 
   int slots() const override { return static_cast<int>(slots_.size()); }
-  std::int64_t steps_per_slot() const override { return layout_.steps; }
+  // Transitions per slot: (steps, num_envs).
+  std::int64_t steps_per_slot() const override { return layout_.steps * layout_.envs; }
   LocalDeviceHandle collect(int slot, std::uint64_t generation, std::uint64_t reuse_after) override;
   std::uint64_t use_policy(const LocalDeviceHandle& policy) override;
 
