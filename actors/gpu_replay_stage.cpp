@@ -25,7 +25,9 @@ std::uint64_t GpuReplayStage::insert(const LocalDeviceHandle& slot) {
   FH_EXPECT(slot.bytes == 0 || slot.bytes >= slot_layout_.bytes, "transition slot smaller than its layout");
   lane_.make_current();
   lane_.wait(slot.event);
+  const int token = lane_.begin("insert");
   buffer_->insert(producer_, slot_layout_.view(slot.as<const void>()), lane_.stream());
+  lane_.end(token);
   const gpu::Event& done = insert_done_[static_cast<std::size_t>(slot.slot)];
   done.record(lane_.stream());
   return event_id(done.get());
@@ -34,7 +36,9 @@ std::uint64_t GpuReplayStage::insert(const LocalDeviceHandle& slot) {
 LocalDeviceHandle GpuReplayStage::sample(int b, std::uint64_t generation) {
   lane_.make_current();
   rl::SampledBatchView v = batches_.at(static_cast<std::size_t>(b)).view();
+  const int token = lane_.begin("sample");
   buffer_->sample(v, lane_.stream());
+  lane_.end(token);
   const gpu::Event& ready = batch_ready_[static_cast<std::size_t>(b)];
   ready.record(lane_.stream());
   LocalDeviceHandle h;

@@ -1,17 +1,111 @@
 #include "actors/stage_factory.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <memory>
 #include <stdexcept>
+#include <string>
+
+#include "actors/checkpoint_store.hpp"
+#include "actors/dqn_stages.hpp"
+#include "actors/gpu_replay_stage.hpp"
+#include "gpu/check.hpp"
+#include "gpu/device.hpp"
+#include "rl/envs/cartpole.hpp"
 
 namespace foxhunt::actors {
 
-PipelineStages make_stages(const RunConfig& config, const std::optional<std::filesystem::path>& resume) {
-  (void)resume;
-  // The collector (rl/envs, issue 3) and learner/target-sync (models/ + rl/dqn, issue 5) stages
-  // are wired here once those components are on main; the runtime, its protocol and the CLI
-  // around it do not depend on them.
-  throw std::runtime_error("env.kind = \"" + config.env.kind +
-                           "\": the GPU stages for this run (vectorized environments, issue 3; DQN learner, "
-                           "issue 5) are not on this branch yet, so `foxhunt train` cannot build its pipeline");
+rl::DqnLearnerConfig dqn_learner_config(const RunConfig& c, std::int64_t obs_dim, std::int64_t branches,
+                                        std::int64_t actions) {
+  rl::DqnLearnerConfig lc;
+  lc.net.obs_dim = obs_dim;
+  lc.net.hidden = c.learner.hidden;
+  lc.net.branches = branches;
+  lc.net.actions = actions;
+  lc.net.dueling = c.learner.dueling;
+  lc.batch = c.replay.batch_size;
+  lc.double_q = c.learner.double_dqn;
+  lc.loss = c.learner.loss == "mse" ? rl::TdLoss::mse : rl::TdLoss::huber;
+  lc.schedule.epsilon_start = static_cast<float>(c.learner.epsilon_start);
+  lc.schedule.epsilon_end = static_cast<float>(c.learner.epsilon_final);
+  lc.schedule.epsilon_steps = c.learner.epsilon_decay_steps;
+  lc.schedule.beta_start = static_cast<float>(c.replay.beta);
+  lc.schedule.beta_end = static_cast<float>(c.replay.beta_final);
+  lc.schedule.beta_updates = expected_updates(c);
+  lc.schedule.lr_start = lc.schedule.lr_end = static_cast<float>(c.learner.lr);
+  lc.max_grad_norm = static_cast<float>(c.learner.grad_clip);
+  // The target network lives in the learner: a hard copy every sync_every applied updates (the
+  // same period the policy is published with), or Polyak averaging after every update.
+  const bool hard = c.learner.target == "hard";
+  lc.tau = hard ? 1.f : static_cast<float>(c.learner.tau);
+  lc.target_period = hard ? c.pipeline.sync_every : 1;
+  lc.seed = c.run.seed;
+  lc.act_rows = c.env.num_envs;
+  return lc;
+}
+
+std::int64_t expected_updates(const RunConfig& c) {
+  const double u = c.pipeline.replay_ratio *
+                   static_cast<double>(std::max<std::int64_t>(0, c.run.total_env_steps - c.pipeline.learning_starts));
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(u)));
+}
+
+rl::ReplayConfig dqn_replay_config(const RunConfig& c, std::int64_t obs_dim, std::int64_t branches) {
+  rl::ReplayConfig rc;
+  rc.capacity = c.replay.capacity;
+  rc.layout.obs_dim = obs_dim;
+  rc.layout.obs_dtype = gpu::DType::f32;
+  rc.layout.action_kind = branches > 1 ? rl::ActionKind::multi_discrete : rl::ActionKind::discrete;
+  rc.layout.action_dim = branches;
+  rc.mode = c.replay.prioritized ? rl::SamplingMode::prioritized : rl::SamplingMode::uniform;
+  rc.batch_size = c.replay.batch_size;
+  rc.n_step = static_cast<int>(c.replay.n_step);
+  rc.gamma = static_cast<float>(c.replay.gamma);
+  rc.alpha = static_cast<float>(c.replay.alpha);
+  rc.beta = static_cast<float>(c.replay.beta);
+  rc.beta_final = static_cast<float>(c.replay.beta_final);
+  rc.beta_anneal_steps = expected_updates(c);
+  rc.seed = c.run.seed;
+  return rc;
+}
+
+PipelineStages make_stages(const RunConfig& config, const std::optional<std::filesystem::path>& resume,
+                           const StageOptions& options) {
+  if (config.env.kind != "cartpole")
+    throw std::runtime_error("env.kind = \"" + config.env.kind +
+                             "\": actors/stage_factory.cpp builds only the CartPole-v1 collector so far; the "
+                             "market collector (rl::MarketEnv from the [env] OU parameters) is not wired yet");
+  std::string why;
+  if (gpu::device_count(&why) < 1)
+    throw std::runtime_error("foxhunt train needs a CUDA device: " + (why.empty() ? std::string("none found") : why));
+  const int device = config.run.device;
+  FH_CHECK(cudaSetDevice(device));
+
+  auto env = std::make_unique<rl::CartPoleEnv>(config.env.num_envs);
+  const std::int64_t obs_dim = env->obs_dim();
+  const rl::ActionSpace space = env->action_space();
+  const rl::DqnLearnerConfig lc = dqn_learner_config(config, obs_dim, space.branches, space.choices);
+  rl::validate(lc);
+  const rl::ReplayConfig rc = dqn_replay_config(config, obs_dim, space.branches);
+  const TransitionSlotLayout layout = TransitionSlotLayout::make(config.env.steps_per_slot, config.env.num_envs, rc.layout);
+
+  auto replay = std::make_shared<GpuReplayStage>(rc, layout, config.pipeline.slots, config.pipeline.batches, device);
+  auto learner = std::make_shared<DqnLearnerStage>(lc, *replay, options.metrics_every, resume, device);
+  learner->synchronize();
+  const std::int64_t stats_every = std::max(options.stats_every, config.env.num_envs * config.env.steps_per_slot);
+  auto collector = std::make_shared<DqnCollectorStage>(std::move(env), lc, layout, config.pipeline.slots,
+                                                       config.run.seed, stats_every, device);
+  const std::int64_t floats = learner->learner().online_arena().padded_count();
+  if (resume) collector->resume_at(CheckpointStore::read_counters(*resume).env_steps);
+  collector->load_policy(learner->learner().online_arena().params(), floats);
+  auto sync = std::make_shared<PolicyPublishStage>(learner->learner().online_arena().params(), floats, device);
+
+  PipelineStages stages;
+  stages.collector = collector;
+  stages.replay = replay;
+  stages.learner = learner;
+  stages.target_sync = sync;
+  return stages;
 }
 
 }  // namespace foxhunt::actors

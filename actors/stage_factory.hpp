@@ -7,11 +7,26 @@
 
 #include "actors/pipeline_actors.hpp"
 #include "actors/run_config.hpp"
+#include "rl/dqn/learner.hpp"
+#include "rl/replay/config.hpp"
 
 namespace foxhunt::actors {
 
+// The DQN pieces of a run config, for an environment of obs_dim observations and `branches` x
+// `actions` discrete actions (also used by tests that build a synchronous reference).
+rl::DqnLearnerConfig dqn_learner_config(const RunConfig& c, std::int64_t obs_dim, std::int64_t branches,
+                                        std::int64_t actions);
+rl::ReplayConfig dqn_replay_config(const RunConfig& c, std::int64_t obs_dim, std::int64_t branches);
+// ceil(replay_ratio * (total_env_steps - learning_starts)), at least 1: the beta anneal length.
+std::int64_t expected_updates(const RunConfig& c);
+
 // Throws std::runtime_error naming what is missing when a configured stage cannot be built
-// (e.g. a component not yet on this branch, or no CUDA device).
-PipelineStages make_stages(const RunConfig& config, const std::optional<std::filesystem::path>& resume);
+// (e.g. an environment kind not wired yet, or no CUDA device).
+struct StageOptions {
+  std::int64_t stats_every = 10'000;  // env steps per window of episode statistics (cleared after each)
+  std::int64_t metrics_every = 100;   // updates between learner metrics publications
+};
+PipelineStages make_stages(const RunConfig& config, const std::optional<std::filesystem::path>& resume,
+                           const StageOptions& options = {});
 
 }  // namespace foxhunt::actors

@@ -14,6 +14,8 @@
 #include <optional>
 #include <string>
 
+#include "actors/dqn_stages.hpp"
+#include "actors/gpu_replay_stage.hpp"
 #include "actors/metrics_log.hpp"
 #include "actors/pipeline.hpp"
 #include "actors/run_config.hpp"
@@ -154,7 +156,22 @@ int train(const TrainArgs& a) {
   hooks.progress_interval = std::chrono::milliseconds(cfg.logging.progress_interval_ms);
   hooks.stop_signal = &install_stop_signals();
   hooks.on_progress = [&reporter](const ProgressSnapshot& s) { reporter(s); };
+  if (cfg.logging.timeline) {
+    // Busy intervals of the first ~20k pieces of work (the cap bounds the timing events).
+    auto timeline = std::make_shared<StreamTimeline>(20'000);
+    if (auto c = std::dynamic_pointer_cast<DqnCollectorStage>(stages.collector)) {
+      timeline->start(c->stream());
+      c->set_timeline(timeline.get());
+      if (auto l = std::dynamic_pointer_cast<DqnLearnerStage>(stages.learner)) l->set_timeline(timeline.get());
+      if (auto t = std::dynamic_pointer_cast<PolicyPublishStage>(stages.target_sync)) t->set_timeline(timeline.get());
+      if (auto rp = std::dynamic_pointer_cast<GpuReplayStage>(stages.replay)) rp->set_timeline(timeline.get());
+      hooks.timeline = timeline;
+      hooks.timeline_file = run_dir / "timeline.json";
+    }
+  }
   RunResult r = run_pipeline(pcfg, stages, hooks);
+  if (r.overlap >= 0) spdlog::info("timeline {}: overlap (>= 2 streams busy) {:.1f}% of the span",
+                                   (run_dir / "timeline.json").string(), 100.0 * r.overlap);
   reporter.finish_line();
 
   spdlog::info("run {}: {} ({} env steps, {} updates)", kind_name(r.outcome.kind), r.outcome.reason,

@@ -154,7 +154,12 @@ void DqnLearner::update(const DqnBatch& batch) { record_update(batch, lane_.stre
 
 void DqnLearner::capture(const DqnBatch& batch, const std::function<void(cudaStream_t)>& before,
                          const std::function<void(cudaStream_t)>& after) {
-  graph_.capture(lane_.stream, [&](cudaStream_t cs) {
+  capture(graph_, batch, before, after);
+}
+
+void DqnLearner::capture(gpu::CudaGraph& graph, const DqnBatch& batch, const std::function<void(cudaStream_t)>& before,
+                         const std::function<void(cudaStream_t)>& after) {
+  graph.capture(lane_.stream, [&](cudaStream_t cs) {
     if (before) before(cs);
     record_update(batch, cs);
     if (after) after(cs);
@@ -211,6 +216,25 @@ void DqnLearner::load(const std::filesystem::path& stem) {
   target_arena_.load(stem.string() + ".target.safetensors", s);
   state_.upload(std::span<const DqnState>(&host, 1), s);
   FH_CHECK(cudaStreamSynchronize(s));
+}
+
+void DqnLearner::copy_state_to(DqnLearner& dst, cudaStream_t stream) {
+  FH_EXPECT(&dst != this, "DqnLearner::copy_state_to: dst must be another learner");
+  FH_EXPECT(dst.online_arena_.padded_count() == online_arena_.padded_count() &&
+                dst.target_arena_.padded_count() == target_arena_.padded_count(),
+            "DqnLearner::copy_state_to: dst must be built from the same network spec");
+  const auto bytes = [](const gpu::ParameterArena& a) {
+    return static_cast<std::size_t>(a.padded_count()) * sizeof(float);
+  };
+  const std::size_t ob = bytes(online_arena_), tb = bytes(target_arena_);
+  if (ob > 0) {
+    FH_CHECK(cudaMemcpyAsync(dst.online_arena_.params(), online_arena_.params(), ob, cudaMemcpyDeviceToDevice, stream));
+    FH_CHECK(cudaMemcpyAsync(dst.online_arena_.adam_m(), online_arena_.adam_m(), ob, cudaMemcpyDeviceToDevice, stream));
+    FH_CHECK(cudaMemcpyAsync(dst.online_arena_.adam_v(), online_arena_.adam_v(), ob, cudaMemcpyDeviceToDevice, stream));
+  }
+  if (tb > 0)
+    FH_CHECK(cudaMemcpyAsync(dst.target_arena_.params(), target_arena_.params(), tb, cudaMemcpyDeviceToDevice, stream));
+  FH_CHECK(cudaMemcpyAsync(dst.state_.data(), state_.data(), sizeof(DqnState), cudaMemcpyDeviceToDevice, stream));
 }
 
 }  // namespace foxhunt::rl

@@ -64,6 +64,10 @@ class DqnLearner {
                const std::function<void(cudaStream_t)>& after = {});
   void replay();
   bool captured() const { return graph_.captured(); }
+  // The same capture into a caller-owned graph: one graph per batch buffer when several sampled
+  // batches are in flight (actors/). Replay it on stream() with graph.replay(stream()).
+  void capture(gpu::CudaGraph& graph, const DqnBatch& batch, const std::function<void(cudaStream_t)>& before = {},
+               const std::function<void(cudaStream_t)>& after = {});
 
   // Acting: Q of obs (rows, obs_dim) with the online network (noisy nets: fresh noise for this
   // environment step, keyed by the state's act_noise_counter; eval uses mu only), then per branch
@@ -93,6 +97,10 @@ class DqnLearner {
   // "<stem>.online.safetensors", "<stem>.target.safetensors", "<stem>.state.bin". Synchronizes.
   void save(const std::filesystem::path& stem);
   void load(const std::filesystem::path& stem);
+  // Enqueues on `stream` device-to-device copies of everything save() writes (online weights and
+  // Adam moments, target weights, the state) into `dst`, a learner built from the same config:
+  // a consistent snapshot that dst.save() can write later while this learner keeps training.
+  void copy_state_to(DqnLearner& dst, cudaStream_t stream);
 
  private:
   void record_update(const DqnBatch& batch, cudaStream_t stream);

@@ -4,8 +4,9 @@
 
 namespace foxhunt::rl {
 
-DqnBatch dqn_batch_view(SampledBatch& out) {
-  const SampledBatchView v = out.view();
+DqnBatch dqn_batch_view(SampledBatch& out) { return dqn_batch_view(out.view()); }
+
+DqnBatch dqn_batch_view(const SampledBatchView& v) {
   return DqnBatch{v.obs, static_cast<const std::int32_t*>(v.actions), v.returns, v.discounts, v.next_obs, v.weights,
                   v.indices, v.batch};
 }

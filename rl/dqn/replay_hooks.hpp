@@ -13,6 +13,7 @@ namespace foxhunt::rl {
 
 // The learner's view of a sampled batch (actions are int32: discrete or multi_discrete layouts).
 DqnBatch dqn_batch_view(SampledBatch& out);
+DqnBatch dqn_batch_view(const SampledBatchView& v);
 
 // Registers a producer of num_envs environments with `rb`; the hooks keep references to rb and
 // out (both must outlive them). The replay layout must hold f32 observations of the env's width

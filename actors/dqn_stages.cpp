@@ -1,0 +1,306 @@
+#include "actors/dqn_stages.hpp"
+
+#include <string>
+#include <utility>
+
+#include "gpu/check.hpp"
+#include "rl/dqn/replay_hooks.hpp"
+#include "rl/dqn/state.hpp"
+#include "rl/dqn/trainer.hpp"
+
+namespace foxhunt::actors {
+namespace {
+
+// The stage's stream with the context's cuBLASLt handle and workspace: the context's own stream
+// stays unused, so the workspace is this stage's alone.
+gpu::BlasLane blas_on(const gpu::DeviceContext& ctx, cudaStream_t stream) {
+  gpu::BlasLane b = ctx.blas(0);
+  b.stream = stream;
+  return b;
+}
+
+LocalDeviceHandle f32_handle(int device, const float* p, std::int64_t n, int slot, std::uint64_t event) {
+  LocalDeviceHandle h;
+  h.device = device;
+  h.ptr = LocalDeviceHandle::address(p);
+  h.bytes = static_cast<std::uint64_t>(n) * sizeof(float);
+  h.dtype = static_cast<std::uint8_t>(gpu::DType::f32);
+  h.rank = 1;
+  h.dims = {n, 0, 0, 0};
+  h.slot = slot;
+  h.event = event;
+  return h;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------- collector
+DqnCollectorStage::DqnCollectorStage(std::unique_ptr<rl::VecEnv> env, const rl::DqnLearnerConfig& acting,
+                                     const TransitionSlotLayout& layout, int slots, std::uint64_t seed,
+                                     std::int64_t stats_every, int device)
+    : lane_(device), env_(std::move(env)), layout_(layout), stats_every_(stats_every), next_stats_(stats_every),
+      schedule_(acting.schedule) {
+  FH_EXPECT(env_ != nullptr, "DqnCollectorStage: env must not be null");
+  FH_EXPECT(slots >= 1, "pipeline.slots must be >= 1, got " + std::to_string(slots));
+  FH_EXPECT(stats_every >= 1, "DqnCollectorStage: stats_every must be >= 1");
+  const std::int64_t N = env_->num_envs(), O = env_->obs_dim();
+  const rl::ActionSpace space = env_->action_space();
+  FH_EXPECT(space.kind == rl::ActionSpace::Kind::discrete, "DqnCollectorStage: the environment's actions must be discrete");
+  FH_EXPECT(layout.envs == N && layout.layout.obs_dim == O && layout.layout.obs_dtype == gpu::DType::f32 &&
+                layout.layout.action_dim == space.branches && layout.layout.action_kind != rl::ActionKind::continuous,
+            "DqnCollectorStage: the slot layout must hold (steps, num_envs) f32 observations of the env's width and "
+            "int32 actions, one per branch");
+  FH_EXPECT(acting.net.obs_dim == O && acting.net.branches == space.branches && acting.net.actions == space.choices,
+            "DqnCollectorStage: the network's obs_dim/branches/actions must match the environment");
+  FH_EXPECT(acting.act_rows >= N, "DqnCollectorStage: learner act_rows must be >= env.num_envs");
+  lane_.make_current();
+  const cudaStream_t s = lane_.stream();
+  blas_ = std::make_unique<gpu::DeviceContext>(device, 1);
+  policy_ = std::make_unique<rl::DqnLearner>(acting, blas_on(*blas_, s));
+  for (int i = 0; i < slots; ++i) {
+    slots_.emplace_back(layout_.bytes);
+    FH_CHECK(cudaMemsetAsync(slots_.back().data(), 0, layout_.bytes, s));
+  }
+  filled_.resize(static_cast<std::size_t>(slots));
+  const auto NO = static_cast<std::size_t>(N * O);
+  obs_ = gpu::DeviceBuffer<float>(NO);
+  next_obs_ = gpu::DeviceBuffer<float>(NO);
+  final_obs_ = gpu::DeviceBuffer<float>(NO);
+  final_obs_.zero(s);
+  env_->reset(obs_.data(), gpu::DType::f32, seed, s);
+  lane_.synchronize();  // setup done before the first actor call
+}
+
+void DqnCollectorStage::load_policy(const float* params, std::int64_t floats) {
+  FH_EXPECT(floats == policy_->online_arena().padded_count(), "DqnCollectorStage::load_policy: size mismatch");
+  lane_.make_current();
+  FH_CHECK(cudaMemcpyAsync(policy_->online_arena().params(), params, static_cast<std::size_t>(floats) * sizeof(float),
+                           cudaMemcpyDeviceToDevice, lane_.stream()));
+  lane_.synchronize();
+}
+
+void DqnCollectorStage::resume_at(std::int64_t env_steps) {
+  FH_EXPECT(env_steps >= 0, "DqnCollectorStage::resume_at: env_steps must be >= 0");
+  lane_.make_current();
+  if (env_steps > 0) policy_->after_env_step(env_steps);  // one schedule step of the whole count
+  steps_ = env_steps;
+  next_stats_ = (env_steps / stats_every_ + 1) * stats_every_;
+  lane_.synchronize();
+}
+
+LocalDeviceHandle DqnCollectorStage::collect(int slot, std::uint64_t generation, std::uint64_t reuse_after) {
+  FH_EXPECT(slot >= 0 && slot < slots(), "DqnCollectorStage::collect: slot out of range");
+  lane_.make_current();
+  lane_.wait(reuse_after);
+  const cudaStream_t s = lane_.stream();
+  const int token = lane_.begin("collect");
+  const std::int64_t N = layout_.envs, O = env_->obs_dim(), D = layout_.layout.action_dim;
+  std::byte* base = slots_[static_cast<std::size_t>(slot)].data();
+  for (std::int64_t t = 0; t < layout_.steps; ++t) {
+    auto* obs_t = reinterpret_cast<float*>(base + layout_.obs) + t * N * O;
+    auto* next_t = reinterpret_cast<float*>(base + layout_.next_obs) + t * N * O;
+    auto* actions_t = reinterpret_cast<std::int32_t*>(base + layout_.actions) + t * N * D;
+    auto* reward_t = reinterpret_cast<float*>(base + layout_.rewards) + t * N;
+    auto* term_t = reinterpret_cast<std::uint8_t*>(base + layout_.terminated) + t * N;
+    auto* trunc_t = reinterpret_cast<std::uint8_t*>(base + layout_.truncated) + t * N;
+    FH_CHECK(cudaMemcpyAsync(obs_t, obs_.data(), static_cast<std::size_t>(N * O) * sizeof(float),
+                             cudaMemcpyDeviceToDevice, s));
+    policy_->act(actions_t, obs_.data(), N, false);
+    rl::StepOutputs out;
+    out.obs = next_obs_.data();
+    out.reward = reward_t;
+    out.terminated = term_t;
+    out.truncated = trunc_t;
+    out.final_obs = final_obs_.data();
+    out.obs_dtype = gpu::DType::f32;
+    rl::ActionInput in;
+    in.discrete = actions_t;
+    env_->step(out, in, 1, s);
+    // Truncated episodes bootstrap from their last observation, not the reset one.
+    rl::select_bootstrap_obs(next_t, next_obs_.data(), final_obs_.data(), term_t, trunc_t, N, O, s);
+    std::swap(obs_, next_obs_);
+    policy_->after_env_step(N);
+  }
+  steps_ += layout_.steps * N;
+  if (steps_ >= next_stats_ && !stats_pending_) {
+    env_->export_stats(stats_exit_, true, s);  // the window since the last export
+    stats_pending_ = true;
+    while (next_stats_ <= steps_) next_stats_ += stats_every_;
+  }
+  lane_.end(token);
+  const gpu::Event& done = filled_[static_cast<std::size_t>(slot)];
+  done.record(s);
+  LocalDeviceHandle h;
+  h.device = lane_.device();
+  h.ptr = LocalDeviceHandle::address(base);
+  h.bytes = layout_.bytes;
+  h.dtype = static_cast<std::uint8_t>(gpu::DType::u8);
+  h.rank = 1;
+  h.dims = {static_cast<std::int64_t>(layout_.bytes), 0, 0, 0};
+  h.slot = slot;
+  h.generation = generation;
+  h.event = event_id(done.get());
+  h.count = static_cast<std::uint64_t>(steps_per_slot());
+  return h;
+}
+
+std::uint64_t DqnCollectorStage::use_policy(const LocalDeviceHandle& policy) {
+  FH_EXPECT(policy.slot == 0 || policy.slot == 1, "DqnCollectorStage::use_policy: policy buffer must be 0 or 1");
+  const std::int64_t floats = policy_->online_arena().padded_count();
+  FH_EXPECT(policy.bytes == static_cast<std::uint64_t>(floats) * sizeof(float),
+            "DqnCollectorStage::use_policy: policy buffer size differs from the acting network");
+  lane_.make_current();
+  lane_.wait(policy.event);
+  // The acting network keeps its own copy, so the published buffer is read once, here; the event
+  // after this copy releases it (later collects never touch it).
+  FH_CHECK(cudaMemcpyAsync(policy_->online_arena().params(), policy.as<const float>(), policy.bytes,
+                           cudaMemcpyDeviceToDevice, lane_.stream()));
+  const gpu::Event& released = released_[policy.slot];
+  released.record(lane_.stream());
+  return event_id(released.get());
+}
+
+bool DqnCollectorStage::poll_metrics(Scalars& out) {
+  rl::EpisodeStats st{};
+  if (!stats_pending_ || !stats_exit_.try_read(st)) return false;
+  stats_pending_ = false;
+  out.clear();
+  if (st.episodes > 0) {
+    out.emplace_back("episode/return", st.mean_return);
+    out.emplace_back("episode/length", st.mean_length);
+  }
+  out.emplace_back("episode/count", st.episodes);
+  // Epsilon from the host's step count and the same schedule the device evaluates (no readback).
+  out.emplace_back("explore/epsilon", rl::linear_schedule(schedule_.epsilon_start, schedule_.epsilon_end, steps_,
+                                                          schedule_.epsilon_steps));
+  return true;
+}
+
+// --------------------------------------------------------------------------------- learner
+DqnLearnerStage::DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplayStage& replay,
+                                 std::int64_t metrics_every, const std::optional<std::filesystem::path>& resume,
+                                 int device)
+    : lane_(device), metrics_every_(metrics_every) {
+  FH_EXPECT(metrics_every >= 1, "DqnLearnerStage: metrics_every must be >= 1");
+  FH_EXPECT(config.batch == replay.batch_size(), "DqnLearnerStage: learner batch (" + std::to_string(config.batch) +
+                                                     ") differs from replay.batch_size (" +
+                                                     std::to_string(replay.batch_size()) + ")");
+  lane_.make_current();
+  const cudaStream_t s = lane_.stream();
+  blas_ = std::make_unique<gpu::DeviceContext>(device, 1);
+  learner_ = std::make_unique<rl::DqnLearner>(config, blas_on(*blas_, s));
+  // The shadow runs no GEMM: it only holds copies and writes files (on the context's own stream).
+  shadow_ = std::make_unique<rl::DqnLearner>(config, blas_->blas(0));
+  if (resume) learner_->load(*resume / "learner");
+  const std::int64_t B = config.batch;
+  const int batches = replay.batches();
+  graphs_.resize(static_cast<std::size_t>(batches));
+  td_ready_.resize(static_cast<std::size_t>(batches));
+  for (int b = 0; b < batches; ++b) {
+    td_.emplace_back(static_cast<std::size_t>(B));
+    float* td = td_.back().data();
+    const float* prio = learner_->priorities();
+    learner_->capture(graphs_[static_cast<std::size_t>(b)], rl::dqn_batch_view(replay.batch_view(b)), {},
+                      [td, prio, B](cudaStream_t cs) {
+                        FH_CHECK(cudaMemcpyAsync(td, prio, static_cast<std::size_t>(B) * sizeof(float),
+                                                 cudaMemcpyDeviceToDevice, cs));
+                      });
+  }
+  snapshot_ = gpu::DeviceBuffer<float>(static_cast<std::size_t>(learner_->online_arena().padded_count()));
+  lane_.synchronize();
+}
+
+LocalDeviceHandle DqnLearnerStage::update(const LocalDeviceHandle& batch) {
+  FH_EXPECT(batch.slot >= 0 && batch.slot < static_cast<int>(graphs_.size()),
+            "DqnLearnerStage::update: batch buffer out of range");
+  const auto b = static_cast<std::size_t>(batch.slot);
+  lane_.make_current();
+  lane_.wait(batch.event);
+  const int token = lane_.begin("update");
+  graphs_[b].replay(lane_.stream());
+  lane_.end(token);
+  td_ready_[b].record(lane_.stream());
+  if (++updates_ % metrics_every_ == 0 && !metrics_pending_) {
+    learner_->publish_metrics();
+    metrics_pending_ = true;
+  }
+  LocalDeviceHandle h = f32_handle(lane_.device(), td_[b].data(), learner_->config().batch, batch.slot,
+                                   event_id(td_ready_[b].get()));
+  h.generation = batch.generation;
+  return h;
+}
+
+LocalDeviceHandle DqnLearnerStage::snapshot(std::uint64_t version, std::uint64_t reuse_after) {
+  lane_.make_current();
+  lane_.wait(reuse_after);
+  FH_CHECK(cudaMemcpyAsync(snapshot_.data(), learner_->online_arena().params(), snapshot_.bytes(),
+                           cudaMemcpyDeviceToDevice, lane_.stream()));
+  snapshot_ready_.record(lane_.stream());
+  LocalDeviceHandle h = f32_handle(lane_.device(), snapshot_.data(), static_cast<std::int64_t>(snapshot_.size()), 0,
+                                   event_id(snapshot_ready_.get()));
+  h.generation = version;
+  h.count = version;
+  return h;
+}
+
+std::function<void(const std::filesystem::path& dir)> DqnLearnerStage::checkpoint_job() {
+  lane_.make_current();
+  // A consistent copy in stream order (after every update enqueued so far); the pipeline runs one
+  // checkpoint job at a time, so the shadow is not rewritten while a job still writes it.
+  learner_->copy_state_to(*shadow_, lane_.stream());
+  checkpoint_ready_.record(lane_.stream());
+  const int device = lane_.device();
+  return [this, device](const std::filesystem::path& dir) {
+    FH_CHECK(cudaSetDevice(device));
+    checkpoint_ready_.synchronize();  // a worker thread, never a scheduler thread
+    shadow_->save(dir / "learner");
+  };
+}
+
+bool DqnLearnerStage::poll_metrics(Scalars& out) {
+  rl::DqnState st{};
+  if (!metrics_pending_ || !learner_->metrics().try_read(st)) return false;
+  metrics_pending_ = false;
+  out.clear();
+  out.emplace_back("train/loss", st.loss);
+  out.emplace_back("train/grad_norm", st.grad_norm);
+  out.emplace_back("train/q_mean", st.q_mean);
+  out.emplace_back("train/lr", st.lr);
+  out.emplace_back("train/skips", static_cast<double>(st.skips_total));
+  out.emplace_back("train/updates_applied", static_cast<double>(st.updates_applied));
+  if (st.relu_units > 0)
+    out.emplace_back("train/dead_relu_fraction", static_cast<double>(st.dead_units) / static_cast<double>(st.relu_units));
+  return true;
+}
+
+// ------------------------------------------------------------------------ policy publication
+PolicyPublishStage::PolicyPublishStage(const float* initial, std::int64_t floats, int device)
+    : lane_(device), floats_(floats) {
+  FH_EXPECT(initial != nullptr && floats >= 1, "PolicyPublishStage: needs the initial weights");
+  lane_.make_current();
+  for (auto& p : policy_) {
+    p = gpu::DeviceBuffer<float>(static_cast<std::size_t>(floats));
+    FH_CHECK(cudaMemcpyAsync(p.data(), initial, p.bytes(), cudaMemcpyDeviceToDevice, lane_.stream()));
+  }
+  lane_.synchronize();
+}
+
+LocalDeviceHandle PolicyPublishStage::sync(const LocalDeviceHandle& snapshot, int buffer, std::uint64_t reuse_after) {
+  FH_EXPECT(buffer == 0 || buffer == 1, "PolicyPublishStage::sync: buffer must be 0 or 1");
+  FH_EXPECT(snapshot.bytes == static_cast<std::uint64_t>(floats_) * sizeof(float),
+            "PolicyPublishStage::sync: snapshot size differs from the policy buffers");
+  lane_.make_current();
+  lane_.wait(snapshot.event);
+  lane_.wait(reuse_after);
+  const int token = lane_.begin("publish");
+  gpu::DeviceBuffer<float>& p = policy_[buffer];
+  FH_CHECK(cudaMemcpyAsync(p.data(), snapshot.as<const float>(), p.bytes(), cudaMemcpyDeviceToDevice, lane_.stream()));
+  lane_.end(token);
+  ready_[buffer].record(lane_.stream());
+  LocalDeviceHandle h = f32_handle(lane_.device(), p.data(), floats_, buffer, event_id(ready_[buffer].get()));
+  h.generation = snapshot.count;
+  h.count = snapshot.count;
+  return h;
+}
+
+}  // namespace foxhunt::actors

@@ -1,0 +1,142 @@
+#pragma once
+// The GPU stages of a DQN run (CartPole-v1 and other discrete rl::VecEnv environments), built
+// from rl/envs, rl/dqn and GpuReplayStage. Every Stage method only enqueues on the stage's stream.
+//
+//   DqnCollectorStage   act (an acting-only rl::DqnLearner whose online network holds the last
+//                       published policy; epsilon from its own device state) -> env step ->
+//                       bootstrap observation, written straight into a TransitionSlotLayout slot.
+//   DqnLearnerStage     rl::DqnLearner's update graph, one graph per replay batch buffer (the
+//                       graph bakes the batch pointers); the graph also copies the priorities
+//                       into the TD buffer of that batch. The target network lives in the learner
+//                       and is updated inside the graph (hard every target_period applied updates,
+//                       or Polyak), so the target-sync stage does not write learner state.
+//   PolicyPublishStage  the target-sync role: copies a learner snapshot into one of two policy
+//                       buffers, which the collector copies into its acting network on swap.
+//
+// Device-to-host traffic: none but the metrics exits (episode statistics, DqnState) and the
+// checkpoint files (DqnLearner::save from a shadow copy, on a worker thread).
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "actors/cuda_lane.hpp"
+#include "actors/gpu_replay_stage.hpp"
+#include "actors/stages.hpp"
+#include "actors/transition_slot.hpp"
+#include "gpu/buffer.hpp"
+#include "gpu/context.hpp"
+#include "gpu/exit.hpp"
+#include "gpu/graph.hpp"
+#include "gpu/stream.hpp"
+#include "rl/dqn/learner.hpp"
+#include "rl/envs/episode_stats.hpp"
+#include "rl/envs/vec_env.hpp"
+
+namespace foxhunt::actors {
+
+class DqnCollectorStage final : public CollectorStage {
+ public:
+  // `acting`: the learner's config (act_rows >= env->num_envs()); only its network and epsilon
+  // schedule are used. `layout` must hold (steps, num_envs) f32 observations of the env's width
+  // and int32 actions. Episode statistics are exported (and cleared) every `stats_every` env steps.
+  DqnCollectorStage(std::unique_ptr<rl::VecEnv> env, const rl::DqnLearnerConfig& acting,
+                    const TransitionSlotLayout& layout, int slots, std::uint64_t seed, std::int64_t stats_every,
+                    int device = 0);
+
+  void wait(std::uint64_t event) override { lane_.wait(event); }
+  void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
+  void synchronize() override { lane_.synchronize(); }
+  std::string health() override { return lane_.health(); }
+  bool poll_metrics(Scalars& out) override;
+
+  int slots() const override { return static_cast<int>(slots_.size()); }
+  // Transitions per slot: (steps, num_envs).
+  std::int64_t steps_per_slot() const override { return layout_.steps * layout_.envs; }
+  LocalDeviceHandle collect(int slot, std::uint64_t generation, std::uint64_t reuse_after) override;
+  std::uint64_t use_policy(const LocalDeviceHandle& policy) override;
+
+  // Setup only (synchronizes): the acting network's weights from `params` (the learner's arena).
+  void load_policy(const float* params, std::int64_t floats);
+  // Setup only (synchronizes): continue the epsilon schedule and the statistics windows from a
+  // resumed run's env-step count. (The exploration RNG and the envs start afresh: not bit-exact.)
+  void resume_at(std::int64_t env_steps);
+  rl::DqnLearner& acting() noexcept { return *policy_; }
+  // The latest exported window of episode statistics (tests read it after the run).
+  const gpu::ExitSlot<rl::EpisodeStats>& episode_stats() const noexcept { return stats_exit_; }
+  cudaStream_t stream() const noexcept { return lane_.stream(); }
+  void set_timeline(StreamTimeline* t) noexcept { lane_.set_timeline(t, "collector"); }
+
+ private:
+  CudaLane lane_;
+  std::unique_ptr<gpu::DeviceContext> blas_;  // cuBLASLt handle + workspace for the acting network
+  std::unique_ptr<rl::VecEnv> env_;
+  std::unique_ptr<rl::DqnLearner> policy_;
+  TransitionSlotLayout layout_;
+  std::vector<gpu::DeviceBuffer<std::byte>> slots_;
+  std::vector<gpu::Event> filled_;
+  gpu::Event released_[2];
+  gpu::DeviceBuffer<float> obs_, next_obs_, final_obs_;
+  gpu::ExitSlot<rl::EpisodeStats> stats_exit_;
+  bool stats_pending_ = false;
+  std::int64_t steps_ = 0, stats_every_ = 0, next_stats_ = 0;
+  rl::DqnSchedule schedule_;
+};
+
+class DqnLearnerStage final : public LearnerStage {
+ public:
+  // Captures one update graph per batch buffer of `replay` (which must outlive this stage).
+  // `resume`: a checkpoint directory whose learner/ files are loaded. DqnState metrics are
+  // published every `metrics_every` updates.
+  DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplayStage& replay, std::int64_t metrics_every,
+                  const std::optional<std::filesystem::path>& resume, int device = 0);
+
+  void wait(std::uint64_t event) override { lane_.wait(event); }
+  void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
+  void synchronize() override { lane_.synchronize(); }
+  std::string health() override { return lane_.health(); }
+  bool poll_metrics(Scalars& out) override;
+
+  LocalDeviceHandle update(const LocalDeviceHandle& batch) override;
+  LocalDeviceHandle snapshot(std::uint64_t version, std::uint64_t reuse_after) override;
+  std::function<void(const std::filesystem::path& dir)> checkpoint_job() override;
+
+  rl::DqnLearner& learner() noexcept { return *learner_; }
+  cudaStream_t stream() const noexcept { return lane_.stream(); }
+  void set_timeline(StreamTimeline* t) noexcept { lane_.set_timeline(t, "learner"); }
+
+ private:
+  CudaLane lane_;
+  std::unique_ptr<gpu::DeviceContext> blas_;
+  std::unique_ptr<rl::DqnLearner> learner_, shadow_;  // shadow: the consistent copy a checkpoint writes
+  std::vector<gpu::CudaGraph> graphs_;
+  std::vector<gpu::DeviceBuffer<float>> td_;
+  std::vector<gpu::Event> td_ready_;
+  gpu::DeviceBuffer<float> snapshot_;
+  gpu::Event snapshot_ready_, checkpoint_ready_;
+  std::int64_t updates_ = 0, metrics_every_ = 0;
+  bool metrics_pending_ = false;
+};
+
+class PolicyPublishStage final : public TargetSyncStage {
+ public:
+  // Both policy buffers start as a copy of `initial` (floats values, device memory; setup only).
+  PolicyPublishStage(const float* initial, std::int64_t floats, int device = 0);
+
+  void wait(std::uint64_t event) override { lane_.wait(event); }
+  void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
+  void synchronize() override { lane_.synchronize(); }
+  std::string health() override { return lane_.health(); }
+
+  LocalDeviceHandle sync(const LocalDeviceHandle& snapshot, int buffer, std::uint64_t reuse_after) override;
+  void set_timeline(StreamTimeline* t) noexcept { lane_.set_timeline(t, "target_sync"); }
+
+ private:
+  CudaLane lane_;
+  std::int64_t floats_;
+  gpu::DeviceBuffer<float> policy_[2];
+  gpu::Event ready_[2];
+};
+
+}  // namespace foxhunt::actors
