@@ -236,11 +236,9 @@ void run_accounting(cudaStream_t stream, std::mt19937_64& rng, std::uint64_t see
       ASSERT_LE(gross, std::max(c.leverage_cap, o.gross_held) + 1e-12) << "leverage cap";
       capped += gross > c.leverage_cap - 1e-9;
       // The reward is computed in double from the double book and rounded once to f32 (the
-      // output's type): that rounding is <= 2^-24 |reward|. The double reward itself differs from
-      // the reference only by the book's last-ulp differences (exp, FMA contraction), which the
-      // differential Sharpe amplifies by 1 / sqrt(var) to ~1e-9 relative at most: one f32 ulp
-      // (2^-23) covers both with a factor 2 to spare; 1e-9 absolute for rewards that cancel to ~0.
-      ASSERT_NEAR(r[i], o.reward, std::ldexp(std::abs(o.reward), -23) + 1e-9) << "reward";
+      // output's type, <= 2^-24 |reward|); device and host exp/FMA differ in the last ulp and the
+      // differential Sharpe amplifies that, so allow 1e-6 relative (~8 f32 ulps) + 1e-9 absolute.
+      ASSERT_NEAR(r[i], o.reward, 1e-6 * std::abs(o.reward) + 1e-9) << "reward";
       // The equity identity as the observation reports it: log(E' / E0) and the weights.
       const float* row = &obs[i * d];
       ASSERT_NEAR(row[c.window * A + A + 2], std::log(o.equity_new / c.initial_cash), 1e-6) << "log equity";
