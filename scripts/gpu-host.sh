@@ -28,9 +28,13 @@ done
 # Not under the sanitizers: two graph tests provoke CUDA API errors on purpose (a sync inside a
 # capture must throw), which the sanitizer counts; the DqnLearning suite trains for minutes and
 # would take hours under instrumentation (its kernels are the ones the other tests exercise).
-sanitizer_filter="$filter-GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest.UncheckedSyncInvalidatesCaptureAndThrows:DqnLearning.*"
+learning="DqnLearning.*:ActorTraining.*"
+sanitizer_filter="$filter-GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest.UncheckedSyncInvalidatesCaptureAndThrows:$learning"
 
-timeout "$limit" "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$filter" >"$out/gpu_tests.txt" 2>&1 &
+# The learning suites run in their own process so that a slow or stuck run cannot cost the
+# summary of the rest.
+timeout "$limit" "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$filter-$learning" >"$out/gpu_tests.txt" 2>&1 &
+timeout "$limit" "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$learning" >"$out/gpu_learning.txt" 2>&1 &
 timeout "$limit" "$dist/bin/foxhunt_cpu_tests" --gtest_brief=1 >"$out/cpu_tests.txt" 2>&1 &
 for tool in "${tools[@]}"; do
   timeout "$limit" "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 \
@@ -44,7 +48,8 @@ verdict() { grep -E '^\[  (PASSED|FAILED|SKIPPED) \]|^\[==========\]|ERROR SUMMA
   cat "$out/bench_rc.txt"
   grep -h -E 'TARGET|BEST ' "$out"/foxhunt_bench_*.txt
   echo "gpu-suite: $(verdict "$out/gpu_tests.txt")"
+  echo "gpu-learning: $(verdict "$out/gpu_learning.txt")"
   echo "cpu-suite: $(verdict "$out/cpu_tests.txt")"
   for tool in "${tools[@]}"; do echo "sanitizer $tool: $(verdict "$out/sanitizer_$tool.txt")"; done
-  grep -h -E '^\[  FAILED  \]' "$out/gpu_tests.txt" "$out"/sanitizer_*.txt | sort -u | head -30
+  grep -h -E '^\[  FAILED  \]' "$out/gpu_tests.txt" "$out/gpu_learning.txt" "$out"/sanitizer_*.txt | sort -u | head -30
 } | tee "$out/summary.txt"
