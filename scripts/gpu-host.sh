@@ -21,7 +21,7 @@ sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-san
 for b in "$dist"/bin/foxhunt_bench_*; do
   [ -x "$b" ] || continue
   t0=$SECONDS
-  "$b" >"$out/$(basename "$b").txt" 2>&1
+  timeout "${FOXHUNT_BENCH_TIMEOUT:-120}" "$b" >"$out/$(basename "$b").txt" 2>&1
   echo "$(basename "$b") rc=$? $((SECONDS - t0))s" >>"$out/bench_rc.txt"
 done
 
