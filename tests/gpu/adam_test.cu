@@ -73,7 +73,8 @@ void run_case(const AdamConfig& config, std::int64_t n, std::size_t offset, bool
     moved[i] = p[i] - p0[i + offset];
     ref_moved[i] = ref.p[i] - p0[i + offset];
   }
-  EXPECT_LT(test::rel_error(moved, ref_moved), 1e-4) << "parameter update";
+  // p_new - p_old cancels: one f32 ulp of |p| over a ~lr step is ~1e-4 when n = 1 (seen on an H200).
+  EXPECT_LT(test::rel_error(moved, ref_moved), 5e-4) << "parameter update";
   if (offset) EXPECT_EQ(test::download(d_p.data(), 1, s)[0], p0[0]) << "element before the view";
 }
 

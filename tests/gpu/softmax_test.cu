@@ -160,7 +160,9 @@ TEST_F(SoftmaxTest, BackwardMatchesFloat64) {
 
 TEST_F(SoftmaxTest, BackwardMatchesFiniteDifferences) {
   SCOPED_TRACE(seed_note());
-  const RowsCols shapes[] = {{37, 1}, {37, 7}, {37, 33}, {37, 1000}, {9, 4097}, {3, 50000}, {2, 100003}};
+  // Up to 4097 columns: past that, one element's effect on a sum over 5e4+ f32 outputs drowns in
+  // their rounding (seen on an H200: 25% noise at 1e5 columns). The float64 check covers 1e5.
+  const RowsCols shapes[] = {{37, 1}, {37, 7}, {37, 33}, {37, 1000}, {9, 4097}};
   for (const auto& s : shapes) {
     check_finite_differences(softmax_forward, softmax_backward, false, s.rows, s.cols);
     check_finite_differences(log_softmax_forward, log_softmax_backward, true, s.rows, s.cols);

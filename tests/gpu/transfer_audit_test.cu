@@ -47,6 +47,9 @@ TEST_F(TransferAuditTest, PlantedCopiesAreCountedByDirectionAndSize) {
   START_OR_SKIP(audit);
   EXPECT_TRUE(audit.running());
   FH_CHECK(cudaMemcpy(a.data(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  // A pageable upload may still be in flight when cudaMemcpy returns, and stream() does not
+  // wait for the legacy stream: order the copies explicitly (no memcpy, so no count changes).
+  FH_CHECK(cudaDeviceSynchronize());
   FH_CHECK(cudaMemcpyAsync(b.data(), a.data(), n * sizeof(float), cudaMemcpyDeviceToDevice, stream()));
   FH_CHECK(cudaStreamSynchronize(stream()));
   FH_CHECK(cudaMemcpy(back.data(), b.data(), 1000 * sizeof(float), cudaMemcpyDeviceToHost));  // the planted readback

@@ -159,7 +159,9 @@ TEST_F(DqnLearning, CartPoleRainbow) {
     c.seed = seed;
     c.act_rows = 8;
     const Outcome o = train_cartpole(c, cartpole_replay(100000, 128, 3, true, seed), 8,
-                                     DqnTrainSchedule{5000, 8, 1}, 500000, 50000, seed, lane());
+                                     // 60k steps: a window of 50k holds at most 100 perfect
+                                     // 500-step episodes (an H200 run saw 99 at return 500.0)
+                                     DqnTrainSchedule{5000, 8, 1}, 500000, 60000, seed, lane());
     EXPECT_GE(o.episodes, 100) << "seed " << seed;
     EXPECT_GE(o.mean_return, 475.0) << "seed " << seed;
   }
