@@ -136,7 +136,9 @@ void check_forward(Shape3 sh, Activation act, bool bias, bool unfused, std::mt19
   // (and its measured error is printed); the pre-activation it saves is checked tightly below.
   const bool approx_gelu = act == Activation::gelu && !unfused;
   EXPECT_TRUE(close_by_magnitude(got, ref, mag, approx_gelu ? 2e-3 : 1e-5)) << "y";
-  EXPECT_LT(test::rel_error(got, ref), approx_gelu ? 1e-3 : 1e-5) << "y";
+  // The L2 check needs enough elements: a single y = x*w + b can cancel (seen on an H200 at
+  // B = in = out = 1: 1.3e-4); the per-element magnitude check above covers that case.
+  if (got.size() >= 64) EXPECT_LT(test::rel_error(got, ref), approx_gelu ? 1e-3 : 1e-5) << "y";
   if (approx_gelu) std::printf("  [fused GELU] %s: rel_error(y) = %.3g\n", describe(sh, act, bias).c_str(),
                                test::rel_error(got, ref));
   // Without aux (inference) cuBLASLt may pick another kernel: same values up to GEMM rounding.
