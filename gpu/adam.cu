@@ -102,19 +102,24 @@ __global__ void adam_device_kernel(float* __restrict__ params, float* __restrict
   }
 }
 
+// The checks both entry points share; `who` names the launcher in the message.
+void check_moment_config(const AdamConfig& config, const std::string& who) {
+  FH_EXPECT(config.beta1 >= 0.f && config.beta1 < 1.f,
+            who + ": beta1 must be in [0, 1), got " + std::to_string(config.beta1));
+  FH_EXPECT(config.beta2 >= 0.f && config.beta2 < 1.f,
+            who + ": beta2 must be in [0, 1), got " + std::to_string(config.beta2));
+  FH_EXPECT(config.eps >= 0.f, who + ": eps must be >= 0, got " + std::to_string(config.eps));
+  FH_EXPECT(config.weight_decay >= 0.f,
+            who + ": weight_decay must be >= 0, got " + std::to_string(config.weight_decay));
+}
+
 }  // namespace
 
 void adam_step_device(float* params, float* m, float* v, const float* grads, std::int64_t n,
                       const AdamConfig& config, const float* lr, const std::int64_t* step,
                       const float* grad_scale, const std::uint32_t* skip_flag, cudaStream_t stream) {
   FH_EXPECT(n >= 0, "adam_step_device: n must be >= 0");
-  FH_EXPECT(config.beta1 >= 0.f && config.beta1 < 1.f,
-            "adam_step_device: beta1 must be in [0, 1), got " + std::to_string(config.beta1));
-  FH_EXPECT(config.beta2 >= 0.f && config.beta2 < 1.f,
-            "adam_step_device: beta2 must be in [0, 1), got " + std::to_string(config.beta2));
-  FH_EXPECT(config.eps >= 0.f, "adam_step_device: eps must be >= 0, got " + std::to_string(config.eps));
-  FH_EXPECT(config.weight_decay >= 0.f,
-            "adam_step_device: weight_decay must be >= 0, got " + std::to_string(config.weight_decay));
+  check_moment_config(config, "adam_step_device");
   if (n == 0) return;
   FH_EXPECT(params != nullptr && m != nullptr && v != nullptr && grads != nullptr && lr != nullptr &&
                 step != nullptr,
@@ -136,13 +141,7 @@ void adam_step(float* params, float* m, float* v, const float* grads, std::int64
   FH_EXPECT(n >= 0, "adam_step: n must be >= 0");
   FH_EXPECT(step >= 1, "adam_step: step is 1-based and must be >= 1, got " + std::to_string(step));
   FH_EXPECT(config.lr >= 0.f, "adam_step: lr must be >= 0, got " + std::to_string(config.lr));
-  FH_EXPECT(config.beta1 >= 0.f && config.beta1 < 1.f,
-            "adam_step: beta1 must be in [0, 1), got " + std::to_string(config.beta1));
-  FH_EXPECT(config.beta2 >= 0.f && config.beta2 < 1.f,
-            "adam_step: beta2 must be in [0, 1), got " + std::to_string(config.beta2));
-  FH_EXPECT(config.eps >= 0.f, "adam_step: eps must be >= 0, got " + std::to_string(config.eps));
-  FH_EXPECT(config.weight_decay >= 0.f,
-            "adam_step: weight_decay must be >= 0, got " + std::to_string(config.weight_decay));
+  check_moment_config(config, "adam_step");
   if (n == 0) return;
   FH_EXPECT(params != nullptr && m != nullptr && v != nullptr && grads != nullptr,
             "adam_step: params, m, v and grads must not be null");
