@@ -31,15 +31,21 @@ done
 learning="DqnLearning.*:ActorTraining.*"
 sanitizer_filter="$filter-GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest.UncheckedSyncInvalidatesCaptureAndThrows:$learning"
 
-# The learning suites run in their own process so that a slow or stuck run cannot cost the
-# summary of the rest.
+# Each learning test runs in its own process (they take minutes each; a slow or stuck one cannot
+# cost the summary of the rest), and each sanitizer run is split into gtest shards run side by
+# side: one process would need longer than a device call allows.
+shards=${FOXHUNT_SANITIZER_SHARDS:-6}
 timeout "$limit" "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$filter-$learning" >"$out/gpu_tests.txt" 2>&1 &
-timeout "$limit" "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$learning" >"$out/gpu_learning.txt" 2>&1 &
+for t in $("$dist/bin/foxhunt_gpu_tests" --gtest_list_tests --gtest_filter="$learning" | awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
+  timeout "$limit" "$dist/bin/foxhunt_gpu_tests" --gtest_filter="$t" >"$out/gpu_learning_${t//[^A-Za-z0-9]/_}.txt" 2>&1 &
+done
 timeout "$limit" "$dist/bin/foxhunt_cpu_tests" --gtest_brief=1 >"$out/cpu_tests.txt" 2>&1 &
 for tool in "${tools[@]}"; do
-  timeout "$limit" "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 \
-    "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$sanitizer_filter" \
-    >"$out/sanitizer_$tool.txt" 2>&1 &
+  for ((i = 0; i < shards; ++i)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$limit" "$sanitizer" --tool "$tool" --error-exitcode 99 \
+      --print-limit 20 "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$sanitizer_filter" \
+      >"$out/sanitizer_${tool}_$i.txt" 2>&1 &
+  done
 done
 wait
 
@@ -48,8 +54,8 @@ verdict() { grep -E '^\[  (PASSED|FAILED|SKIPPED) \]|^\[==========\]|ERROR SUMMA
   cat "$out/bench_rc.txt"
   grep -h -E 'TARGET|BEST ' "$out"/foxhunt_bench_*.txt
   echo "gpu-suite: $(verdict "$out/gpu_tests.txt")"
-  echo "gpu-learning: $(verdict "$out/gpu_learning.txt")"
+  for f in "$out"/gpu_learning_*.txt; do echo "gpu-learning $(basename "$f" .txt): $(verdict "$f")"; done
   echo "cpu-suite: $(verdict "$out/cpu_tests.txt")"
-  for tool in "${tools[@]}"; do echo "sanitizer $tool: $(verdict "$out/sanitizer_$tool.txt")"; done
-  grep -h -E '^\[  FAILED  \]' "$out/gpu_tests.txt" "$out/gpu_learning.txt" "$out"/sanitizer_*.txt | sort -u | head -30
+  for f in "$out"/sanitizer_*.txt; do echo "$(basename "$f" .txt): $(verdict "$f")"; done
+  grep -h -E '^\[  FAILED  \]' "$out/gpu_tests.txt" "$out"/gpu_learning_*.txt "$out"/sanitizer_*.txt | sort -u | head -30
 } | tee "$out/summary.txt"
