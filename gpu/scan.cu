@@ -142,9 +142,9 @@ using ScanCfgs = std::tuple<ScanCfg<256, 8, 1, 0, false, false, false>,   // 819
                             // flight per SM while 2 tiles are being scanned / looked back.
                             ScanCfg<256, 8, 1, 2, true, true, false, 3, false>,
                             ScanCfg<256, 8, 1, 2, true, true, false, 3, true>,  // + streaming stores
-                            // 4096-element tiles, 4 stages, 3 blocks/SM [192 KB]: 9 tiles = 144 KB in flight,
-                            // three blocks to overlap each other's look-back waits.
-                            ScanCfg<256, 4, 2, 3, true, true, false, 4, true>,
+                            // 8192-element tiles, 2 stages, 3 blocks/SM [192 KB]: each tile's loads go out one
+                            // look-back ahead; three blocks overlap each other's look-back waits.
+                            ScanCfg<256, 8, 1, 3, true, true, false, 2, true>,
                             // 128 threads x 8 segments = 4096-element tiles, 3 stages, 4 blocks/SM [192 KB]:
                             // smaller blocks, cheaper barriers, four look-backs in parallel per SM.
                             ScanCfg<128, 8, 2, 4, true, true, false, 3, true>>;
