@@ -103,6 +103,10 @@ struct ScanCfg {
   static_assert(kStages > 0 || !kCs, "kCs: pipe configurations only");
   static constexpr std::size_t kSmemBytes = static_cast<std::size_t>(kStages) * kTileElems * sizeof(float);
   static_assert(kSmemBytes <= 227 * 1024, "stage buffers exceed the 227 KB of shared memory of a block");
+  // sm_90: 228 KB of shared memory per SM, 1 KB of it reserved per block, plus our static
+  // variables: kMinBlocks blocks must fit, or the persistent grid would not be resident at once.
+  static_assert(kStages == 0 || kMinBlocks * (kSmemBytes + 2048) <= 228 * 1024,
+                "pipe configurations: kMinBlocks blocks' stage buffers must fit in one SM's shared memory");
 
   static std::int64_t tiles(std::int64_t n) { return (n + kTileElems - 1) / kTileElems; }
   // Status words: [0] tile counter, [1, 1 + tiles) tile totals, then group totals.
