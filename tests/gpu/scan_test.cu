@@ -311,6 +311,44 @@ TEST_F(ScanTest, PersistentConfigsAreExactAndGridIndependent) {
                std::invalid_argument);
 }
 
+// A persistent configuration adds exactly what the one-tile-per-block block-wide ("blockG")
+// configuration of the same tile shape and group size adds, in the same order (same local scan,
+// same within-group tree, reader i summing G[i], G[i + R], ... then warps in order), so the two
+// must agree bit for bit: any element read from a wrong stage buffer or a wrong tile breaks it.
+// Pairs are found by name: "t256_s8_g32_mb2_pipe3_cs" ~ "t256_s8_g32_mb3_blockG_early_nc".
+TEST_F(ScanTest, PersistentConfigsMatchOneTilePerBlockBits) {
+  SCOPED_TRACE(seed_note());
+  auto shape = [](int c) {  // the name up to its third '_': "t256_s8_g32_"
+    const std::string name = detail::scan_f32_config_name(c);
+    std::size_t end = std::string::npos;
+    for (int part = 0; part < 3; ++part) {
+      end = name.find('_', end == std::string::npos ? 0 : end + 1);
+      if (end == std::string::npos) return name;
+    }
+    return name.substr(0, end + 1);
+  };
+  const std::int64_t n = 1000003;
+  const auto host = test::random_normal(n + 1, 0.1f, 1.f, rng());
+  int pairs = 0;
+  for (int p = 0; p < detail::scan_f32_config_count(); ++p) {
+    if (!detail::scan_f32_config_is_persistent(p)) continue;
+    for (int c = 0; c < detail::scan_f32_config_count(); ++c) {
+      if (detail::scan_f32_config_is_persistent(c) || shape(c) != shape(p) ||
+          std::string(detail::scan_f32_config_name(c)).find("_blockG") == std::string::npos)
+        continue;
+      ++pairs;
+      SCOPED_TRACE(config_note(p) + " vs " + config_note(c));
+      for (std::int64_t offset : {0, 1})
+        for (bool exclusive : {false, true}) {
+          SCOPED_TRACE(std::string(exclusive ? "exclusive" : "inclusive") + " offset " + std::to_string(offset));
+          const auto a = run_config(p, host, offset, n, exclusive), b = run_config(c, host, offset, n, exclusive);
+          EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0);
+        }
+    }
+  }
+  EXPECT_GE(pairs, 1) << "no persistent configuration has a one-tile-per-block twin";
+}
+
 TEST_F(ScanTest, EmptyInputAndWorkspaceChecks) {
   DeviceBuffer<float> f(16);
   DeviceBuffer<std::int32_t> i(16);
