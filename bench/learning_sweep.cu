@@ -18,6 +18,7 @@
 //            the environment's extra-feature block: the OU state that the return window shows only
 //            in part (best linear estimate from 32 returns: R^2 0.23);
 //   upd      updates per vector step of 64 environments (replay ratio);
+//   w1       a 1-return observation window (gbm8: the window is unpredictable noise);
 //   gamma / n-step, learning rate, turnover penalty (a shaped training reward; the Sharpe is
 //   always computed from the equity returns).
 #include <cuda_runtime.h>
@@ -102,6 +103,7 @@ struct Recipe {
   float reward_scale = 1.f;
   double turnover_penalty = 0.0;  // added to the training reward (before the scale)
   bool level = false;             // level features (one per asset)
+  int window = 0;                 // > 0: overrides market.window (returns per asset observed)
   std::vector<std::int64_t> hidden{128, 128};
   float lr = 2.5e-4f;
   float gamma = 0.99f;
@@ -130,7 +132,6 @@ std::vector<Recipe> make_recipes() {
   };
   // OU, return window only (the test's observation).
   r.push_back(ou("ou.base"));                                          // the test's recipe
-  { auto x = ou("ou.logret100"); x.own_reward = false; x.reward_scale = 100.f; r.push_back(x); }
   { auto x = ou("ou.logret100.u4"); x.own_reward = false; x.reward_scale = 100.f; x.updates = 4; r.push_back(x); }
   { auto x = ou("ou.logret100.u4.g95n5"); x.own_reward = false; x.reward_scale = 100.f; x.updates = 4;
     x.gamma = 0.95f; x.n_step = 5; r.push_back(x); }
@@ -149,6 +150,10 @@ std::vector<Recipe> make_recipes() {
     r.push_back(x); }
   { auto x = bdq("gbm8.logret100.turn1e-3.u2", Market::gbm8); x.own_reward = false; x.reward_scale = 100.f;
     x.turnover_penalty = 1e-3; x.updates = 2; r.push_back(x); }
+  // The same with a 1-return window: GBM returns are unpredictable, so the 256 window inputs are
+  // pure noise that a greedy policy can overfit (and churn on).
+  { auto x = bdq("gbm8.w1.logret100.u2", Market::gbm8); x.window = 1; x.own_reward = false; x.reward_scale = 100.f;
+    x.updates = 2; r.push_back(x); }
   // BDQ on 8 OU assets (the gbm8 market with OU prices, kappa 5, its sigmas): a market with a
   // per-asset signal, with and without the level features.
   { auto x = bdq("ou8.logret100.u2", Market::ou8); x.own_reward = false; x.reward_scale = 100.f; x.updates = 2;
@@ -177,6 +182,7 @@ MarketConfig market_config(const Recipe& r, const std::filesystem::path& dir) {
   if (!r.own_reward) mc.reward = RewardKind::log_return;
   mc.turnover_penalty += r.turnover_penalty;
   if (r.level) mc.extra_features = mc.assets;
+  if (r.window > 0) mc.window = r.window;
   validate(mc);
   return mc;
 }
