@@ -11,7 +11,7 @@
 //
 // --budget caps the whole run (seconds): a run still training at budget - 25 s stops early and
 // is evaluated as it is (its row shows the steps it reached). --parallel caps the runs training at
-// once (default: all). Recipes (see make_recipes) vary one thing at a time against the test's
+// once (default: all; fewer runs go in waves that share the budget equally). Recipes (see make_recipes) vary one thing at a time against the test's
 // recipe ("base"):
 //   reward   the market's own (ou: differential Sharpe, gbm8: log return) or log return x scale;
 //   level    adds the observation feature (log price - OU mean) / stationary sd per asset through
@@ -117,49 +117,47 @@ struct Recipe {
 
 std::vector<Recipe> make_recipes() {
   std::vector<Recipe> r;
-  auto ou = [&](const std::string& name) {
+  auto ou = [](const std::string& name, bool level, bool logret, std::int64_t updates) {
     Recipe x;
     x.name = name;
     x.market = Market::ou;
+    x.level = level;
+    x.own_reward = !logret;
+    x.reward_scale = logret ? 100.f : 1.f;
+    x.updates = updates;
     return x;
   };
-  auto bdq = [&](const std::string& name, Market m) {
+  auto bdq = [](const std::string& name, Market m, bool level, bool logret, std::int64_t updates) {
     Recipe x;
     x.name = name;
     x.market = m;
     x.hidden = {256, 256};
+    x.level = level;
+    x.own_reward = !logret;
+    x.reward_scale = logret ? 100.f : 1.f;
+    x.updates = updates;
     return x;
   };
-  // OU, return window only (the test's observation).
-  r.push_back(ou("ou.base"));                                          // the test's recipe
-  { auto x = ou("ou.logret100.u4"); x.own_reward = false; x.reward_scale = 100.f; x.updates = 4; r.push_back(x); }
-  { auto x = ou("ou.logret100.u4.g95n5"); x.own_reward = false; x.reward_scale = 100.f; x.updates = 4;
-    x.gamma = 0.95f; x.n_step = 5; r.push_back(x); }
-  // OU with the level feature (what the oracle sees).
-  { auto x = ou("ou.level"); x.level = true; r.push_back(x); }
-  { auto x = ou("ou.level.u4"); x.level = true; x.updates = 4; r.push_back(x); }
-  { auto x = ou("ou.level.logret100.u4"); x.level = true; x.own_reward = false; x.reward_scale = 100.f;
-    x.updates = 4; r.push_back(x); }
-  { auto x = ou("ou.level.logret100.u4.g95n5"); x.level = true; x.own_reward = false; x.reward_scale = 100.f;
-    x.updates = 4; x.gamma = 0.95f; x.n_step = 5; r.push_back(x); }
-  { auto x = ou("ou.level.logret100.u2.lr1e-3"); x.level = true; x.own_reward = false; x.reward_scale = 100.f;
-    x.updates = 2; x.lr = 1e-3f; r.push_back(x); }
-  // BDQ on the 8-asset GBM market (drifts 2-9 %/yr, no predictability beyond the drift).
-  r.push_back(bdq("gbm8.base", Market::gbm8));                          // the test's recipe
-  { auto x = bdq("gbm8.logret100.u2", Market::gbm8); x.own_reward = false; x.reward_scale = 100.f; x.updates = 2;
-    r.push_back(x); }
-  { auto x = bdq("gbm8.logret100.turn1e-3.u2", Market::gbm8); x.own_reward = false; x.reward_scale = 100.f;
-    x.turnover_penalty = 1e-3; x.updates = 2; r.push_back(x); }
-  // The same with a 1-return window: GBM returns are unpredictable, so the 256 window inputs are
-  // pure noise that a greedy policy can overfit (and churn on).
-  { auto x = bdq("gbm8.w1.logret100.u2", Market::gbm8); x.window = 1; x.own_reward = false; x.reward_scale = 100.f;
-    x.updates = 2; r.push_back(x); }
-  // BDQ on 8 OU assets (the gbm8 market with OU prices, kappa 5, its sigmas): a market with a
-  // per-asset signal, with and without the level features.
-  { auto x = bdq("ou8.logret100.u2", Market::ou8); x.own_reward = false; x.reward_scale = 100.f; x.updates = 2;
-    r.push_back(x); }
-  { auto x = bdq("ou8.level.logret100.u2", Market::ou8); x.level = true; x.own_reward = false; x.reward_scale = 100.f;
-    x.updates = 2; r.push_back(x); }
+  // OU, the return window only (the test's observation): the test's recipe, and the reward change.
+  r.push_back(ou("ou.base", false, false, 1));
+  r.push_back(ou("ou.logret100.u2", false, true, 2));
+  // OU with the level feature (what the oracle sees), then reward, replay ratio, horizon.
+  r.push_back(ou("ou.level", true, false, 1));
+  r.push_back(ou("ou.level.u2", true, false, 2));
+  r.push_back(ou("ou.level.logret100.u2", true, true, 2));
+  r.push_back(ou("ou.level.logret100.u4", true, true, 4));
+  { auto x = ou("ou.level.logret100.u2.g95n5", true, true, 2); x.gamma = 0.95f; x.n_step = 5; r.push_back(x); }
+  // BDQ on the 8-asset GBM market (drifts 2-9 %/yr, nothing else to predict): the test's recipe,
+  // the reward change, a 1-return window (GBM returns are unpredictable: the 256 window inputs are
+  // noise a greedy policy can overfit and churn on), and a turnover penalty on top.
+  r.push_back(bdq("gbm8.base", Market::gbm8, false, false, 1));
+  r.push_back(bdq("gbm8.logret100.u2", Market::gbm8, false, true, 2));
+  { auto x = bdq("gbm8.w1.logret100.u2", Market::gbm8, false, true, 2); x.window = 1; r.push_back(x); }
+  { auto x = bdq("gbm8.w1.logret100.turn1e-3.u2", Market::gbm8, false, true, 2); x.window = 1;
+    x.turnover_penalty = 1e-3; r.push_back(x); }
+  // BDQ on 8 OU assets (the gbm8 market with OU prices, kappa 5, its sigmas): a per-asset signal.
+  r.push_back(bdq("ou8.level.logret100.u2", Market::ou8, true, true, 2));
+  r.push_back(bdq("ou8.level.logret100.u1", Market::ou8, true, true, 1));
   return r;
 }
 
@@ -442,10 +440,14 @@ int sweep_main(int argc, char** argv) {
   std::vector<std::string> build_errors(static_cast<std::size_t>(jobs));
   // Runs are built (allocations) on this thread in waves of `parallel`, then trained by one
   // worker each: no allocation happens while a worker captures its update graph.
-  const double train_deadline = args.budget - 25.0;
   std::vector<Result> results(static_cast<std::size_t>(jobs));
+  const int waves = (jobs + parallel - 1) / parallel;
   for (int w0 = 0; w0 < jobs; w0 += parallel) {
     const int w1 = std::min(jobs, w0 + parallel);
+    // Each wave gets an equal share of what is left of the budget, 25 s kept for evaluation.
+    const int waves_left = waves - w0 / parallel;
+    const double now = seconds_since(t0);
+    const double train_deadline = now + (args.budget - 25.0 * waves_left - now) / waves_left;
     std::vector<std::unique_ptr<Run>> wave;
     for (int j = w0; j < w1; ++j) {
       const Recipe& r = recipes[static_cast<std::size_t>(j / args.seeds)];
