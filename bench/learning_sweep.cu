@@ -219,6 +219,8 @@ struct Run {
   gpu::ExitSlot<EpisodeStats> exit;
   std::unique_ptr<DqnTrainer> trainer;
   Result res;
+  std::atomic<std::int64_t> progress{0};  // transitions so far (read by the progress printer)
+  std::atomic<bool> done{false};
 
   static DqnLearnerConfig learner_config(const Recipe& r, const MarketEnv& env, std::uint64_t seed,
                                          std::int64_t total_steps) {
@@ -352,6 +354,7 @@ struct Run {
     while (trainer->transitions() < total_steps) {
       trainer->run(std::min(chunk, total_steps - trainer->transitions()));
       FH_CHECK(cudaStreamSynchronize(s));  // keeps the host within one chunk of the device
+      progress.store(trainer->transitions(), std::memory_order_relaxed);
       if (seconds_since(t0) > train_deadline_s) break;
     }
     res.steps = trainer->transitions();
@@ -473,7 +476,26 @@ int sweep_main(int argc, char** argv) {
         } catch (const std::exception& e) {
           run->res.error = e.what();
         }
+        run->done.store(true, std::memory_order_release);
       });
+    }
+    // Progress every 30 s (a run cut short by an outside timeout still shows how far it got).
+    double last_print = seconds_since(t0);
+    for (;;) {
+      bool all_done = true;
+      for (const auto& run : wave)
+        if (run && !run->done.load(std::memory_order_acquire)) all_done = false;
+      if (all_done) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (seconds_since(t0) - last_print >= 30.0) {
+        last_print = seconds_since(t0);
+        std::printf("[%4.0f s] k steps:", last_print);
+        for (const auto& run : wave)
+          if (run) std::printf(" %s=%lld", run->recipe.name.c_str(),
+                               static_cast<long long>(run->progress.load(std::memory_order_relaxed) / 1000));
+        std::printf("\n");
+        std::fflush(stdout);
+      }
     }
     for (auto& t : threads) t.join();
     for (int j = w0; j < w1; ++j)
