@@ -11,7 +11,9 @@
 //
 // --budget caps the whole run (seconds): a run still training at budget - 25 s stops early and
 // is evaluated as it is (its row shows the steps it reached). --parallel caps the runs training at
-// once (default: all; fewer runs go in waves that share the budget equally). Recipes (see make_recipes) vary one thing at a time against the test's
+// once (default: all; fewer runs go in waves that share the budget equally). A progress line comes
+// every 30 s. scripts/gpu-host.sh gives each bench 120 s by default: run this one alone, or with
+// FOXHUNT_BENCH_TIMEOUT=300 there. Recipes (see make_recipes) vary one thing at a time against the test's
 // recipe ("base"):
 //   reward   the market's own (ou: differential Sharpe, gbm8: log return) or log return x scale;
 //   level    adds the observation feature (log price - OU mean) / stationary sd per asset through
@@ -64,31 +66,42 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // One thread per environment: the level feature of every asset (OU: (x - mean) / stationary sd;
 // GBM: (x - log S0) / (step vol sqrt(episode length))) into the extra block (N, F), which the
 // environment's next step reads, and into the observation rows just written (whose extra block
-// was the previous step's), and reward *= scale. The final observation of an ending episode keeps
-// the previous step's level (the pre-reset price is gone): one bootstrap row in 256, one step old.
-__global__ void shape_kernel(float* __restrict__ obs, float* __restrict__ extra, float* __restrict__ reward,
-                             MarketState st, MarketParams p, int features, std::int64_t obs_dim, float scale,
-                             std::int64_t n) {
+// was the previous step's), and reward *= scale. The final observation of an ending episode was
+// written with the previous step's level: its newest window return (the step since) brings it up to date.
+__global__ void shape_kernel(float* __restrict__ obs, float* __restrict__ final_obs, float* __restrict__ extra,
+                             float* __restrict__ reward, const std::uint8_t* __restrict__ term,
+                             const std::uint8_t* __restrict__ trunc, MarketState st, MarketParams p, int features,
+                             std::int64_t obs_dim, float scale, std::int64_t n) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
+  const bool ended = final_obs != nullptr && (term[i] | trunc[i]) != 0;
+  const std::int64_t newest = static_cast<std::int64_t>(p.window - 1) * p.assets;  // newest return, asset 0
   for (int a = 0; a < features; ++a) {
     const int k = st.regime[i] * kMaxAssets + a;
     const double x = st.log_price[a * n + i];
     const bool ou = p.stationary_sd[k] > 0.f;
     const double mean = ou ? p.mean[k] : p.log_initial_price[a];
-    const double sd = ou ? static_cast<double>(p.stationary_sd[k]) : p.step_vol[k] * sqrt(static_cast<double>(p.episode_length));
+    const double sd =
+        ou ? static_cast<double>(p.stationary_sd[k]) : p.step_vol[k] * sqrt(static_cast<double>(p.episode_length));
     const float f = static_cast<float>((x - mean) / sd);
     extra[i * features + a] = f;
-    obs[i * obs_dim + (obs_dim - features) + a] = f;
+    const std::int64_t col = obs_dim - features + a;
+    obs[i * obs_dim + col] = f;
+    // The final row was written with the previous level; its newest return is the step since.
+    if (ended)
+      final_obs[i * obs_dim + col] +=
+          static_cast<float>(static_cast<double>(final_obs[i * obs_dim + newest + a]) / (p.ret_scale[a] * sd));
   }
   if (reward != nullptr) reward[i] *= scale;
 }
 
-void shape(float* obs, float* extra, float* reward, const MarketEnv& env, int features, float scale, cudaStream_t s) {
+// obs (N, obs_dim) just written by reset or step; final_obs, term, trunc: the step's (nullable).
+void shape(float* obs, float* final_obs, float* extra, float* reward, const std::uint8_t* term,
+           const std::uint8_t* trunc, const MarketEnv& env, int features, float scale, cudaStream_t s) {
   const std::int64_t n = env.num_envs();
   if (features == 0 && (reward == nullptr || scale == 1.f)) return;
-  shape_kernel<<<gpu::ceil_div(n, 128), 128, 0, s>>>(obs, extra, reward, env.state(), env.params(), features,
-                                                     env.obs_dim(), scale, n);
+  shape_kernel<<<gpu::ceil_div(n, 128), 128, 0, s>>>(obs, final_obs, extra, reward, term, trunc, env.state(),
+                                                     env.params(), features, env.obs_dim(), scale, n);
   FH_CHECK_LAUNCH();
 }
 
@@ -297,7 +310,7 @@ struct Run {
     hooks.obs_dim = O;
     hooks.reset = [this](float* obs, std::uint64_t sd2, cudaStream_t cs) {
       env.reset(obs, gpu::DType::f32, sd2, cs);
-      shape(obs, extra.data(), nullptr, env, static_cast<int>(F), 1.f, cs);
+      shape(obs, nullptr, extra.data(), nullptr, nullptr, nullptr, env, static_cast<int>(F), 1.f, cs);
     };
     hooks.step = [this](float* next_obs, float* reward, std::uint8_t* term, std::uint8_t* trunc, float* final_obs,
                         const std::int32_t* actions, cudaStream_t cs) {
@@ -310,7 +323,7 @@ struct Run {
       ActionInput in;
       in.discrete = actions;
       env.step(o, in, 1, cs);
-      shape(next_obs, extra.data(), reward, env, static_cast<int>(F), recipe.reward_scale, cs);
+      shape(next_obs, final_obs, extra.data(), reward, term, trunc, env, static_cast<int>(F), recipe.reward_scale, cs);
     };
     trainer = std::make_unique<DqnTrainer>(learner, hooks, make_replay_hooks(rb, out, kEnvs),
                                            DqnTrainSchedule{20000, kEnvs, r.updates});
@@ -323,7 +336,7 @@ struct Run {
     const cudaStream_t s = lane.stream;
     const std::uint64_t eval_seed = 1000 + seed;
     eval.reset(eval_obs.data(), gpu::DType::f32, eval_seed, s);
-    shape(eval_obs.data(), eval_extra.data(), nullptr, eval, static_cast<int>(F), 1.f, s);
+    shape(eval_obs.data(), nullptr, eval_extra.data(), nullptr, nullptr, nullptr, eval, static_cast<int>(F), 1.f, s);
     const std::int64_t steps = static_cast<std::int64_t>(mc.episode_length) * 4;
     for (std::int64_t t = 0; t < steps; ++t) {
       if (policy < 0)
@@ -340,7 +353,7 @@ struct Run {
       ActionInput in;
       in.discrete = eval_act.data();
       eval.step(o, in, 1, s);
-      shape(eval_obs.data(), eval_extra.data(), nullptr, eval, static_cast<int>(F), 1.f, s);
+      shape(eval_obs.data(), nullptr, eval_extra.data(), nullptr, nullptr, nullptr, eval, static_cast<int>(F), 1.f, s);
     }
     eval.export_stats(exit, true, s);
     return exit.wait();

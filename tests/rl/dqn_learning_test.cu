@@ -179,13 +179,16 @@ std::filesystem::path market_config_path(const std::string& name) {
 // oracle trades on; GBM: (log price - log S0) / (step vol sqrt(episode length)). Written into the
 // environment's extra-feature block (read by its next step) and into the observation rows just
 // written (whose extra block was the previous step's); reward *= scale. One thread per
-// environment. The final observation of an ending episode keeps the previous step's level (the
-// pre-reset price is gone): one bootstrap row in 256, one step stale.
-__global__ void shape_kernel(float* __restrict__ obs, float* __restrict__ extra, float* __restrict__ reward,
-                             MarketState st, MarketParams p, int features, std::int64_t obs_dim, float scale,
-                             std::int64_t n) {
+// environment. The final observation of an ending episode was written with the previous step's
+// level: its newest window return (the step since) brings it up to date.
+__global__ void shape_kernel(float* __restrict__ obs, float* __restrict__ final_obs, float* __restrict__ extra,
+                             float* __restrict__ reward, const std::uint8_t* __restrict__ term,
+                             const std::uint8_t* __restrict__ trunc, MarketState st, MarketParams p, int features,
+                             std::int64_t obs_dim, float scale, std::int64_t n) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
+  const bool ended = final_obs != nullptr && (term[i] | trunc[i]) != 0;
+  const std::int64_t newest = static_cast<std::int64_t>(p.window - 1) * p.assets;  // newest return, asset 0
   for (int a = 0; a < features; ++a) {
     const int k = st.regime[i] * kMaxAssets + a;
     const double x = st.log_price[a * n + i];
@@ -195,17 +198,23 @@ __global__ void shape_kernel(float* __restrict__ obs, float* __restrict__ extra,
         ou ? static_cast<double>(p.stationary_sd[k]) : p.step_vol[k] * sqrt(static_cast<double>(p.episode_length));
     const float f = static_cast<float>((x - mean) / sd);
     extra[i * features + a] = f;
-    obs[i * obs_dim + (obs_dim - features) + a] = f;
+    const std::int64_t col = obs_dim - features + a;
+    obs[i * obs_dim + col] = f;
+    // The final row was written with the previous level; its newest return is the step since.
+    if (ended)
+      final_obs[i * obs_dim + col] +=
+          static_cast<float>(static_cast<double>(final_obs[i * obs_dim + newest + a]) / (p.ret_scale[a] * sd));
   }
   if (reward != nullptr) reward[i] *= scale;
 }
 
-void shape(float* obs, float* extra, float* reward, const MarketEnv& env, int features, float scale,
-           cudaStream_t s) {
+// obs (N, obs_dim) just written by reset or step; final_obs, term, trunc: the step's (nullable).
+void shape(float* obs, float* final_obs, float* extra, float* reward, const std::uint8_t* term,
+           const std::uint8_t* trunc, const MarketEnv& env, int features, float scale, cudaStream_t s) {
   const std::int64_t n = env.num_envs();
   if (features == 0 && (reward == nullptr || scale == 1.f)) return;
-  shape_kernel<<<gpu::ceil_div(n, 128), 128, 0, s>>>(obs, extra, reward, env.state(), env.params(), features,
-                                                     env.obs_dim(), scale, n);
+  shape_kernel<<<gpu::ceil_div(n, 128), 128, 0, s>>>(obs, final_obs, extra, reward, term, trunc, env.state(),
+                                                     env.params(), features, env.obs_dim(), scale, n);
   FH_CHECK_LAUNCH();
 }
 
@@ -296,7 +305,7 @@ MarketOutcome train_market(const MarketRecipe& r, std::uint64_t seed, std::int64
   hooks.obs_dim = O;
   hooks.reset = [&](float* obs, std::uint64_t sd, cudaStream_t cs) {
     env.reset(obs, gpu::DType::f32, sd, cs);
-    shape(obs, extra.data(), nullptr, env, F, 1.f, cs);
+    shape(obs, nullptr, extra.data(), nullptr, nullptr, nullptr, env, F, 1.f, cs);
   };
   hooks.step = [&](float* next_obs, float* reward, std::uint8_t* term, std::uint8_t* trunc, float* final_obs,
                    const std::int32_t* actions, cudaStream_t cs) {
@@ -309,7 +318,7 @@ MarketOutcome train_market(const MarketRecipe& r, std::uint64_t seed, std::int64
     ActionInput in;
     in.discrete = actions;
     env.step(o, in, 1, cs);
-    shape(next_obs, extra.data(), reward, env, F, r.reward_scale, cs);
+    shape(next_obs, final_obs, extra.data(), reward, term, trunc, env, F, r.reward_scale, cs);
   };
   DqnTrainer trainer(learner, hooks, make_replay_hooks(rb, out, N),
                      DqnTrainSchedule{20000, N, r.updates_per_vector_step});
@@ -328,7 +337,7 @@ MarketOutcome train_market(const MarketRecipe& r, std::uint64_t seed, std::int64
   // policy < 0: the learner's greedy policy; else a BaselinePolicy.
   auto evaluate = [&](int policy) {
     eval.reset(obs.data(), gpu::DType::f32, eval_seed, st);
-    shape(obs.data(), eval_extra.data(), nullptr, eval, F, 1.f, st);
+    shape(obs.data(), nullptr, eval_extra.data(), nullptr, nullptr, nullptr, eval, F, 1.f, st);
     const std::int64_t steps = static_cast<std::int64_t>(mc.episode_length) * 4;
     for (std::int64_t t = 0; t < steps; ++t) {
       if (policy < 0)
@@ -345,7 +354,7 @@ MarketOutcome train_market(const MarketRecipe& r, std::uint64_t seed, std::int64
       ActionInput in;
       in.discrete = act.data();
       eval.step(o, in, 1, st);
-      shape(obs.data(), eval_extra.data(), nullptr, eval, F, 1.f, st);
+      shape(obs.data(), nullptr, eval_extra.data(), nullptr, nullptr, nullptr, eval, F, 1.f, st);
     }
     gpu::ExitSlot<EpisodeStats> exit;
     eval.export_stats(exit, true, st);
