@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "gpu/atomic_file.hpp"
 #include "gpu/check.hpp"
 #include "gpu/grad_norm.hpp"
 #include "gpu/nonfinite.hpp"
@@ -198,9 +199,9 @@ void DqnLearner::save(const std::filesystem::path& stem) {
   DqnState host{};
   FH_CHECK(cudaStreamSynchronize(s));
   FH_CHECK(cudaMemcpy(&host, state_.data(), sizeof host, cudaMemcpyDeviceToHost));
-  std::ofstream f(stem.string() + ".state.bin", std::ios::binary | std::ios::trunc);
-  f.write(reinterpret_cast<const char*>(&host), sizeof host);
-  if (!f) throw std::runtime_error("DqnLearner::save: cannot write " + stem.string() + ".state.bin");
+  // Temp file + fsync + rename: a failed or interrupted save leaves the previous state file whole.
+  gpu::write_file_atomically(stem.string() + ".state.bin", {std::as_bytes(std::span<const DqnState>(&host, 1))},
+                             "DqnLearner state");
 }
 
 void DqnLearner::load(const std::filesystem::path& stem) {
