@@ -152,11 +152,10 @@ using ScanCfgs = std::tuple<ScanCfg<256, 8, 1, 0, false, false, false>,   // 819
                             // 128 threads x 8 segments = 4096-element tiles, 3 stages, 4 blocks/SM [192 KB]:
                             // smaller blocks, cheaper barriers, four look-backs in parallel per SM.
                             ScanCfg<128, 8, 2, 4, true, true, false, 3, true>>;
-// What inclusive_scan / exclusive_scan use. Predicted fastest: t256_s8_g32_mb2_pipe3_cs (the
-// pipelined kernel keeps >= 64 KB per SM in flight at all times; the 8192-element tile amortizes
-// the per-tile look-back round trip and barriers best). Measured best of the one-tile-per-block
-// kernels on an H200: config 3 (t256_s8_g32_mb3_blockG_early_nc, 61.5% of copy at 1e8).
-constexpr int kDefaultCfg = 9;
+// What inclusive_scan / exclusive_scan use: the measured best on an H200 (bench/scan_variants.cu),
+// config 3, t256_s8_g32_mb3_blockG_early_nc: 61.3% of copy at 1e8. The pipelined persistent
+// configs measured 19-20% there (docs/bench.md).
+constexpr int kDefaultCfg = 3;
 using DefaultCfg = std::tuple_element_t<kDefaultCfg, ScanCfgs>;
 
 __device__ __forceinline__ Word load_word(Word* p) {
