@@ -1,58 +1,73 @@
 #!/usr/bin/env bash
-# Runs on the GPU host over a packaged folder (scripts/package.sh): every benchmark first, alone on
-# the GPU; then, side by side, the GPU suite, the CPU suite, and compute-sanitizer memcheck and
-# racecheck over the GPU suite. Logs go to $FOXHUNT_LOGS (default ./gpu-logs); the summary is last.
+# Runs on the GPU host over a packaged folder (scripts/package.sh): the benchmarks first, alone on
+# GPU 0; then, side by side, the GPU suite, each learning test, the CPU suite, and
+# compute-sanitizer memcheck and racecheck over the GPU suite in gtest shards. With a second GPU
+# the sanitizers run there from the start, beside the benchmarks. Logs go to $FOXHUNT_LOGS
+# (default ./gpu-logs); the summary is last.
 #   usage: scripts/gpu-host.sh <dist folder> [gtest filter] [sanitizer tools...]
+#   FOXHUNT_BENCHES="scan_variants replay" picks benchmarks (default all; "none" skips them),
+#   FOXHUNT_BENCH_TIMEOUT (120 s each), FOXHUNT_SANITIZER_TIMEOUT (420 s per process),
+#   FOXHUNT_SANITIZER_SHARDS (6).
 set -uo pipefail
 dist=$(cd "${1:?usage: gpu-host.sh <dist> [filter] [tools...]}" && pwd)
 filter=${2:-*}
 shift $(( $# >= 2 ? 2 : 1 ))
 tools=("$@"); [ ${#tools[@]} -gt 0 ] || tools=(memcheck racecheck)
 out=${FOXHUNT_LOGS:-$PWD/gpu-logs}
-limit=${FOXHUNT_SANITIZER_TIMEOUT:-420}   # seconds for each suite and sanitizer run
+limit=${FOXHUNT_SANITIZER_TIMEOUT:-420}
+shards=${FOXHUNT_SANITIZER_SHARDS:-6}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$dist/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export NCCL_NVLS_ENABLE=0
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+sanitizer_gpu=$(( gpus >= 2 ? 1 : 0 ))
 
 "$dist/bin/foxhunt" devices | tee "$out/devices.txt"
 
-# Benchmarks alone: nothing else may share the GPU while they time.
-for b in "$dist"/bin/foxhunt_bench_*; do
-  [ -x "$b" ] || continue
-  t0=$SECONDS
-  timeout "${FOXHUNT_BENCH_TIMEOUT:-120}" "$b" >"$out/$(basename "$b").txt" 2>&1
-  echo "$(basename "$b") rc=$? $((SECONDS - t0))s" >>"$out/bench_rc.txt"
-done
-
 # Not under the sanitizers: two graph tests provoke CUDA API errors on purpose (a sync inside a
-# capture must throw), which the sanitizer counts; the DqnLearning suite trains for minutes and
-# would take hours under instrumentation (its kernels are the ones the other tests exercise).
+# capture must throw), which the sanitizer counts; the learning suites train for minutes and
+# would take hours under instrumentation (their kernels are the ones the other tests exercise).
 learning="DqnLearning.*:ActorTraining.*"
 sanitizer_filter="$filter-GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest.UncheckedSyncInvalidatesCaptureAndThrows:$learning"
 
-# Each learning test runs in its own process (they take minutes each; a slow or stuck one cannot
-# cost the summary of the rest), and each sanitizer run is split into gtest shards run side by
-# side: one process would need longer than a device call allows.
-shards=${FOXHUNT_SANITIZER_SHARDS:-6}
+# One sanitizer run over the whole suite takes longer than a device call allows: gtest shards,
+# side by side.
+run_sanitizers() {
+  for tool in "${tools[@]}"; do
+    for ((i = 0; i < shards; ++i)); do
+      CUDA_VISIBLE_DEVICES=$sanitizer_gpu GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$limit" \
+        "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 "$dist/bin/foxhunt_gpu_tests" \
+        --gtest_brief=1 --gtest_filter="$sanitizer_filter" >"$out/sanitizer_${tool}_$i.txt" 2>&1 &
+    done
+  done
+}
+[ "$sanitizer_gpu" = 1 ] && run_sanitizers
+
+# Benchmarks alone on GPU 0: nothing else may share it while they time.
+for b in "$dist"/bin/foxhunt_bench_*; do
+  [ -x "$b" ] || continue
+  name=$(basename "$b"); name=${name#foxhunt_bench_}
+  [ -n "${FOXHUNT_BENCHES:-}" ] && [[ " $FOXHUNT_BENCHES " != *" $name "* ]] && continue
+  t0=$SECONDS
+  CUDA_VISIBLE_DEVICES=0 timeout "${FOXHUNT_BENCH_TIMEOUT:-120}" "$b" >"$out/$(basename "$b").txt" 2>&1
+  echo "$(basename "$b") rc=$? $((SECONDS - t0))s" >>"$out/bench_rc.txt"
+done
+
+# Each learning test in its own process: a slow or stuck one cannot cost the summary of the rest.
+export CUDA_VISIBLE_DEVICES=0
 timeout "$limit" "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$filter-$learning" >"$out/gpu_tests.txt" 2>&1 &
 for t in $("$dist/bin/foxhunt_gpu_tests" --gtest_list_tests --gtest_filter="$learning" | awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
   timeout "$limit" "$dist/bin/foxhunt_gpu_tests" --gtest_filter="$t" >"$out/gpu_learning_${t//[^A-Za-z0-9]/_}.txt" 2>&1 &
 done
 timeout "$limit" "$dist/bin/foxhunt_cpu_tests" --gtest_brief=1 >"$out/cpu_tests.txt" 2>&1 &
-for tool in "${tools[@]}"; do
-  for ((i = 0; i < shards; ++i)); do
-    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$limit" "$sanitizer" --tool "$tool" --error-exitcode 99 \
-      --print-limit 20 "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$sanitizer_filter" \
-      >"$out/sanitizer_${tool}_$i.txt" 2>&1 &
-  done
-done
+[ "$sanitizer_gpu" = 0 ] && run_sanitizers
 wait
 
 verdict() { grep -E '^\[  (PASSED|FAILED|SKIPPED) \]|^\[==========\]|ERROR SUMMARY|RACECHECK SUMMARY' "$1" | tail -4 | tr '\n' ' '; }
 {
-  cat "$out/bench_rc.txt"
-  grep -h -E 'TARGET|BEST ' "$out"/foxhunt_bench_*.txt
+  cat "$out/bench_rc.txt" 2>/dev/null
+  grep -h -E 'TARGET|BEST ' "$out"/foxhunt_bench_*.txt 2>/dev/null
   echo "gpu-suite: $(verdict "$out/gpu_tests.txt")"
   for f in "$out"/gpu_learning_*.txt; do echo "gpu-learning $(basename "$f" .txt): $(verdict "$f")"; done
   echo "cpu-suite: $(verdict "$out/cpu_tests.txt")"
