@@ -67,9 +67,9 @@ __device__ __forceinline__ void rebuild_node(const TreeView& t, int k, std::int6
   }
   s = warp_sum(s);
   m = warp_min(m);
-  if (lane == 0) {
-    t.sums[k][q] = static_cast<float>(s);
-    t.mins[k][q] = m;
+  if (lane == 0) {  // to L2 (st.cg): other blocks and later levels read it with __ldcg
+    __stcg(t.sums[k] + q, static_cast<float>(s));
+    __stcg(t.mins[k] + q, m);
   }
 }
 
