@@ -1,5 +1,6 @@
 #include "rl/replay/insert.hpp"
 
+#include <cuda/atomic>
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -139,21 +140,23 @@ __device__ __forceinline__ std::uint32_t touched_children(const InsertParams& p,
 
 // Warp 0 of the tile's block: rebuild the tile's level-1 node from its leaves (stamped by this
 // block before a __syncthreads), then walk up: at each parent the last of its expected arrivals
-// (a count known from the slot ranges) rebuilds it and walks on; the others stop. The last
-// arriver resets the counter, so every counter is 0 again when the kernel ends.
+// (a count known from the slot ranges) rebuilds it and walks on; the others stop. The arrival is
+// one acq_rel atomic: it publishes the node this lane just wrote and, for the last arriver, makes
+// the other arrivals' nodes visible (read from L2 with __ldcg). The last arriver resets the
+// counter, so every counter is 0 again when the kernel ends; a parent with one expected arrival
+// skips the counter altogether.
 __device__ void build_path(const TreeView& t, const InsertParams& p, std::int64_t q, int lane) {
   tree::rebuild_node(t, 1, q, lane);
   std::int64_t node = q;
   for (int k = 2; k <= t.top; ++k) {
     const std::int64_t parent = node >> tree::kLog2;
-    unsigned last = 0u;
+    unsigned last = 1u;
     if (lane == 0) {
-      __threadfence();  // the node this lane just wrote is visible device-wide before the arrival
       const std::uint32_t expected = touched_children(p, parent, k - 1);
-      if (atomicAdd(t.dirty[k] + parent, 1u) + 1u == expected) {
-        t.dirty[k][parent] = 0u;
-        __threadfence();  // the other arrivals' nodes are read after their counts
-        last = 1u;
+      if (expected > 1u) {
+        cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> arrivals(t.dirty[k][parent]);
+        last = arrivals.fetch_add(1u, cuda::memory_order_acq_rel) + 1u == expected ? 1u : 0u;
+        if (last) arrivals.store(0u, cuda::memory_order_relaxed);
       }
     }
     last = __shfl_sync(tree::kFull, last, 0);

@@ -24,6 +24,7 @@ __global__ void fill_inf_kernel(float* out, std::int64_t n) {
 
 constexpr int kUpdateBlock = 1024;  // 32 warps: about one node per warp per level at batch 4096
 constexpr int kTodoCap = 1024;      // nodes rebuilt per round of a level (more: another round)
+constexpr int kLeafUnroll = 4;      // entries in flight per thread (batch 4096: one round)
 constexpr std::size_t kUpdateSmemBudget = 40 * 1024;
 
 // How the update splits the tree among blocks (host arithmetic from the tree's shape).
@@ -86,13 +87,25 @@ __global__ void __launch_bounds__(kUpdateBlock)
   const int owners = plan.owners;
   const int b = blockIdx.x;
 
+  // The first entries are fetched before anything waits (their loads overlap the state reads).
+  std::int32_t idx[kLeafUnroll];
+  float td[kLeafUnroll];
+  auto fetch = [&](std::int64_t base) {
+#pragma unroll
+    for (int u = 0; u < kLeafUnroll; ++u) {
+      const std::int64_t i = base + static_cast<std::int64_t>(u) * blockDim.x;
+      idx[u] = i < n ? __ldg(indices + i) : -1;
+      td[u] = i < n ? __ldg(td_errors + i) : 0.0f;
+    }
+  };
+  fetch(tid);
+  const std::int64_t stored = state->size;  // an empty slot must stay unsampleable
   for (int w = tid; w < plan.total_words; w += blockDim.x) smem[w] = 0u;
   if (tid == 0) {
     s_max_bits = 0u;
     s_todo_n[0] = s_todo_n[1] = 0;
     s_epoch = state->epoch;
   }
-  const std::int64_t stored = state->size;  // an empty slot must stay unsampleable
   __syncthreads();
   const std::uint32_t epoch = s_epoch + 1;
   // Every block has read the epoch before it arrives here: the last to arrive advances it.
@@ -104,18 +117,20 @@ __global__ void __launch_bounds__(kUpdateBlock)
   // ---- leaves ----------------------------------------------------------------------------------
   const int top_shift = tree::kLog2 * top;
   std::uint32_t my_max = 0u;
-  for (std::int64_t i = tid; i < n; i += blockDim.x) {
-    const std::int32_t idx = __ldg(indices + i);
-    const float td = __ldg(td_errors + i);
-    if (idx < 0 || idx >= stored || !isfinite(td)) continue;
-    const std::int64_t q_top = static_cast<std::int64_t>(idx) >> top_shift;
-    if (q_top % owners != b) continue;
-    const float p = fmaxf(powf(fabsf(td) + eps, alpha), FLT_MIN);  // alpha applied here, once
-    if (!isfinite(p)) continue;
-    atomicMax(reinterpret_cast<unsigned long long*>(t.leaves + idx),
-              static_cast<unsigned long long>(tree::make_stamp(epoch, p)));
-    my_max = max(my_max, __float_as_uint(p));  // p > 0: bit patterns order like the values
-    if (top >= 1) mark_dirty(smem, plan, 1, static_cast<std::int64_t>(idx) >> tree::kLog2, top);
+  for (std::int64_t base = tid; base < n; base += static_cast<std::int64_t>(kLeafUnroll) * blockDim.x) {
+    if (base != tid) fetch(base);
+#pragma unroll
+    for (int u = 0; u < kLeafUnroll; ++u) {
+      if (idx[u] < 0 || idx[u] >= stored || !isfinite(td[u])) continue;
+      const std::int64_t q_top = static_cast<std::int64_t>(idx[u]) >> top_shift;
+      if (q_top % owners != b) continue;
+      const float p = fmaxf(powf(fabsf(td[u]) + eps, alpha), FLT_MIN);  // alpha applied here, once
+      if (!isfinite(p)) continue;
+      atomicMax(reinterpret_cast<unsigned long long*>(t.leaves + idx[u]),
+                static_cast<unsigned long long>(tree::make_stamp(epoch, p)));
+      my_max = max(my_max, __float_as_uint(p));  // p > 0: bit patterns order like the values
+      if (top >= 1) mark_dirty(smem, plan, 1, static_cast<std::int64_t>(idx[u]) >> tree::kLog2, top);
+    }
   }
   my_max = __reduce_max_sync(tree::kFull, my_max);
   if (lane == 0 && my_max != 0u) atomicMax(&s_max_bits, my_max);
