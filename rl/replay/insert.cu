@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(kInsertBlock)
   const std::uint64_t stamp = p.prioritized ? tree::make_stamp(state->epoch, state->max_priority) : 0;
   const int w0 = build ? 32 : 0;  // first copying thread: warp 0 walks the tree
   const int workers = kInsertBlock - w0;
-  const int groups = static_cast<int>(D / VEC);  // host-checked: kTile * D < 2^31
+  const int groups = static_cast<int>(D / VEC);  // host-checked: kTile * D <= 2^30
   const auto* obs_in = static_cast<const In*>(p.obs);
   const auto* next_in = static_cast<const In*>(p.next_obs);
   auto* obs_out = static_cast<Store*>(ring.obs);
@@ -283,10 +283,11 @@ void insert_transitions(const RingView& ring, const TreeView* tree, ReplayState*
                         const TransitionBatch& batch, const Reservation& r, int n_step, float gamma,
                         cudaStream_t stream) {
   FH_EXPECT(r.rows > 0 && r.rows <= ring.capacity, "insert_transitions: reservation rows must be in [1, capacity]");
-  FH_EXPECT(ring.obs_dim >= 1 && ring.obs_dim <= (std::int64_t{1} << 24),
-            "insert_transitions: obs_dim must be in [1, 2^24] (tile element indices are 32-bit)");
-  FH_EXPECT(ring.action_dim >= 1 && ring.action_dim <= (std::int64_t{1} << 24),
-            "insert_transitions: action_dim must be in [1, 2^24] (tile element indices are 32-bit)");
+  // A tile's element indices (128 rows x obs_dim or action_dim, plus a stride) are 32-bit.
+  FH_EXPECT(ring.obs_dim >= 1 && ring.obs_dim <= (std::int64_t{1} << 23),
+            "insert_transitions: obs_dim must be in [1, 2^23]");
+  FH_EXPECT(ring.action_dim >= 1 && ring.action_dim <= (std::int64_t{1} << 23),
+            "insert_transitions: action_dim must be in [1, 2^23]");
   InsertParams p{};
   p.obs = batch.obs;
   p.next_obs = batch.next_obs;

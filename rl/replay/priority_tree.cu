@@ -74,7 +74,7 @@ __device__ __forceinline__ void mark_dirty(std::uint32_t* bitmaps, const UpdateP
 // One launch per priority update (see priority_tree.hpp): the block scans every entry, keeps the
 // ones below its top nodes, stamps their leaves (atomicMax: the largest priority of this epoch
 // wins over repeats and over any older epoch), then rebuilds the dirty nodes level by level.
-__global__ void __launch_bounds__(kUpdateBlock)
+__global__ void __launch_bounds__(kUpdateBlock, 1)
     update_kernel(const __grid_constant__ TreeView t, const __grid_constant__ UpdatePlan plan, ReplayState* state,
                   const std::int32_t* indices, const float* td_errors, std::int64_t n, float alpha, float eps) {
   extern __shared__ std::uint32_t smem[];  // bitmaps of levels 1..top, then the to-do list
@@ -108,11 +108,10 @@ __global__ void __launch_bounds__(kUpdateBlock)
   }
   __syncthreads();
   const std::uint32_t epoch = s_epoch + 1;
-  // Every block has read the epoch before it arrives here: the last to arrive advances it.
-  if (tid == 0 && atomicAdd(&state->update_done, 1u) == gridDim.x - 1) {
-    state->epoch = epoch;
-    state->update_done = 0u;
-  }
+  // Every block has read the epoch before it arrives here; the last to arrive advances it at the
+  // end of the kernel (the count is only waited for there, off the critical path).
+  std::uint32_t arrived = 0u;
+  if (tid == 0) arrived = atomicAdd(&state->update_done, 1u) + 1u;
 
   // ---- leaves ----------------------------------------------------------------------------------
   const int top_shift = tree::kLog2 * top;
@@ -171,6 +170,10 @@ __global__ void __launch_bounds__(kUpdateBlock)
       ++round;
       if (listed <= kTodoCap) break;
     }
+  }
+  if (tid == 0 && arrived == gridDim.x) {
+    state->epoch = epoch;
+    state->update_done = 0u;
   }
 }
 
