@@ -138,15 +138,30 @@ __device__ __forceinline__ std::uint32_t touched_children(const InsertParams& p,
   return static_cast<std::uint32_t>(n);
 }
 
-// Warp 0 of the tile's block: rebuild the tile's level-1 node from its leaves (stamped by this
-// block before a __syncthreads), then walk up: at each parent the last of its expected arrivals
-// (a count known from the slot ranges) rebuilds it and walks on; the others stop. The arrival is
-// one acq_rel atomic: it publishes the node this lane just wrote and, for the last arriver, makes
-// the other arrivals' nodes visible (read from L2 with __ldcg). The last arriver resets the
-// counter, so every counter is 0 again when the kernel ends; a parent with one expected arrival
-// skips the counter altogether.
-__device__ void build_path(const TreeView& t, const InsertParams& p, std::int64_t q, int lane) {
-  tree::rebuild_node(t, 1, q, lane);
+// Warp 0 of the tile's block, for level-1 node q (slots first .. first + 127): stamps the tile's
+// new leaves and computes q from registers (the old leaves, loaded at once, with the new ones
+// replaced by the stamp: no store-then-reload), then walks up: at each parent the last of its
+// expected arrivals (a count known from the slot ranges) rebuilds it and walks on; the others
+// stop. The arrival is one acq_rel atomic: it publishes the node this lane just wrote and, for
+// the last arriver, makes the other arrivals' nodes visible (read from L2 with __ldcg). The last
+// arriver resets the counter, so every counter is 0 again when the kernel ends; a parent with
+// one expected arrival skips the counter altogether.
+__device__ void tile_path(const TreeView& t, const InsertParams& p, std::int64_t q, std::int64_t C,
+                          std::uint64_t stamp, int lane) {
+  const std::int64_t first = (q << tree::kLog2) + 4 * lane;  // this lane's 4 leaves (padded past C)
+  const auto* src = reinterpret_cast<const ulonglong2*>(t.leaves + first);  // 32-byte aligned
+  const ulonglong2 a = __ldcg(src);
+  const ulonglong2 b = __ldcg(src + 1);
+  const std::uint64_t old[4] = {a.x, a.y, b.x, b.y};
+  float c[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const std::int64_t s = first + i;
+    const bool fresh = s < C && row_of(s, p.s0, C) < p.rows;
+    if (fresh) t.leaves[s] = stamp;
+    c[i] = tree::leaf_value(fresh ? stamp : old[i]);
+  }
+  tree::store_node(t, 1, q, lane, c);
   std::int64_t node = q;
   for (int k = 2; k <= t.top; ++k) {
     const std::int64_t parent = node >> tree::kLog2;
@@ -166,9 +181,10 @@ __device__ void build_path(const TreeView& t, const InsertParams& p, std::int64_
   }
 }
 
-// One launch: a block per tile (grid-stride) stamps the tile's new leaves, copies its rows and
-// assembles their n-step fields while warp 0 rebuilds the tree path above it; then every block
-// takes a share of the older steps whose n-step windows now reach into the new block.
+// One launch, no barrier: a block per tile (grid-stride) copies the tile's rows and assembles
+// their n-step fields while its warp 0 stamps the tile's leaves and rebuilds the tree path above
+// it (warp 0 copies too when there is no tree); then every block takes a share of the older steps
+// whose n-step windows now reach into the new block.
 template <class In, class Store, int VEC>
 __global__ void __launch_bounds__(kInsertBlock)
     insert_kernel(const __grid_constant__ RingView ring, const __grid_constant__ TreeView tree, ReplayState* state,
@@ -191,13 +207,13 @@ __global__ void __launch_bounds__(kInsertBlock)
     const std::int64_t q = t < p.tiles_a ? (p.s0 >> tree::kLog2) + t : t - p.tiles_a;
     const std::int64_t first = q << tree::kLog2;
     const int width = static_cast<int>(C - first < kTile ? C - first : kTile);
-    if (p.prioritized && tid < width && row_of(first + tid, p.s0, C) < p.rows) tree.leaves[first + tid] = stamp;
     if (build) {
-      __syncthreads();  // the tile's stamps are visible to warp 0
       if (tid < 32) {
-        build_path(tree, p, q, tid);
+        tile_path(tree, p, q, C, stamp, tid);  // stamps included
         continue;
       }
+    } else if (p.prioritized && tid < width && row_of(first + tid, p.s0, C) < p.rows) {
+      tree.leaves[first + tid] = stamp;
     }
 
     // obs and next obs: flat over (row, element group), kUnroll groups in flight per thread
