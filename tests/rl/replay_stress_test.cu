@@ -190,6 +190,45 @@ TEST_F(ReplayStressTest, CapturedSampleAndUpdateReplaysStayInsideTheStoredRange)
   expect_tree_consistent(rb, stream());
 }
 
+// The descent's guards alone, against a tree that lies: top nodes past the stored range claim
+// most of the mass (their children are empty), and the unwritten ring entries of the empty slots
+// hold garbage bootstrap indices. Every draw must still be a stored slot with a finite weight,
+// and every gathered value must come from stored slots (a gather through a garbage bootstrap
+// index would read far outside the ring).
+TEST_F(ReplayStressTest, LyingTopNodesStillYieldOnlyStoredSlots) {
+  SCOPED_TRACE(seed_note());
+  ReplayConfig cfg = stress_config(200003);  // levels: 1563, 13 nodes
+  ReplayBuffer rb(cfg, stream());
+  const int p = rb.add_producer(1000);
+  DeviceBlock block(random_block(150, 1000, cfg.layout.obs_dim, 1, rng()), cfg.layout, stream());
+  rb.insert(p, block.batch, stream());
+  FH_CHECK(cudaStreamSynchronize(stream()));
+  ASSERT_EQ(rb.size(), 150000);  // level-2 nodes 10..12 (slots from 163840 on) hold nothing
+  const TreeView* t = rb.tree_view();
+  const RingView ring = rb.ring_view();
+  // Empty slots: bootstrap indices far outside the ring, NaN rewards and n-step fields.
+  FH_CHECK(cudaMemsetAsync(ring.bootstrap + 150000, 0x7f, (200003 - 150000) * sizeof(std::int32_t), stream()));
+  FH_CHECK(cudaMemsetAsync(ring.returns + 150000, 0xff, (200003 - 150000) * sizeof(float), stream()));
+  FH_CHECK(cudaMemsetAsync(ring.discounts + 150000, 0xff, (200003 - 150000) * sizeof(float), stream()));
+  const std::vector<float> lies = {1e30f, 3e38f, 1e-30f};
+  FH_CHECK(cudaMemcpyAsync(t->sums[2] + 10, lies.data(), lies.size() * sizeof(float), cudaMemcpyHostToDevice,
+                           stream()));
+  FH_CHECK(cudaStreamSynchronize(stream()));
+
+  SampledBatch out = rb.allocate_batch(1024);
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(cfg.capacity), 0);
+  for (int call = 0; call < 20; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    const SampledBatchView v = out.view();
+    FH_CHECK(cudaMemsetAsync(v.indices, 0xff, 1024 * sizeof(std::int32_t), stream()));  // poison
+    FH_CHECK(cudaMemsetAsync(v.weights, 0xff, 1024 * sizeof(float), stream()));
+    rb.sample(v, call, stream());
+    FH_CHECK(cudaStreamSynchronize(stream()));
+    check_sample(download_sample(v, cfg.layout, stream()), rb.size(), counts);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // CPU mirror of the update: entries outside [0, size) are skipped; among repeated indices the
 // largest priority wins.
 void apply_update(std::vector<double>& ref, const std::vector<std::int32_t>& idx, const std::vector<float>& td,
