@@ -54,6 +54,7 @@ struct Row {
   double ours_us = NAN, torch_us = NAN, cpu_us = NAN;
 };
 std::map<Key, Row> g_rows;
+std::map<std::string, std::size_t> g_launches;  // kernel nodes per captured call (graphs of one op)
 
 // ---- device data ---------------------------------------------------------------------------
 
@@ -183,6 +184,7 @@ void bench_ours(std::int64_t capacity, cudaStream_t s) {
     rl::SampledBatch out = rb.allocate_batch(B);
     gpu::CudaGraph sample;
     sample.capture(s, [&](cudaStream_t cs) { rb.sample(out.view(), cs); });
+    g_launches["sample"] = sample.node_count();
     const double sample_ms = bench::median_ms([&](int) { sample.replay(s); }, s, 10, 200);
     g_rows[{"sample", B, capacity}].ours_us = sample_ms * 1e3;
 
@@ -191,6 +193,7 @@ void bench_ours(std::int64_t capacity, cudaStream_t s) {
     launch_fill([&](int b) { fill_uniform<<<b, gpu::kBlock, 0, s>>>(td.data(), B, 4242, -3.f, 3.f); }, B);
     gpu::CudaGraph update;
     update.capture(s, [&](cudaStream_t cs) { rb.update_priorities(out.view().indices, td.data(), B, cs); });
+    g_launches["update"] = update.node_count();
     const double update_ms = bench::median_ms([&](int) { update.replay(s); }, s, 10, 200);
     g_rows[{"update", B, capacity}].ours_us = update_ms * 1e3;
     FH_CHECK(cudaStreamSynchronize(s));
@@ -397,7 +400,8 @@ std::string fmt(double v, const char* f = "%.1f") {
 
 void report() {
   std::printf("\nPrioritized replay (obs 64 f32, n = 3, alpha %.1f): median latency of one operation\n", kAlpha);
-  std::printf("ours: sample and update as CUDA graph replays, insert as a direct call\n");
+  std::printf("ours: sample and update as CUDA graph replays, insert as a direct call (one kernel)\n");
+  std::printf("ours: graph nodes per call: sample %zu, update %zu\n", g_launches["sample"], g_launches["update"]);
   bench::print_rule(118);
   std::printf("%-8s %6s %10s %11s %12s %12s %10s %10s %14s\n", "op", "batch", "capacity", "ours us", "PyTorch us",
               "CPU tree us", "x PyTorch", "x CPU", "ours Mtrans/s");

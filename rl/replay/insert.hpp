@@ -6,7 +6,9 @@
 //    the producer's last n-1 older steps whose windows reach into the new block (windows are cut
 //    at termination with discount 0, at truncation with discount gamma^k, and for now at the
 //    newest step; the next insert of that producer completes them),
-//  - and, in its last block to finish, rebuilds the tree nodes above the new slots.
+//  - and rebuilds the tree nodes above the new slots: per 128-slot tile, the tile's level-1 node
+//    from registers, then each parent by the last of its expected arrivals (counts known from
+//    the slot ranges, counters in the tree reset by their last arriver).
 #include <cuda_runtime.h>
 
 #include "rl/replay/priority_tree.hpp"

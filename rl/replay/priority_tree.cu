@@ -1,5 +1,6 @@
 #include "rl/replay/priority_tree.hpp"
 
+#include <algorithm>
 #include <cfloat>
 
 #include "gpu/atomics.cuh"
@@ -21,49 +22,160 @@ __global__ void fill_inf_kernel(float* out, std::int64_t n) {
     out[i] = inf;
 }
 
-// One thread per update entry: stamp the leaf (atomicMax: the largest priority of this epoch
-// wins over repeats and over any older epoch), raise the running max, mark the parent dirty.
-__global__ void update_leaves_kernel(const __grid_constant__ TreeView t, ReplayState* state, const std::int32_t* indices,
-                                     const float* td_errors, std::int64_t n, float alpha, float eps) {
-  const std::uint32_t epoch = state->epoch + 1;  // advanced by the last launch of this update
-  const std::int64_t stored = state->size;       // an empty slot must stay unsampleable
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int32_t idx = indices[i];
-    const float td = td_errors[i];
-    if (idx < 0 || idx >= stored || !isfinite(td)) continue;
-    const float p = fmaxf(powf(fabsf(td) + eps, alpha), FLT_MIN);  // alpha applied here, once
-    if (!isfinite(p)) continue;
-    atomicMax(reinterpret_cast<unsigned long long*>(t.leaves + idx),
-              static_cast<unsigned long long>(tree::make_stamp(epoch, p)));
-    gpu::atomic_max_nonneg(&state->max_priority, p);
-    if (t.top >= 1) t.dirty[1][idx >> tree::kLog2] = 1u;
+constexpr int kUpdateBlock = 1024;  // 32 warps: about one node per warp per level at batch 4096
+constexpr int kTodoCap = 1024;      // nodes rebuilt per round of a level (more: another round)
+constexpr int kLeafUnroll = 4;      // entries in flight per thread (batch 4096: one round)
+constexpr std::size_t kUpdateSmemBudget = 40 * 1024;
+
+// How the update splits the tree among blocks (host arithmetic from the tree's shape).
+// Block b owns top nodes Q = b, b + owners, b + 2 owners, ...: its j-th one is Q = j * owners + b.
+// Level k (1..top) keeps a bitmap of the dirty nodes below the owned top nodes: bit
+// j * span[k] + (x mod span[k]) for node x of level k below the j-th owned top node.
+struct UpdatePlan {
+  int owners = 1;
+  int span_log2[TreeShape::kMaxLevels] = {};  // log2 of 128^(top - k): level-k nodes per top node
+  int word_offset[TreeShape::kMaxLevels] = {};
+  int words[TreeShape::kMaxLevels] = {};
+  int total_words = 0;
+};
+
+UpdatePlan plan_update(const TreeView& t, int sms) {
+  UpdatePlan p;
+  if (t.top == 0) return p;  // leaves only: one block, nothing to rebuild
+  const std::int64_t tops = t.count[t.top];
+  // Bitmap bytes per owned top node; cap the top nodes per block so the bitmaps fit.
+  std::int64_t bytes_per_top = 0;
+  for (int k = 1; k <= t.top; ++k) bytes_per_top += ((std::int64_t{1} << (tree::kLog2 * (t.top - k))) + 31) / 32 * 4;
+  const std::int64_t max_per_block =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(kUpdateSmemBudget - kTodoCap * 4) / bytes_per_top);
+  std::int64_t owners = std::min<std::int64_t>(tops, sms);
+  owners = std::max<std::int64_t>(owners, (tops + max_per_block - 1) / max_per_block);
+  p.owners = static_cast<int>(owners);
+  const std::int64_t per_block = (tops + owners - 1) / owners;
+  int off = 0;
+  for (int k = 1; k <= t.top; ++k) {
+    p.span_log2[k] = tree::kLog2 * (t.top - k);
+    p.word_offset[k] = off;
+    p.words[k] = static_cast<int>(((per_block << p.span_log2[k]) + 31) / 32);
+    off += p.words[k];
   }
+  p.total_words = off;
+  return p;
 }
 
-// Level k >= 1: one warp per update entry; the entry whose atomicExch finds its ancestor dirty
-// rebuilds it (exactly one per node) and marks the next ancestor. The launch for the top level
-// also advances the epoch (nothing in it reads the epoch).
-__global__ void rebuild_level_kernel(const __grid_constant__ TreeView t, ReplayState* state, const std::int32_t* indices, std::int64_t n,
-                                     int k) {
-  const int lane = threadIdx.x & 31;
-  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (std::int64_t i = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / 32; i < n;
-       i += warps) {
-    const std::int32_t idx = indices[i];
-    if (idx < 0 || idx >= t.count[0]) continue;  // warp-uniform
-    const std::int64_t q = static_cast<std::int64_t>(idx) >> (tree::kLog2 * k);
-    unsigned claimed = 0;
-    if (lane == 0) claimed = atomicExch(t.dirty[k] + q, 0u);
-    claimed = __shfl_sync(tree::kFull, claimed, 0);
-    if (!claimed) continue;
-    tree::rebuild_node(t, k, q, lane);
-    if (lane == 0 && k < t.top) t.dirty[k + 1][q >> tree::kLog2] = 1u;
-  }
-  if (k == t.top && blockIdx.x == 0 && threadIdx.x == 0) state->epoch += 1;
+__device__ __forceinline__ void mark_dirty(std::uint32_t* bitmaps, const UpdatePlan& plan, int k, std::int64_t node,
+                                           int top) {
+  const std::int64_t q_top = node >> (tree::kLog2 * (top - k));
+  const std::int64_t j = q_top / plan.owners;
+  const std::int64_t local = (j << plan.span_log2[k]) + (node & ((std::int64_t{1} << plan.span_log2[k]) - 1));
+  atomicOr(bitmaps + plan.word_offset[k] + (local >> 5), 1u << (local & 31));
 }
 
-__global__ void advance_epoch_kernel(ReplayState* state) { state->epoch += 1; }
+// One launch per priority update (see priority_tree.hpp): the block scans every entry, keeps the
+// ones below its top nodes, stamps their leaves (atomicMax: the largest priority of this epoch
+// wins over repeats and over any older epoch), then rebuilds the dirty nodes level by level.
+__global__ void __launch_bounds__(kUpdateBlock, 1)
+    update_kernel(const __grid_constant__ TreeView t, const __grid_constant__ UpdatePlan plan, ReplayState* state,
+                  const std::int32_t* indices, const float* td_errors, std::int64_t n, float alpha, float eps) {
+  extern __shared__ std::uint32_t smem[];  // bitmaps of levels 1..top, then the to-do list
+  __shared__ std::uint32_t s_max_bits;
+  __shared__ int s_todo_n[2];
+  __shared__ std::uint32_t s_epoch;
+  std::uint32_t* todo = smem + plan.total_words;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+  const int top = t.top;
+  const int owners = plan.owners;
+  const int b = blockIdx.x;
+
+  // The first entries are fetched before anything waits (their loads overlap the state reads).
+  std::int32_t idx[kLeafUnroll];
+  float td[kLeafUnroll];
+  auto fetch = [&](std::int64_t base) {
+#pragma unroll
+    for (int u = 0; u < kLeafUnroll; ++u) {
+      const std::int64_t i = base + static_cast<std::int64_t>(u) * blockDim.x;
+      idx[u] = i < n ? __ldg(indices + i) : -1;
+      td[u] = i < n ? __ldg(td_errors + i) : 0.0f;
+    }
+  };
+  fetch(tid);
+  const std::int64_t stored = state->size;  // an empty slot must stay unsampleable
+  for (int w = tid; w < plan.total_words; w += blockDim.x) smem[w] = 0u;
+  if (tid == 0) {
+    s_max_bits = 0u;
+    s_todo_n[0] = s_todo_n[1] = 0;
+    s_epoch = state->epoch;
+  }
+  __syncthreads();
+  const std::uint32_t epoch = s_epoch + 1;
+  // Every block has read the epoch before it arrives here; the last to arrive advances it at the
+  // end of the kernel (the count is only waited for there, off the critical path).
+  std::uint32_t arrived = 0u;
+  if (tid == 0) arrived = atomicAdd(&state->update_done, 1u) + 1u;
+
+  // ---- leaves ----------------------------------------------------------------------------------
+  const int top_shift = tree::kLog2 * top;
+  std::uint32_t my_max = 0u;
+  for (std::int64_t base = tid; base < n; base += static_cast<std::int64_t>(kLeafUnroll) * blockDim.x) {
+    if (base != tid) fetch(base);
+#pragma unroll
+    for (int u = 0; u < kLeafUnroll; ++u) {
+      if (idx[u] < 0 || idx[u] >= stored || !isfinite(td[u])) continue;
+      const std::int64_t q_top = static_cast<std::int64_t>(idx[u]) >> top_shift;
+      if (q_top % owners != b) continue;
+      const float p = fmaxf(powf(fabsf(td[u]) + eps, alpha), FLT_MIN);  // alpha applied here, once
+      if (!isfinite(p)) continue;
+      atomicMax(reinterpret_cast<unsigned long long*>(t.leaves + idx[u]),
+                static_cast<unsigned long long>(tree::make_stamp(epoch, p)));
+      my_max = max(my_max, __float_as_uint(p));  // p > 0: bit patterns order like the values
+      if (top >= 1) mark_dirty(smem, plan, 1, static_cast<std::int64_t>(idx[u]) >> tree::kLog2, top);
+    }
+  }
+  my_max = __reduce_max_sync(tree::kFull, my_max);
+  if (lane == 0 && my_max != 0u) atomicMax(&s_max_bits, my_max);
+  __syncthreads();
+  if (tid == 0 && s_max_bits != 0u) gpu::atomic_max_nonneg(&state->max_priority, __uint_as_float(s_max_bits));
+
+  // ---- levels 1..top: drain each level's bitmap into the to-do list, a warp per node ------------
+  int round = 0;
+  for (int k = 1; k <= top; ++k) {
+    std::uint32_t* bits_k = smem + plan.word_offset[k];
+    const int span_log2 = plan.span_log2[k];
+    const std::int64_t span_mask = (std::int64_t{1} << span_log2) - 1;
+    for (;;) {
+      int* counter = &s_todo_n[round & 1];
+      for (int w = tid; w < plan.words[k]; w += blockDim.x) {
+        std::uint32_t bits = bits_k[w];
+        while (bits != 0u) {
+          const int pos = atomicAdd(counter, 1);
+          if (pos >= kTodoCap) break;  // the rest waits for the next round
+          const int bit = __ffs(static_cast<int>(bits)) - 1;
+          bits &= bits - 1u;
+          const std::int64_t local = static_cast<std::int64_t>(w) * 32 + bit;
+          const std::int64_t q_top = (local >> span_log2) * owners + b;
+          todo[pos] = static_cast<std::uint32_t>((q_top << span_log2) + (local & span_mask));
+        }
+        bits_k[w] = bits;  // this thread alone touches word w in this phase
+      }
+      __syncthreads();
+      const int listed = *counter;
+      if (tid == 0) s_todo_n[(round + 1) & 1] = 0;  // everyone read the other counter a round ago
+      const int m = min(listed, kTodoCap);
+      for (int j = warp; j < m; j += nwarps) {
+        const std::int64_t q = todo[j];
+        tree::rebuild_node(t, k, q, lane);
+        if (k < top && lane == 0) mark_dirty(smem, plan, k + 1, q >> tree::kLog2, top);
+      }
+      __syncthreads();  // level k (this round) written before level k + 1 reads it
+      ++round;
+      if (listed <= kTodoCap) break;
+    }
+  }
+  if (tid == 0 && arrived == gridDim.x) {
+    state->epoch = epoch;
+    state->update_done = 0u;
+  }
+}
 
 }  // namespace
 
@@ -96,20 +208,12 @@ void update_priorities(const TreeView& tree, ReplayState* state, const std::int3
   FH_EXPECT(n >= 0, "update_priorities: n must be >= 0");
   if (n == 0) return;
   FH_EXPECT(indices != nullptr && td_errors != nullptr, "update_priorities: indices and td_errors must be device pointers");
-  update_leaves_kernel<<<gpu::grid_stride_blocks(n), gpu::kBlock, 0, stream>>>(tree, state, indices, td_errors, n,
-                                                                               alpha, eps);
+  FH_EXPECT(tree.top >= 0 && tree.top < TreeShape::kMaxLevels, "update_priorities: tree.top out of range");
+  const UpdatePlan plan = plan_update(tree, gpu::sm_count());
+  const std::size_t smem = static_cast<std::size_t>(plan.total_words + kTodoCap) * sizeof(std::uint32_t);
+  FH_EXPECT(smem <= 48 * 1024, "update_priorities: tree bitmaps exceed the shared-memory budget");
+  update_kernel<<<plan.owners, kUpdateBlock, smem, stream>>>(tree, plan, state, indices, td_errors, n, alpha, eps);
   FH_CHECK_LAUNCH();
-  if (tree.top == 0) {
-    advance_epoch_kernel<<<1, 1, 0, stream>>>(state);
-    FH_CHECK_LAUNCH();
-    return;
-  }
-  // A warp per entry; 8 warps per block.
-  const int blocks = gpu::grid_stride_blocks(n * 32);
-  for (int k = 1; k <= tree.top; ++k) {
-    rebuild_level_kernel<<<blocks, gpu::kBlock, 0, stream>>>(tree, state, indices, n, k);
-    FH_CHECK_LAUNCH();
-  }
 }
 
 }  // namespace foxhunt::rl

@@ -52,11 +52,10 @@ __device__ __forceinline__ void load_children(const TreeView& t, int k, std::int
   }
 }
 
-// Recomputes node q of level k >= 1 from its 128 children: sum (double, fixed order) and min.
+// Node q of level k >= 1 from its 128 children, of which lane `lane` holds c[0..4): sum (double,
+// fixed order) and min (from the values at level 1, from the children's mins above).
 // The whole warp calls it (all 32 lanes active); lane 0 writes.
-__device__ __forceinline__ void rebuild_node(const TreeView& t, int k, std::int64_t q, int lane) {
-  float c[4];
-  load_children(t, k, q, lane, c);
+__device__ __forceinline__ void store_node(const TreeView& t, int k, std::int64_t q, int lane, const float c[4]) {
   double s = (static_cast<double>(c[0]) + c[1]) + (static_cast<double>(c[2]) + c[3]);
   float m;
   if (k == 1) {
@@ -67,10 +66,17 @@ __device__ __forceinline__ void rebuild_node(const TreeView& t, int k, std::int6
   }
   s = warp_sum(s);
   m = warp_min(m);
-  if (lane == 0) {
-    t.sums[k][q] = static_cast<float>(s);
-    t.mins[k][q] = m;
+  if (lane == 0) {  // to L2 (st.cg): other blocks and later levels read it with __ldcg
+    __stcg(t.sums[k] + q, static_cast<float>(s));
+    __stcg(t.mins[k] + q, m);
   }
+}
+
+// Recomputes node q of level k >= 1 from its 128 children (read from L2).
+__device__ __forceinline__ void rebuild_node(const TreeView& t, int k, std::int64_t q, int lane) {
+  float c[4];
+  load_children(t, k, q, lane, c);
+  store_node(t, k, q, lane, c);
 }
 
 }  // namespace foxhunt::rl::tree

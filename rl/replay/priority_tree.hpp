@@ -10,8 +10,14 @@
 // Levels >= 1 hold, per node, the sum of its children (computed in double from the children,
 // never delta-updated, so no drift accumulates) and the min over its stored leaves (+inf when it
 // has none): the global min priority gives the IS weight normaliser on the device.
-// A node is rebuilt exactly once per update: writers set a dirty flag on the parent and one
-// candidate claims it with atomicExch.
+//
+// Priority update: ONE launch. Block b owns the top-level nodes Q with Q % blocks == b, so every
+// node below Q is touched by its owner block only: the block scans all entries, stamps the leaves
+// it owns, marks their parents in a shared-memory bitmap and rebuilds level by level with a
+// __syncthreads between levels (each dirty node exactly once). No grid-wide barrier, no counts
+// computed in advance; the epoch advances in the last block to arrive (a counter in the state).
+// The per-node u32 words (`dirty`) are the insert's arrival counters (insert.cu); they are zero
+// between calls.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -26,7 +32,7 @@ struct TreeView {
   std::uint64_t* leaves = nullptr;                    // (padded[0]) stamps
   float* sums[TreeShape::kMaxLevels] = {};            // [k >= 1]: (padded[k])
   float* mins[TreeShape::kMaxLevels] = {};            // [k >= 1]: (padded[k]), +inf when empty
-  std::uint32_t* dirty[TreeShape::kMaxLevels] = {};   // [k >= 1]: (padded[k]) rebuild claims
+  std::uint32_t* dirty[TreeShape::kMaxLevels] = {};   // [k >= 1]: (padded[k]) arrival counters, 0 between calls
   std::int64_t count[TreeShape::kMaxLevels] = {};     // nodes per level
   int top = 0;
 };
@@ -49,7 +55,7 @@ class PriorityTree {
 // Priority update: leaf[indices[i]] = max over repeats of max(pow(|td_errors[i]| + eps, alpha),
 // FLT_MIN); state->max_priority is raised to it; the ancestors are rebuilt; the epoch advances.
 // Indices outside [0, stored size) and non-finite td errors are skipped (the slot keeps its
-// priority). n == 0 returns without launching. 1 + top launches (3 for 2^24 slots).
+// priority). n == 0 returns without launching. One launch.
 void update_priorities(const TreeView& tree, ReplayState* state, const std::int32_t* indices,
                        const float* td_errors, std::int64_t n, float alpha, float eps, cudaStream_t stream);
 

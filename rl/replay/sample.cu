@@ -173,16 +173,24 @@ __global__ void __launch_bounds__(kSampleBlock)
       if (u >= top_value[lo]) u = just_below(top_value[lo]);
       std::int64_t node = lo;
       for (int k = t.top; k >= 1; --k) node = descend(t, k, node, u, lane);
-      idx = node < ring.capacity ? node : ring.capacity - 1;  // a padded leaf is empty: never chosen
+      // The descent only enters non-empty children, so `node` is a stored slot whenever the tree
+      // is consistent. Should it still point past the stored range (an empty or padded slot,
+      // whose ring entries were never written), take the last stored slot: the gather below must
+      // never read an unwritten bootstrap index.
+      idx = node < size ? node : size - 1;
+      if (idx < 0) idx = 0;
       const float p = tree::leaf_value(t.leaves[idx]);
-      weight = p > 0.0f ? static_cast<float>(pow(static_cast<double>(min_priority) / p, beta)) : 0.0f;
+      // (p_min / p)^beta <= 1 for a consistent tree; clamped so no inf / NaN can escape.
+      const double w = p > 0.0f ? pow(static_cast<double>(min_priority) / p, beta) : 0.0;
+      weight = w >= 0.0 && w <= 1.0 ? static_cast<float>(w) : (w > 1.0 ? 1.0f : 0.0f);
     } else {
       const std::uint64_t bits = (static_cast<std::uint64_t>(r.z) << 32) | r.w;
       idx = static_cast<std::int64_t>(__umul64hi(bits, static_cast<std::uint64_t>(size)));
     }
 
     // Gather (a warp per sample): obs, bootstrap next obs, action words, n-step fields.
-    const std::int64_t boot = ring.bootstrap[idx];
+    std::int64_t boot = ring.bootstrap[idx];
+    if (boot < 0 || boot >= ring.capacity) boot = idx;  // never for a stored slot: defence in depth
     obs_io::copy_row<Store, float, VEC>(out.obs + i * D, static_cast<const Store*>(ring.obs) + idx * D, D, lane);
     obs_io::copy_row<Store, float, VEC>(out.next_obs + i * D, static_cast<const Store*>(ring.next_obs) + boot * D, D,
                                         lane);

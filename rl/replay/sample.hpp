@@ -7,6 +7,10 @@
 // so 2^24+ leaves are resolved). Weight w_i = (N P_i)^-beta / max_j (N P_j)^-beta
 // = (p_min / p_i)^beta with p_min the global min priority kept in the tree (not the batch's).
 // Uniform: index = floor(size * R_i / 2^64) from 64 Philox bits; weights 1.
+// Every returned index is a stored slot in [0, size) and every weight is in [0, 1] by construction:
+// the descent enters only non-empty children (float rounding past a node's children takes the last
+// non-empty one), the final index is clamped into the stored range and the bootstrap slot into
+// the ring, so no gather can read an unwritten slot whatever the priorities (1e-38 .. inf sums).
 //
 // Everything the kernel needs that changes over time (stored size, Philox counter = number of
 // sample calls, tree) is read on the device, so a captured sample replays correctly in a CUDA

@@ -3,8 +3,11 @@
 // a downloaded sampled batch, and downloads of the priority tree.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "rl/replay/replay_buffer.hpp"
@@ -89,6 +92,45 @@ inline std::vector<float> download_leaves(const ReplayBuffer& rb, cudaStream_t s
 
 inline ReplayState download_state(const ReplayBuffer& rb, cudaStream_t stream) {
   return test::download(rb.device_state(), 1, stream)[0];
+}
+
+// Every node of levels 1..top equals the (double) sum and the min of its children; padding
+// nodes are empty; no insert arrival counter is left behind (they are 0 between calls).
+inline void expect_tree_consistent(const ReplayBuffer& rb, cudaStream_t stream) {
+  const TreeView* t = rb.tree_view();
+  const TreeShape& shape = rb.tree_shape();
+  std::vector<float> below_sum = download_leaves(rb, stream);  // level 0 values
+  below_sum.resize(static_cast<std::size_t>(shape.padded[0]), 0.0f);
+  std::vector<float> below_min(below_sum.size());
+  for (std::size_t i = 0; i < below_sum.size(); ++i)
+    below_min[i] = below_sum[i] > 0 ? below_sum[i] : std::numeric_limits<float>::infinity();
+  for (int k = 1; k <= shape.top; ++k) {
+    const auto n = static_cast<std::size_t>(shape.padded[k]);
+    const auto sums = test::download(t->sums[k], n, stream);
+    const auto mins = test::download(t->mins[k], n, stream);
+    const auto dirty = test::download(t->dirty[k], n, stream);
+    for (std::size_t q = 0; q < n; ++q) {
+      double s = 0;
+      float m = std::numeric_limits<float>::infinity();
+      for (std::size_t c = 0; c < 128; ++c) {
+        const std::size_t child = q * 128 + c;
+        if (child >= below_sum.size()) break;
+        s += below_sum[child];
+        m = std::min(m, below_min[child]);
+      }
+      // The device sums in double and rounds once to float: a sum past FLT_MAX becomes +inf (or
+      // FLT_MAX within half an ulp of it).
+      if (std::isinf(s) || s > std::numeric_limits<float>::max()) {
+        ASSERT_TRUE(std::isinf(sums[q]) || sums[q] == std::numeric_limits<float>::max()) << "level " << k << " node " << q;
+      } else {
+        ASSERT_NEAR(sums[q], s, 1e-6 * s + 1e-30) << "level " << k << " node " << q;
+      }
+      ASSERT_EQ(mins[q], m) << "level " << k << " node " << q;
+      ASSERT_EQ(dirty[q], 0u) << "level " << k << " node " << q << " left a non-zero counter";
+    }
+    below_sum = sums;
+    below_min = mins;
+  }
 }
 
 }  // namespace foxhunt::rl::test_model

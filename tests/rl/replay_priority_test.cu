@@ -51,39 +51,6 @@ double leaf_of(double td, const ReplayConfig& c) {
   return std::max(std::pow(std::fabs(td) + static_cast<double>(c.eps), static_cast<double>(c.alpha)), double{FLT_MIN});
 }
 
-// Every node of levels 1..top equals the (double) sum and the min of its children; padding
-// nodes are empty; no dirty flag is left behind.
-void expect_tree_consistent(const ReplayBuffer& rb, cudaStream_t stream) {
-  const TreeView* t = rb.tree_view();
-  const TreeShape& shape = rb.tree_shape();
-  std::vector<float> below_sum = download_leaves(rb, stream);  // level 0 values
-  below_sum.resize(static_cast<std::size_t>(shape.padded[0]), 0.0f);
-  std::vector<float> below_min(below_sum.size());
-  for (std::size_t i = 0; i < below_sum.size(); ++i)
-    below_min[i] = below_sum[i] > 0 ? below_sum[i] : std::numeric_limits<float>::infinity();
-  for (int k = 1; k <= shape.top; ++k) {
-    const auto n = static_cast<std::size_t>(shape.padded[k]);
-    const auto sums = test::download(t->sums[k], n, stream);
-    const auto mins = test::download(t->mins[k], n, stream);
-    const auto dirty = test::download(t->dirty[k], n, stream);
-    for (std::size_t q = 0; q < n; ++q) {
-      double s = 0;
-      float m = std::numeric_limits<float>::infinity();
-      for (std::size_t c = 0; c < 128; ++c) {
-        const std::size_t child = q * 128 + c;
-        if (child >= below_sum.size()) break;
-        s += below_sum[child];
-        m = std::min(m, below_min[child]);
-      }
-      ASSERT_NEAR(sums[q], s, 1e-6 * s + 1e-30) << "level " << k << " node " << q;
-      ASSERT_EQ(mins[q], m) << "level " << k << " node " << q;
-      ASSERT_EQ(dirty[q], 0u) << "level " << k << " node " << q << " left dirty";
-    }
-    below_sum = sums;
-    below_min = mins;
-  }
-}
-
 TEST_F(ReplayPriorityTest, MaxPriorityFollowsTheCpuReferenceAndNewTransitionsEnterAtIt) {
   SCOPED_TRACE(seed_note());
   for (std::int64_t C : {5000, 200003}) {
