@@ -138,7 +138,7 @@ using ScanCfgs = std::tuple<ScanCfg<256, 8, 1, 0, false, false, false>,   // 819
                             // Config 3 plus L2 prefetch / streaming stores / blockIdx tile order:
                             ScanCfg<256, 8, 1, 3, true, true, true, 1, false, false>,  // prefetch 1 wave ahead
                             ScanCfg<256, 8, 1, 3, true, true, true, 2, true, false>,   // 2 waves, .cs stores
-                            ScanCfg<256, 8, 1, 3, true, true, true, 1, false, true>>;  // 1 wave, blockIdx
+                            ScanCfg<256, 8, 1, 3, true, true, true, 2, true, true>>;   // same, blockIdx order
 // What inclusive_scan / exclusive_scan use: the measured best on an H200 (bench/scan_variants.cu),
 // config 3, t256_s8_g32_mb3_blockG_early_nc: 61.3% of copy at 1e8 (configs 8-10 not yet measured).
 constexpr int kDefaultCfg = 3;
