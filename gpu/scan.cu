@@ -15,32 +15,39 @@
 //      A[Gg .. t-1]).
 // Nothing waits on another tile's prefix, only on totals, so there is no serial chain; each
 // value is a fixed function of the input, so the output is bitwise reproducible. A block's tile
-// index comes from an atomic counter, so every tile it waits for belongs to a block that is
-// already running (no deadlock whatever the block scheduling order). Reading back G costs
+// index comes from an atomic counter (but see _bidx below), so every tile it waits for belongs to
+// a block that is already running (no deadlock whatever the block scheduling order). Reading back G costs
 // tiles/G/32 loads per lane of warp 0 (about 12 at 1e8 elements), issued in batches.
 // The kernel is a template over its tile shape and look-back strategy (ScanCfg); the variants
 // in ScanCfgs are reachable through detail::scan_f32_config for tests and bench/scan_variants.
 //
-// Why the one-tile-per-block kernel stops near 61% of copy (CUB: 71%): a block's life is
-// [tile-counter atomic] -> [tile loads] -> [local scan] -> [look-back round trips] -> [stores],
-// and it has loads in flight only in the second phase. With 2-3 resident blocks of 32 KB per SM
-// the bytes actually in flight average well below the ~32-48 KB per SM that HBM3e needs, and
-// every block also pays its launch and the counter round trip before its first load.
-// The pipelined ("pipe") configurations decouple the two: a persistent grid (kMinBlocks blocks per
-// SM) loops over tiles, and each block keeps the next kStages - 1 tiles' loads in flight
-// (cp.async into shared memory) while it scans and looks back on the current one, so the HBM
-// queue stays full whatever the look-back latency. Each thread copies and later reads only its
-// own 16-byte chunks, so the stage buffers need no barrier. The look-back sums are the same
-// fixed trees (the earlier groups' totals are accumulated incrementally per reader thread, in
-// the same order), so the output is still a fixed function of the input and n: bitwise equal
-// from run to run and for any grid size.
+// Where the time goes (H200, 1e8 elements, bench/scan_variants.cu): this kernel reaches ~61% of
+// copy, CUB's (non-reproducible) float scan ~71%. A block's life is [tile-counter atomic] ->
+// [tile loads] -> [local scan] -> [look-back round trips] -> [stores]; HBM reads are in flight
+// only in the second phase, and the counter round trip comes before it. Two options attack that:
+//   _pf    on entry each warp issues a bulk L2 prefetch (cp.async.bulk.prefetch.L2, sm_90: no
+//          registers, no shared memory, nothing to wait for) of its part of the tile that a block
+//          one or two resident waves later will scan, so HBM reads stay in flight whatever the
+//          resident blocks are doing, and each block's own loads are mostly L2 hits;
+//   _bidx  the tile index is blockIdx.x instead of the atomic counter (as in CUB's scan): one round
+//          trip less per block and no same-address atomics, but progress then relies on blocks
+//          being dispatched in increasing index order (as CUB's does).
+// Neither changes which values are added in which order: the bits equal the base configuration's.
+//
+// Removed: persistent "pipe" configurations (a few blocks per SM looping over tiles, cp.async stage
+// buffers) measured ~19% of copy. Their block published a tile's total only when it began that
+// tile, i.e. after the look-back of its previous tile had finished, and it took its tiles in a
+// burst whenever a wait ended, so it held several tiles of neighbouring groups. The total of group
+// g + 1 then waited (through such a block) for a look-back that waited for group g's total: a
+// serial chain over all ~380 groups at ~2.6 us each (a local scan plus two or three L2 round
+// trips) per 2 MB group, ~800 GB/s whatever the tile shape or stage count, as measured. A tile's
+// total must never wait on another tile's look-back, which one tile per block guarantees.
 #include "gpu/scan.hpp"
 
 #include <cub/device/device_scan.cuh>
 #include <cuda/atomic>
 
 #include <algorithm>
-#include <atomic>
 #include <climits>
 #include <string>
 #include <tuple>
@@ -74,40 +81,29 @@ constexpr Word kReady = Word{1} << 32;
 //               the groups one after another);
 //   kNc         tile loads through the non-coherent path with a 256-byte L2 prefetch hint
 //               (ld.global.nc.L1::no_allocate.L2::256B); plain loads when in == out;
-//   kStages     0: one tile per block (scan_f32_kernel). >= 2: persistent pipelined kernel
-//               (scan_f32_pipe_kernel) with kStages shared-memory tile buffers, kStages - 1 tiles
-//               of loads in flight ahead of the one being scanned; kMinBlocks blocks per SM are
-//               launched (the smem use, kStages * 16 * kThreads * kSegs bytes, must fit them);
-//               always block-wide early group totals (kBlockG, kEarly; kNc unused);
-//   kCs         streaming stores (st.global.cs): the output is not read again, so it should leave
-//               L2 first and not evict the look-back words (pipe kernel only).
+//   kPf         0, or the L2 prefetch distance in resident waves (sm_count * kMinBlocks tiles
+//               each, see prefetch_l2): needs kMinBlocks >= 1;
+//   kCs         streaming stores (st.global.cs, evict-first in L2): the output is not read again and
+//               should not push prefetched input lines out of L2;
+//   kBidx       tile index = blockIdx.x instead of the atomic tile counter (see scan_f32_kernel).
 // Which values are added, and in which order, depends only on the configuration and n, never on
 // timing: every configuration is bitwise reproducible (but two configurations differ in bits).
 template <int kThreads_, int kSegs_, int kGroupMul_, int kMinBlocks_, bool kBlockG_, bool kEarly_, bool kNc_,
-          int kStages_ = 0, bool kCs_ = false>
+          int kPf_ = 0, bool kCs_ = false, bool kBidx_ = false>
 struct ScanCfg {
   static constexpr int kThreads = kThreads_, kWarps = kThreads / 32, kSegs = kSegs_, kGroupMul = kGroupMul_;
   static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr bool kBlockG = kBlockG_, kEarly = kEarly_, kNc = kNc_;
-  static constexpr int kStages = kStages_;
-  static constexpr bool kCs = kCs_;
+  static constexpr int kPf = kPf_;
+  static constexpr bool kCs = kCs_, kBidx = kBidx_;
   static constexpr std::int64_t kWarpElems = kSegs * 128;           // consecutive elements per warp
   static constexpr std::int64_t kTileElems = kWarps * kWarpElems;   // per block
   static constexpr std::int64_t kGroup = 32 * kGroupMul;            // tiles per group total
   static constexpr int kGReaders = kBlockG ? kThreads : 32;         // threads reading group totals
-  static constexpr int kBatch = kStages_ > 0 ? 2 : kBlockG ? 4 : 8; // group totals in flight per reader
+  static constexpr int kBatch = kBlockG ? 4 : 8;                    // group totals in flight per reader
   static_assert(kThreads % 32 == 0 && kThreads >= 32 && kThreads <= 1024, "kThreads: multiple of 32 up to 1024");
   static_assert(kSegs >= 1 && kGroupMul >= 1, "kSegs, kGroupMul >= 1");
-  static_assert(kStages == 0 || (kStages >= 2 && kMinBlocks >= 1 && kBlockG && kEarly),
-                "pipe configurations: kStages >= 2, kMinBlocks >= 1 (grid size), block-wide early group totals");
-  static_assert(kStages > 0 || !kCs, "kCs: pipe configurations only");
-  static constexpr std::size_t kSmemBytes = static_cast<std::size_t>(kStages) * kTileElems * sizeof(float);
-  static_assert(kSmemBytes <= 227 * 1024, "stage buffers exceed the 227 KB of shared memory of a block");
-  // sm_90: 228 KB of shared memory per SM, 1 KB of it reserved per block, plus our static
-  // variables: kMinBlocks blocks must fit, or the persistent grid would not be resident at once.
-  static_assert(kStages == 0 || kMinBlocks * (kSmemBytes + 2048) <= 228 * 1024,
-                "pipe configurations: kMinBlocks blocks' stage buffers must fit in one SM's shared memory");
-
+  static_assert(kPf >= 0 && (kPf == 0 || kMinBlocks >= 1), "kPf >= 0; the prefetch distance needs kMinBlocks");
   static std::int64_t tiles(std::int64_t n) { return (n + kTileElems - 1) / kTileElems; }
   // Status words: [0] tile counter, [1, 1 + tiles) tile totals, then group totals.
   static std::int64_t status_words(std::int64_t n) {
@@ -117,14 +113,12 @@ struct ScanCfg {
   static std::string name() {
     std::string s = "t" + std::to_string(kThreads) + "_s" + std::to_string(kSegs) + "_g" + std::to_string(kGroup);
     if (kMinBlocks > 0) s += "_mb" + std::to_string(kMinBlocks);
-    if (kStages > 0) {
-      s += "_pipe" + std::to_string(kStages);
-      if (kCs) s += "_cs";
-      return s;
-    }
     s += kBlockG ? "_blockG" : "_warpG";
     if (kEarly) s += "_early";
     if (kNc) s += "_nc";
+    if (kPf > 0) s += "_pf" + std::to_string(kPf);
+    if (kCs) s += "_cs";
+    if (kBidx) s += "_bidx";
     return s;
   }
 };
@@ -141,20 +135,12 @@ using ScanCfgs = std::tuple<ScanCfg<256, 8, 1, 0, false, false, false>,   // 819
                             ScanCfg<256, 4, 2, 5, true, true, false>,     // 4096-element tiles, 5 blocks/SM
                             ScanCfg<256, 4, 2, 5, true, true, true>,      // + nc loads
                             ScanCfg<128, 4, 4, 9, true, true, true>,      // 2048-element tiles, 9 blocks/SM
-                            // Pipelined persistent kernels (kStages buffers; smem per SM in brackets):
-                            // 8192-element tiles, 3 stages, 2 blocks/SM [192 KB]: up to 4 tiles = 128 KB in
-                            // flight per SM while 2 tiles are being scanned / looked back.
-                            ScanCfg<256, 8, 1, 2, true, true, false, 3, false>,
-                            ScanCfg<256, 8, 1, 2, true, true, false, 3, true>,  // + streaming stores
-                            // 8192-element tiles, 2 stages, 3 blocks/SM [192 KB]: each tile's loads go out one
-                            // look-back ahead; three blocks overlap each other's look-back waits.
-                            ScanCfg<256, 8, 1, 3, true, true, false, 2, true>,
-                            // 128 threads x 8 segments = 4096-element tiles, 3 stages, 4 blocks/SM [192 KB]:
-                            // smaller blocks, cheaper barriers, four look-backs in parallel per SM.
-                            ScanCfg<128, 8, 2, 4, true, true, false, 3, true>>;
+                            // Config 3 plus L2 prefetch / streaming stores / blockIdx tile order:
+                            ScanCfg<256, 8, 1, 3, true, true, true, 1, false, false>,  // prefetch 1 wave ahead
+                            ScanCfg<256, 8, 1, 3, true, true, true, 2, true, false>,   // 2 waves, .cs stores
+                            ScanCfg<256, 8, 1, 3, true, true, true, 2, true, true>>;   // same, blockIdx order
 // What inclusive_scan / exclusive_scan use: the measured best on an H200 (bench/scan_variants.cu),
-// config 3, t256_s8_g32_mb3_blockG_early_nc: 61.3% of copy at 1e8. The pipelined persistent
-// configs measured 19-20% there (docs/bench.md).
+// config 3, t256_s8_g32_mb3_blockG_early_nc: 61.3% of copy at 1e8 (configs 8-10 not yet measured).
 constexpr int kDefaultCfg = 3;
 using DefaultCfg = std::tuple_element_t<kDefaultCfg, ScanCfgs>;
 
@@ -259,6 +245,24 @@ __device__ float group_look_back(Word* status, std::int64_t tiles, std::int64_t 
   return within;
 }
 
+// L2 prefetch of warp `warp`'s part of tile `tile` ([tile * kTileElems + warp * kWarpElems,
+// + kWarpElems), cut at n down to whole 16-byte chunks; nothing at or past n). Issued by lane 0;
+// in: 16-byte aligned. A hint only: it changes no value, and a prefetch of input that is later
+// overwritten in place is harmless (L2 is the point of coherence; no L1 copy is made).
+template <class C>
+__device__ __forceinline__ void prefetch_l2(const float* in, std::int64_t n, std::int64_t tile, int warp, int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const std::int64_t begin = tile * C::kTileElems + warp * C::kWarpElems;
+  if (lane != 0 || begin >= n) return;
+  const std::int64_t left = n - begin;
+  const std::int64_t count = (left < C::kWarpElems ? left : C::kWarpElems) & ~std::int64_t{3};
+  if (count > 0)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(in + begin)),
+                 "r"(static_cast<unsigned>(count * sizeof(float)))
+                 : "memory");
+#endif
+}
+
 // Warp w of the tile owns elements [tile * kTileElems + w * kWarpElems, + kWarpElems); lane l
 // owns, in segment j, the four elements at j * 128 + 4 * l (so each warp load/store is 512
 // contiguous bytes). kVec: in and out 16-byte aligned. nc: use load_nc (C::kNc and in != out).
@@ -266,11 +270,21 @@ __device__ float group_look_back(Word* status, std::int64_t tiles, std::int64_t 
 // Tile prefix = (sum of the earlier groups' totals) + (sum of the earlier tiles' totals of this
 // group). Earlier groups: reader thread i adds G[i], G[i + R], G[i + 2R], ... (R = kGReaders) in
 // that order; the readers' sums are combined by warp_sum, then warp by warp in order.
+//
+// Tile order. Counter (default): every tile a block waits for was taken earlier, by a block that is
+// running or done, so there is no deadlock whatever the dispatch order. kBidx: tile = blockIdx.x;
+// a block waits only for smaller indices, so progress needs every smaller-index block to have been
+// dispatched (NVIDIA GPUs dispatch a grid in increasing index order; CUB's scan relies on it too).
+//
+// pf_dist (C::kPf > 0, kVec): tiles between a block and the one whose input it prefetches; the
+// block's blockIdx stands for its tile (the counter hands tiles out in about that order). With
+// the counter, the first pf_dist blocks also prefetch their own tile: no earlier block did, and the
+// counter round trip hides part of the fetch. Before anything waits, so the hint goes out at once.
 template <class C, bool kExclusive, bool kVec>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks > 0 ? C::kMinBlocks : 1)
-    scan_f32_kernel(float* out, const float* in, std::int64_t n, Word* status, std::int64_t tiles, bool nc) {
+    scan_f32_kernel(float* out, const float* in, std::int64_t n, Word* status, std::int64_t tiles, bool nc,
+                    std::int64_t pf_dist) {
   constexpr int kSegs = C::kSegs, kWarps = C::kWarps, kR = C::kGReaders, kBatch = C::kBatch;
-  __shared__ std::int64_t s_tile;
   __shared__ float s_warp[kWarps];
   __shared__ float s_gpart[kR / 32];
   __shared__ float s_within;
@@ -278,9 +292,19 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks > 0 ? C::kMinBlocks
 
   std::int64_t tile = 0;
   if (tiles > 1) {
-    if (threadIdx.x == 0) s_tile = static_cast<std::int64_t>(atomicAdd(status, Word{1}));
-    __syncthreads();
-    tile = s_tile;
+    if constexpr (kVec && C::kPf > 0) {
+      const std::int64_t b = blockIdx.x;
+      if (!C::kBidx && b < pf_dist) prefetch_l2<C>(in, n, b, warp, lane);
+      prefetch_l2<C>(in, n, b + pf_dist, warp, lane);
+    }
+    if constexpr (C::kBidx) {
+      tile = blockIdx.x;
+    } else {
+      __shared__ std::int64_t s_tile;
+      if (threadIdx.x == 0) s_tile = static_cast<std::int64_t>(atomicAdd(status, Word{1}));
+      __syncthreads();
+      tile = s_tile;
+    }
   }
   const std::int64_t base = tile * C::kTileElems + warp * C::kWarpElems + 4 * lane;
   const bool full = (tile + 1) * C::kTileElems <= n;
@@ -364,10 +388,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks > 0 ? C::kMinBlocks
 
   if (kVec && full) {
 #pragma unroll
-    for (int j = 0; j < kSegs; ++j)
-      *reinterpret_cast<float4*>(out + base + j * 128) =
-          make_float4(head + (off[j] + x[j][0]), head + (off[j] + x[j][1]), head + (off[j] + x[j][2]),
-                      head + (off[j] + x[j][3]));
+    for (int j = 0; j < kSegs; ++j) {
+      float4* p = reinterpret_cast<float4*>(out + base + j * 128);
+      const float4 v = make_float4(head + (off[j] + x[j][0]), head + (off[j] + x[j][1]), head + (off[j] + x[j][2]),
+                                   head + (off[j] + x[j][3]));
+      if constexpr (C::kCs) __stcs(p, v);
+      else *p = v;
+    }
   } else {
 #pragma unroll
     for (int j = 0; j < kSegs; ++j)
@@ -376,198 +403,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks > 0 ? C::kMinBlocks
         const std::int64_t c = base + j * 128 + k;
         if (c < n) out[c] = head + (off[j] + x[j][k]);
       }
-  }
-}
-
-// ---- pipelined persistent kernel (ScanCfg::kStages >= 2) ------------------------------------
-
-// 16-byte asynchronous global -> shared copy (L1 bypassed, 256-byte L2 prefetch hint), and the
-// group bookkeeping: wait_group<N> returns once at most N of this thread's groups are pending.
-__device__ __forceinline__ void cp_async16(float4* smem, const float* gmem) {
-  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-// A persistent block loops over tiles taken from the tile counter (status[0]) in increasing
-// order. Tile k of the block lives in stage buffer k % kStages; right after barrier 1 of tile k
-// the loads of tile k + kStages - 1 go into the buffer tile k - 1 has left, so kStages - 1 tiles
-// per block are in flight while the current one is published, looked back and stored. Tile
-// layout, local scan, within-group look-back and the final combination are scan_f32_kernel's.
-//
-// Buffers: each thread copies exactly the float4 chunks it later reads (same index), so its own
-// cp.async.wait_group makes them visible and no barrier guards the data; a chunk is overwritten
-// (by the loads issued in the next iteration) only after the same thread has consumed it.
-//
-// Earlier groups' totals: reader thread i (every thread) adds G[i], G[i + R], G[i + 2R], ...
-// below g (R = kThreads) in that order, as scan_f32_kernel's block-wide readers do. Since the
-// block's tiles, hence g, only grow, the running sum `gacc` carries over from tile to tile and
-// only the new totals are read (one or two loads per tile instead of g / R); being the same
-// additions in the same order, it is the same float as a sum from scratch.
-//
-// Progress: every tile a block holds was taken by a running block, and a block takes tiles in
-// increasing order, so the smallest unfinished tile is always its holder's current tile and
-// needs only totals of smaller, finished tiles: no deadlock for any grid size or residency.
-//
-// Shared state and barriers per tile: s_warp is written before barrier 1 and read between the
-// barriers; s_within / s_gpart are written between the barriers and read after barrier 2;
-// s_tiles[(k + kStages - 1) % kStages] is written by thread 0 before barrier 1 (its previous
-// reads were in tile k - 1, before barrier 2 of k - 1) and read after barrier 1.
-template <class C, bool kExclusive, bool kVec>
-__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
-    scan_f32_pipe_kernel(float* out, const float* in, std::int64_t n, Word* status, std::int64_t tiles) {
-  constexpr int kSegs = C::kSegs, kWarps = C::kWarps, kR = C::kGReaders, kStages = C::kStages;
-  constexpr int kBatch = C::kBatch;  // group totals in flight per reader and round (a tile needs ~1 new one)
-  static_assert(kR == C::kThreads, "pipe: every thread reads group totals");
-  constexpr int kTileVec = C::kTileElems / 4;     // float4 per tile
-  extern __shared__ float4 s_buf[];               // (kStages, kTileVec)
-  __shared__ std::int64_t s_tiles[kStages];       // tile index of each stage buffer
-  __shared__ float s_warp[kWarps];
-  __shared__ float s_gpart[kWarps];
-  __shared__ float s_within;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int chunk = warp * (C::kWarpElems / 4) + lane;  // this thread's float4 within a tile, segment 0
-  Word* const group_total = status + 1 + tiles;
-
-  // One tile (tiles == 1: no status words, no counter): tile 0, then the end marker.
-  auto take = [&](int first) -> std::int64_t {
-    return tiles > 1 ? static_cast<std::int64_t>(atomicAdd(status, Word{1})) : first;
-  };
-  auto full = [&](std::int64_t t) { return (t + 1) * C::kTileElems <= n; };
-  // Loads of tile t into stage buffer `stage` (only full tiles of aligned data; the rest is read
-  // from global memory when scanned). Always commits one group, so group k is tile k's.
-  auto issue = [&](std::int64_t t, int stage) {
-    if (kVec && t < tiles && full(t)) {
-      const float* src = in + t * C::kTileElems + 4 * static_cast<std::int64_t>(chunk);
-      float4* dst = s_buf + stage * kTileVec + chunk;
-#pragma unroll
-      for (int j = 0; j < kSegs; ++j) cp_async16(dst + j * 32, src + j * 128);
-    }
-    cp_async_commit();
-  };
-
-  // Thread 0 takes tiles one iteration before their index is needed (`next`), so the counter's
-  // round trip never delays barrier 1. The block's tiles are taken, buffered and scanned in
-  // the same (increasing) order.
-  std::int64_t next = 0;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages - 1; ++s) s_tiles[s] = take(s);
-    next = take(kStages);
-  }
-  __syncthreads();
-  for (int s = 0; s < kStages - 1; ++s) issue(s_tiles[s], s);
-
-  float gacc = 0.f;                          // this reader's running sum of G[i], G[i + R], ...
-  std::int64_t gnext = threadIdx.x;          // the next group total it adds
-  for (int k = 0;; ++k) {
-    const int stage = k % kStages, ahead = (k + kStages - 1) % kStages;
-    const std::int64_t tile = s_tiles[stage];  // same in every thread
-    if (tile >= tiles) break;
-    const std::int64_t g = tile / C::kGroup;
-
-    // Earlier groups' totals not yet in gacc: the first round of loads goes out now.
-    Word gw[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const std::int64_t i = gnext + static_cast<std::int64_t>(b) * kR;
-      gw[b] = i < g ? load_word(group_total + i) : kReady;
-    }
-
-    const std::int64_t base = tile * C::kTileElems + 4 * static_cast<std::int64_t>(chunk);
-    float x[kSegs][4];
-    cp_async_wait<kStages - 2>();  // groups committed so far: kStages - 1 + k; tile k's is complete
-    if (kVec && full(tile)) {
-#pragma unroll
-      for (int j = 0; j < kSegs; ++j) {
-        const float4 t = s_buf[stage * kTileVec + chunk + j * 32];
-        x[j][0] = t.x;
-        x[j][1] = t.y;
-        x[j][2] = t.z;
-        x[j][3] = t.w;
-      }
-    } else {  // last (partial) tile or unaligned data: zeros past the end change no valid prefix
-#pragma unroll
-      for (int j = 0; j < kSegs; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const std::int64_t c = base + j * 128 + q;
-          x[j][q] = c < n ? in[c] : 0.f;
-        }
-    }
-
-    float off[kSegs];
-    const float carry = warp_local_scan<kSegs, kExclusive>(x, off, lane);
-    if (lane == 0) s_warp[warp] = carry;
-    if (threadIdx.x == 0) {
-      s_tiles[ahead] = next;  // taken one iteration ago
-      next = take(kStages);   // for the next iteration
-    }
-    __syncthreads();  // barrier 1
-    issue(s_tiles[ahead], ahead);  // buffer `ahead` held tile k - 1, which this thread has consumed
-    float warp_prefix = 0.f;
-    for (int w = 0; w < warp; ++w) warp_prefix += s_warp[w];
-
-    if (tiles > 1) {
-      if (warp == 0) {
-        float total = 0.f;
-        for (int w = 0; w < kWarps; ++w) total += s_warp[w];
-        const float within = group_look_back<C>(status, tiles, tile, total, lane);
-        if (lane == 0) s_within = within;
-      }
-      // Waits on group totals only after this tile's total is out (warp 0) or independently of
-      // it (other warps). Rounds of up to kBatch loads until every G[i < g] of this reader is in.
-      for (;;) {
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const std::int64_t i = gnext + static_cast<std::int64_t>(b) * kR;
-          if (i < g) gacc += word_value(wait_word(group_total + i, gw[b]));
-        }
-        if (gnext + static_cast<std::int64_t>(kBatch) * kR >= g) {  // everything below g is in
-          while (gnext < g) gnext += kR;
-          break;
-        }
-        gnext += static_cast<std::int64_t>(kBatch) * kR;
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const std::int64_t i = gnext + static_cast<std::int64_t>(b) * kR;
-          gw[b] = i < g ? load_word(group_total + i) : kReady;
-        }
-      }
-      const float part = warp_sum(gacc);
-      if (lane == 0) s_gpart[warp] = part;
-    }
-    __syncthreads();  // barrier 2
-    float tile_prefix = 0.f;
-    if (tiles > 1) {
-      float groups = s_gpart[0];
-#pragma unroll
-      for (int w = 1; w < kWarps; ++w) groups += s_gpart[w];
-      tile_prefix = groups + s_within;
-    }
-    const float head = tile_prefix + warp_prefix;
-
-    if (kVec && full(tile)) {
-#pragma unroll
-      for (int j = 0; j < kSegs; ++j) {
-        float4* p = reinterpret_cast<float4*>(out + base + j * 128);
-        const float4 v = make_float4(head + (off[j] + x[j][0]), head + (off[j] + x[j][1]),
-                                     head + (off[j] + x[j][2]), head + (off[j] + x[j][3]));
-        if constexpr (C::kCs) __stcs(p, v);
-        else *p = v;
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < kSegs; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const std::int64_t c = base + j * 128 + q;
-          if (c < n) out[c] = head + (off[j] + x[j][q]);
-        }
-    }
   }
 }
 
@@ -587,75 +422,41 @@ std::size_t f32_workspace_bytes(std::int64_t n) {
   return n > 0 ? static_cast<std::size_t>(C::status_words(n)) * sizeof(Word) : 0;
 }
 
-// Stage buffers above 48 KB need the opt-in attribute, set once per device for each kernel
-// instantiation (the caller's static `done` mask; devices >= 64 set it on every launch), and the
-// largest shared-memory carveout so that kMinBlocks blocks' buffers fit on one SM.
-template <class Kernel>
-void prepare_pipe_kernel(Kernel kernel, std::size_t smem_bytes, std::atomic<std::uint64_t>& done) {
-  int device = 0;
-  FH_CHECK(cudaGetDevice(&device));
-  const std::uint64_t bit = device < 64 ? std::uint64_t{1} << device : 0;
-  if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return;
-  FH_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_bytes)));
-  FH_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-  done.fetch_or(bit, std::memory_order_release);
-}
-
-template <class C, bool kExclusive, bool kVec>
-void launch_pipe(float* out, const float* in, std::int64_t n, Word* status, std::int64_t tiles, int max_blocks,
-                 cudaStream_t stream) {
-  static std::atomic<std::uint64_t> done{0};
-  // Unaligned data never touches the stage buffers: no dynamic shared memory then.
-  const std::size_t smem = kVec ? C::kSmemBytes : 0;
-  auto kernel = scan_f32_pipe_kernel<C, kExclusive, kVec>;
-  if (smem > 0) prepare_pipe_kernel(kernel, smem, done);
-  std::int64_t grid = std::min<std::int64_t>(tiles, static_cast<std::int64_t>(sm_count()) * C::kMinBlocks);
-  if (max_blocks > 0) grid = std::min<std::int64_t>(grid, max_blocks);
-  kernel<<<static_cast<int>(grid), C::kThreads, smem, stream>>>(out, in, n, status, tiles);
-}
-
-// max_blocks > 0 caps the grid of the pipelined kernels (tests: many tiles per block); the
-// one-tile-per-block kernels ignore it. The result does not depend on it.
 template <class C, bool kExclusive>
 void scan_f32(const char* name, float* out, const float* in, std::int64_t n, void* workspace,
-              std::size_t workspace_bytes, int max_blocks, cudaStream_t stream) {
+              std::size_t workspace_bytes, cudaStream_t stream) {
   const std::size_t needed = f32_workspace_bytes<C>(n);
   check_scan_args(name, out, in, n, workspace, workspace_bytes, needed);
-  FH_EXPECT(max_blocks >= 0, std::string(name) + ": max_blocks must be >= 0 (0: no cap)");
   if (n == 0) return;
   const std::int64_t tiles = C::tiles(n);
   FH_EXPECT(tiles <= INT_MAX, std::string(name) + ": n too large");
   Word* status = static_cast<Word*>(workspace);
   if (tiles > 1) FH_CHECK(cudaMemsetAsync(status, 0, needed, stream));  // counter 0, nothing ready
   const bool vec = ((reinterpret_cast<std::uintptr_t>(in) | reinterpret_cast<std::uintptr_t>(out)) & 15u) == 0;
-  if constexpr (C::kStages > 0) {
-    if (vec) launch_pipe<C, kExclusive, true>(out, in, n, status, tiles, max_blocks, stream);
-    else launch_pipe<C, kExclusive, false>(out, in, n, status, tiles, max_blocks, stream);
-  } else {
-    const bool nc = C::kNc && in != out;
-    const int grid = static_cast<int>(tiles);
-    if (vec)
-      scan_f32_kernel<C, kExclusive, true><<<grid, C::kThreads, 0, stream>>>(out, in, n, status, tiles, nc);
-    else
-      scan_f32_kernel<C, kExclusive, false><<<grid, C::kThreads, 0, stream>>>(out, in, n, status, tiles, nc);
-  }
+  const bool nc = C::kNc && in != out;
+  // Prefetch distance: kPf waves of resident blocks (kMinBlocks per SM, what __launch_bounds__ allows).
+  const std::int64_t pf_dist = static_cast<std::int64_t>(C::kPf) * sm_count() * std::max(C::kMinBlocks, 1);
+  const int grid = static_cast<int>(tiles);
+  if (vec)
+    scan_f32_kernel<C, kExclusive, true><<<grid, C::kThreads, 0, stream>>>(out, in, n, status, tiles, nc, pf_dist);
+  else
+    scan_f32_kernel<C, kExclusive, false><<<grid, C::kThreads, 0, stream>>>(out, in, n, status, tiles, nc, pf_dist);
   FH_CHECK_LAUNCH();
 }
 
 // Table of the configurations, indexed like ScanCfgs.
-using ScanFn = void (*)(const char*, float*, const float*, std::int64_t, void*, std::size_t, int, cudaStream_t);
+using ScanFn = void (*)(const char*, float*, const float*, std::int64_t, void*, std::size_t, cudaStream_t);
 struct CfgEntry {
   std::string name;
   std::size_t (*workspace_bytes)(std::int64_t);
   ScanFn inclusive;
   ScanFn exclusive;
-  bool persistent;
 };
 template <std::size_t... I>
 std::vector<CfgEntry> make_cfg_table(std::index_sequence<I...>) {
   return {CfgEntry{std::tuple_element_t<I, ScanCfgs>::name(), &f32_workspace_bytes<std::tuple_element_t<I, ScanCfgs>>,
                    &scan_f32<std::tuple_element_t<I, ScanCfgs>, false>,
-                   &scan_f32<std::tuple_element_t<I, ScanCfgs>, true>, std::tuple_element_t<I, ScanCfgs>::kStages > 0}...};
+                   &scan_f32<std::tuple_element_t<I, ScanCfgs>, true>}...};
 }
 const std::vector<CfgEntry>& cfg_table() {
   static const std::vector<CfgEntry> table = make_cfg_table(std::make_index_sequence<std::tuple_size_v<ScanCfgs>>{});
@@ -718,7 +519,7 @@ template std::size_t scan_workspace_bytes<std::uint32_t>(std::int64_t);
 
 void inclusive_scan(float* out, const float* in, std::int64_t n, void* workspace, std::size_t workspace_bytes,
                     cudaStream_t stream) {
-  scan_f32<DefaultCfg, false>("inclusive_scan<f32>", out, in, n, workspace, workspace_bytes, 0, stream);
+  scan_f32<DefaultCfg, false>("inclusive_scan<f32>", out, in, n, workspace, workspace_bytes, stream);
 }
 void inclusive_scan(std::int32_t* out, const std::int32_t* in, std::int64_t n, void* workspace,
                     std::size_t workspace_bytes, cudaStream_t stream) {
@@ -730,7 +531,7 @@ void inclusive_scan(std::uint32_t* out, const std::uint32_t* in, std::int64_t n,
 }
 void exclusive_scan(float* out, const float* in, std::int64_t n, void* workspace, std::size_t workspace_bytes,
                     cudaStream_t stream) {
-  scan_f32<DefaultCfg, true>("exclusive_scan<f32>", out, in, n, workspace, workspace_bytes, 0, stream);
+  scan_f32<DefaultCfg, true>("exclusive_scan<f32>", out, in, n, workspace, workspace_bytes, stream);
 }
 void exclusive_scan(std::int32_t* out, const std::int32_t* in, std::int64_t n, void* workspace,
                     std::size_t workspace_bytes, cudaStream_t stream) {
@@ -749,16 +550,11 @@ const char* scan_f32_config_name(int config) { return cfg_entry(config).name.c_s
 std::size_t scan_f32_config_workspace_bytes(int config, std::int64_t n) { return cfg_entry(config).workspace_bytes(n); }
 void scan_f32_config(float* out, const float* in, std::int64_t n, bool exclusive, int config, void* workspace,
                      std::size_t workspace_bytes, cudaStream_t stream) {
-  scan_f32_config_capped(out, in, n, exclusive, config, 0, workspace, workspace_bytes, stream);
-}
-void scan_f32_config_capped(float* out, const float* in, std::int64_t n, bool exclusive, int config, int max_blocks,
-                            void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
   const CfgEntry& e = cfg_entry(config);
   (exclusive ? e.exclusive : e.inclusive)(exclusive ? "detail::scan_f32_config (exclusive)"
                                                     : "detail::scan_f32_config (inclusive)",
-                                          out, in, n, workspace, workspace_bytes, max_blocks, stream);
+                                          out, in, n, workspace, workspace_bytes, stream);
 }
-bool scan_f32_config_is_persistent(int config) { return cfg_entry(config).persistent; }
 
 }  // namespace detail
 

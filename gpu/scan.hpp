@@ -43,22 +43,16 @@ void exclusive_scan(std::uint32_t* out, const std::uint32_t* in, std::int64_t n,
 // The f32 scan exists in several tile shapes / look-back strategies (gpu/scan.cu, ScanCfgs);
 // inclusive_scan / exclusive_scan use scan_f32_default_config(). These entry points run any
 // one of them so tests can check each and the bench can time each. Every configuration is
-// bitwise reproducible on its own; different configurations round differently.
+// bitwise reproducible on its own; configurations with different tile shapes, group sizes or
+// group-total readers round differently (prefetch, store flavour, tile order: same bits).
 namespace detail {
 int scan_f32_config_count();
 int scan_f32_default_config();
-const char* scan_f32_config_name(int config);  // e.g. "t256_s8_g32_warpG", "t256_s8_g32_mb2_pipe3_cs"
+const char* scan_f32_config_name(int config);  // e.g. "t256_s8_g32_warpG", "t256_s8_g32_mb3_blockG_early_nc_pf1"
 std::size_t scan_f32_config_workspace_bytes(int config, std::int64_t n);
 // out, in: (n). config in [0, scan_f32_config_count()).
 void scan_f32_config(float* out, const float* in, std::int64_t n, bool exclusive, int config, void* workspace,
                      std::size_t workspace_bytes, cudaStream_t stream);
-// Persistent (pipelined) configurations loop over tiles with a grid of at most sm_count *
-// blocks-per-SM blocks; this runs them with at most max_blocks blocks (> 0; 0: no cap), so tests
-// can make every block scan many tiles. The result is bitwise the same for any cap. Other
-// configurations launch one block per tile and ignore the cap.
-void scan_f32_config_capped(float* out, const float* in, std::int64_t n, bool exclusive, int config, int max_blocks,
-                            void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
-bool scan_f32_config_is_persistent(int config);
 }  // namespace detail
 
 }  // namespace foxhunt::gpu

@@ -37,10 +37,9 @@ class ScanTest : public test::GpuTest {
     return std::vector<T>(all.begin() + offset, all.begin() + offset + n);
   }
 
-  // Same as run() for float, through configuration `config` of the f32 scan; max_blocks > 0
-  // caps the grid of a persistent configuration (detail::scan_f32_config_capped).
+  // Same as run() for float, through configuration `config` of the f32 scan.
   std::vector<float> run_config(int config, const std::vector<float>& host, std::int64_t offset, std::int64_t n,
-                                bool exclusive, bool in_place = false, int max_blocks = 0) {
+                                bool exclusive, bool in_place = false) {
     auto d_in = test::upload(host, stream());
     DeviceBuffer<float> d_out(host.size());
     test::poison(d_out, stream());
@@ -48,11 +47,7 @@ class ScanTest : public test::GpuTest {
     DeviceBuffer<std::byte> ws(bytes);
     test::poison(ws, stream());
     float* out = (in_place ? d_in.data() : d_out.data()) + offset;
-    if (max_blocks > 0)
-      detail::scan_f32_config_capped(out, d_in.data() + offset, n, exclusive, config, max_blocks, ws.data(), bytes,
-                                     stream());
-    else
-      detail::scan_f32_config(out, d_in.data() + offset, n, exclusive, config, ws.data(), bytes, stream());
+    detail::scan_f32_config(out, d_in.data() + offset, n, exclusive, config, ws.data(), bytes, stream());
     auto all = test::download(in_place ? d_in : d_out, stream());
     return std::vector<float>(all.begin() + offset, all.begin() + offset + n);
   }
@@ -167,8 +162,9 @@ TEST_F(ScanTest, InPlaceAndRepeatedRunsAreBitwiseEqual) {
 // ---- every configuration of the f32 scan (detail::scan_f32_config) ---------------------------
 // Tile sizes are 2048, 4096, 6144 or 8192 elements and groups span up to 32 * 8192 elements: these
 // sizes hit one tile, exact tiles, one element past a tile, partial last tiles and many groups.
-// The pipelined (persistent) configurations run their tiles kStages deep per block; the capped
-// tests below make each block scan many tiles in a row.
+// The L2-prefetching ("_pf") configurations prefetch their own tile (first resident wave, the
+// partial last tile cut to whole 16-byte chunks) and, at (1 << 22) + 1 (513 tiles), tiles one or
+// two waves ahead up to the last one; offset 1 (misaligned) takes the path without prefetch.
 const std::int64_t kConfigSizes[] = {1, 7, 2048, 2049, 4096, 4097, 6144, 6145, 8192, 8193, 1000003, (1 << 22) + 1};
 
 std::string config_note(int config) {
@@ -268,85 +264,41 @@ TEST_F(ScanTest, EveryConfigIsBitwiseReproducibleAndInPlaceSafe) {
   }
 }
 
-// Persistent configurations with their grid capped to 1, 2 or 7 blocks: every block scans many
-// consecutive tiles (all 123 or 245 tiles of 1000003 elements with one block), so stage-buffer
-// reuse, the tile counter read ahead and the running group-total sums carried from tile to tile
-// are all exercised. Small integers must stay exact (a tile skipped, scanned twice or given a
-// stale buffer shows up), and random floats must give the same bits as the uncapped grid: the
-// summation order is a function of n alone, not of which block scanned which tile.
-TEST_F(ScanTest, PersistentConfigsAreExactAndGridIndependent) {
+// Configurations that differ only in how memory is accessed (register caps, early group-total
+// loads, nc loads, L2 prefetch, streaming stores, tile counter vs blockIdx tile order) add the same
+// values in the same order: same tile shape and group size ("t256_s8_g32"), and the same group-total
+// readers ("_blockG": every thread, "_warpG": warp 0), so they must agree bit for bit. Any element
+// read from a wrong tile, a tile prefix taken from the wrong totals or a block given the wrong tile
+// breaks it. Pairs are found by name.
+TEST_F(ScanTest, ConfigsWithTheSameArithmeticAgreeBitwise) {
   SCOPED_TRACE(seed_note());
-  std::uniform_int_distribution<int> d(-8, 8);
-  int persistent = 0;
-  for (int config = 0; config < detail::scan_f32_config_count(); ++config) {
-    if (!detail::scan_f32_config_is_persistent(config)) continue;
-    ++persistent;
-    SCOPED_TRACE(config_note(config));
-    for (std::int64_t n : {std::int64_t{8193}, std::int64_t{1000003}, std::int64_t{(1 << 22) + 1}}) {
-      std::vector<float> ints(n + 1);
-      for (auto& v : ints) v = static_cast<float>(d(rng()));
-      const auto reals = test::random_normal(n + 1, 0.1f, 1.f, rng());
-      for (std::int64_t offset : {0, 1})
-        for (bool exclusive : {false, true}) {
-          const auto free_grid = run_config(config, reals, offset, n, exclusive);
-          const std::vector<int> caps = n > 1000003 ? std::vector<int>{7} : std::vector<int>{1, 2, 7};  // time
-          for (int cap : caps) {
-            SCOPED_TRACE(std::string(exclusive ? "exclusive" : "inclusive") + " n " + std::to_string(n) + " offset " +
-                         std::to_string(offset) + " max_blocks " + std::to_string(cap));
-            const auto got = run_config(config, ints, offset, n, exclusive, false, cap);
-            double acc = 0;
-            for (std::int64_t i = 0; i < n; ++i) {
-              const double before = acc;
-              acc += ints[offset + i];
-              ASSERT_EQ(got[i], static_cast<float>(exclusive ? before : acc)) << "element " << i;
-            }
-            const auto capped = run_config(config, reals, offset, n, exclusive, /*in_place=*/cap == 7, cap);
-            EXPECT_EQ(std::memcmp(free_grid.data(), capped.data(), n * sizeof(float)), 0);
-          }
-        }
-    }
-  }
-  EXPECT_GE(persistent, 1) << "no persistent configuration left to test";
-  EXPECT_THROW(detail::scan_f32_config_capped(nullptr, nullptr, 0, false, 0, -1, nullptr, 0, stream()),
-               std::invalid_argument);
-}
-
-// A persistent configuration adds exactly what the one-tile-per-block block-wide ("blockG")
-// configuration of the same tile shape and group size adds, in the same order (same local scan,
-// same within-group tree, reader i summing G[i], G[i + R], ... then warps in order), so the two
-// must agree bit for bit: any element read from a wrong stage buffer or a wrong tile breaks it.
-// Pairs are found by name: "t256_s8_g32_mb2_pipe3_cs" ~ "t256_s8_g32_mb3_blockG_early_nc".
-TEST_F(ScanTest, PersistentConfigsMatchOneTilePerBlockBits) {
-  SCOPED_TRACE(seed_note());
-  auto shape = [](int c) {  // the name up to its third '_': "t256_s8_g32_"
+  auto arithmetic = [](int c) {  // "t256_s8_g32_" + "blockG" or "warpG"
     const std::string name = detail::scan_f32_config_name(c);
     std::size_t end = std::string::npos;
     for (int part = 0; part < 3; ++part) {
       end = name.find('_', end == std::string::npos ? 0 : end + 1);
       if (end == std::string::npos) return name;
     }
-    return name.substr(0, end + 1);
+    const char* readers = name.find("_blockG") != std::string::npos ? "blockG" : "warpG";
+    return name.substr(0, end + 1) + readers;
   };
-  const std::int64_t n = 1000003;
+  const std::int64_t n = (1 << 22) + 1;
   const auto host = test::random_normal(n + 1, 0.1f, 1.f, rng());
   int pairs = 0;
-  for (int p = 0; p < detail::scan_f32_config_count(); ++p) {
-    if (!detail::scan_f32_config_is_persistent(p)) continue;
-    for (int c = 0; c < detail::scan_f32_config_count(); ++c) {
-      if (detail::scan_f32_config_is_persistent(c) || shape(c) != shape(p) ||
-          std::string(detail::scan_f32_config_name(c)).find("_blockG") == std::string::npos)
-        continue;
+  for (int a = 0; a < detail::scan_f32_config_count(); ++a) {
+    for (int b = a + 1; b < detail::scan_f32_config_count(); ++b) {
+      if (arithmetic(a) != arithmetic(b)) continue;
       ++pairs;
-      SCOPED_TRACE(config_note(p) + " vs " + config_note(c));
+      SCOPED_TRACE(config_note(a) + " vs " + config_note(b));
       for (std::int64_t offset : {0, 1})
         for (bool exclusive : {false, true}) {
           SCOPED_TRACE(std::string(exclusive ? "exclusive" : "inclusive") + " offset " + std::to_string(offset));
-          const auto a = run_config(p, host, offset, n, exclusive), b = run_config(c, host, offset, n, exclusive);
-          EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0);
+          const auto x = run_config(a, host, offset, n, exclusive), y = run_config(b, host, offset, n, exclusive);
+          EXPECT_EQ(std::memcmp(x.data(), y.data(), n * sizeof(float)), 0);
         }
     }
   }
-  EXPECT_GE(pairs, 1) << "no persistent configuration has a one-tile-per-block twin";
+  EXPECT_GE(pairs, 1) << "no two configurations share their arithmetic";
 }
 
 TEST_F(ScanTest, EmptyInputAndWorkspaceChecks) {
