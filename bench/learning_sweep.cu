@@ -1,6 +1,6 @@
 // Learning-recipe sweep for the DQN market tests (tests/rl/dqn_learning_test.cu): trains K candidate
 // recipes on the single-asset OU market (configs/markets/ou_mean_reversion.toml, DQN) and on the
-// 8-asset market (configs/markets/gbm8_correlated.toml, BDQ; plus an 8-asset OU variant of it),
+// 8-asset markets (configs/markets/gbm8_correlated.toml and its OU variant ou8_correlated.toml, BDQ),
 // all at once, one host thread, stream and cuBLASLt lane per run, and prints one row per run:
 // the greedy policy's mean episode Sharpe net of costs next to the OU oracle, buy-and-hold, random
 // and flat on the same evaluation episodes, the turnover per episode (churning shows there), the
@@ -13,12 +13,13 @@
 // is evaluated as it is (its row shows the steps it reached). --parallel caps the runs training at
 // once (default: all; fewer runs go in waves that share the budget equally). A progress line comes
 // every 30 s. scripts/gpu-host.sh gives each bench 120 s by default: run this one alone, or with
-// FOXHUNT_BENCH_TIMEOUT=300 there. Recipes (see make_recipes) vary one thing at a time against the test's
-// recipe ("base"):
-//   reward   the market's own (ou: differential Sharpe, gbm8: log return) or log return x scale;
-//   level    adds the observation feature (log price - OU mean) / stationary sd per asset through
-//            the environment's extra-feature block: the OU state that the return window shows only
-//            in part (best linear estimate from 32 returns: R^2 0.23);
+// FOXHUNT_BENCH_TIMEOUT=300 there. Recipes (see make_recipes) are a config file plus MarketConfig
+// fields (what a TOML file can say) and learner settings, and vary one thing at a time:
+//   reward   the market's own (ou: differential Sharpe, gbm8: log return, ou8: log return x 100) or
+//            log return x scale (reward.kind, reward.scale);
+//   level    observation.price_level on or off: (log price - OU mean) / stationary sd per asset,
+//            the OU state that the return window shows only in part (best linear estimate from 32
+//            returns: R^2 0.23);
 //   upd      updates per vector step of 64 environments (replay ratio);
 //   w1/w256  the observation window overridden (gbm8: the window is unpredictable noise; ou: a
 //            longer path shows more of the OU level);
@@ -45,7 +46,6 @@
 #include "gpu/check.hpp"
 #include "gpu/context.hpp"
 #include "gpu/exit.hpp"
-#include "gpu/launch.cuh"
 #include "rl/dqn/learner.hpp"
 #include "rl/dqn/replay_hooks.hpp"
 #include "rl/dqn/trainer.hpp"
@@ -61,50 +61,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// ---- the market-side shaping: level features and reward scale ---------------------------------
-
-// One thread per environment: the level feature of every asset (OU: (x - mean) / stationary sd;
-// GBM: (x - log S0) / (step vol sqrt(episode length))) into the extra block (N, F), which the
-// environment's next step reads, and into the observation rows just written (whose extra block
-// was the previous step's), and reward *= scale. The final observation of an ending episode was
-// written with the previous step's level: its newest window return (the step since) brings it up to date.
-__global__ void shape_kernel(float* __restrict__ obs, float* __restrict__ final_obs, float* __restrict__ extra,
-                             float* __restrict__ reward, const std::uint8_t* __restrict__ term,
-                             const std::uint8_t* __restrict__ trunc, MarketState st, MarketParams p, int features,
-                             std::int64_t obs_dim, float scale, std::int64_t n) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const bool ended = final_obs != nullptr && (term[i] | trunc[i]) != 0;
-  const std::int64_t newest = static_cast<std::int64_t>(p.window - 1) * p.assets;  // newest return, asset 0
-  for (int a = 0; a < features; ++a) {
-    const int k = st.regime[i] * kMaxAssets + a;
-    const double x = st.log_price[a * n + i];
-    const bool ou = p.stationary_sd[k] > 0.f;
-    const double mean = ou ? p.mean[k] : p.log_initial_price[a];
-    const double sd =
-        ou ? static_cast<double>(p.stationary_sd[k]) : p.step_vol[k] * sqrt(static_cast<double>(p.episode_length));
-    const float f = static_cast<float>((x - mean) / sd);
-    extra[i * features + a] = f;
-    const std::int64_t col = obs_dim - features + a;
-    obs[i * obs_dim + col] = f;
-    // The final row was written with the previous level; its newest return is the step since.
-    if (ended)
-      final_obs[i * obs_dim + col] +=
-          static_cast<float>(static_cast<double>(final_obs[i * obs_dim + newest + a]) / (p.ret_scale[a] * sd));
-  }
-  if (reward != nullptr) reward[i] *= scale;
-}
-
-// obs (N, obs_dim) just written by reset or step; final_obs, term, trunc: the step's (nullable).
-void shape(float* obs, float* final_obs, float* extra, float* reward, const std::uint8_t* term,
-           const std::uint8_t* trunc, const MarketEnv& env, int features, float scale, cudaStream_t s) {
-  const std::int64_t n = env.num_envs();
-  if (features == 0 && (reward == nullptr || scale == 1.f)) return;
-  shape_kernel<<<gpu::ceil_div(n, 128), 128, 0, s>>>(obs, final_obs, extra, reward, term, trunc, env.state(),
-                                                     env.params(), features, env.obs_dim(), scale, n);
-  FH_CHECK_LAUNCH();
-}
-
 // ---- recipes -------------------------------------------------------------------------------------
 
 enum class Market { ou, gbm8, ou8 };
@@ -113,10 +69,10 @@ const char* market_name(Market m) { return m == Market::ou ? "ou" : (m == Market
 struct Recipe {
   std::string name;
   Market market = Market::ou;
-  bool own_reward = true;         // false: log return x reward_scale
-  float reward_scale = 1.f;
-  double turnover_penalty = 0.0;  // added to the training reward (before the scale)
-  bool level = false;             // level features (one per asset)
+  bool own_reward = true;         // false: reward.kind = log_return, reward.scale = reward_scale
+  double reward_scale = 1.0;
+  double turnover_penalty = 0.0;  // added to reward.turnover_penalty (applied before the scale)
+  bool level = false;             // observation.price_level (one column per asset)
   int window = 0;                 // > 0: overrides market.window (returns per asset observed)
   std::vector<std::int64_t> hidden{128, 128};
   float lr = 2.5e-4f;
@@ -137,7 +93,7 @@ std::vector<Recipe> make_recipes() {
     x.market = Market::ou;
     x.level = level;
     x.own_reward = !logret;
-    x.reward_scale = logret ? 100.f : 1.f;
+    x.reward_scale = logret ? 100.0 : 1.0;
     x.updates = updates;
     return x;
   };
@@ -148,7 +104,7 @@ std::vector<Recipe> make_recipes() {
     x.hidden = {256, 256};
     x.level = level;
     x.own_reward = !logret;
-    x.reward_scale = logret ? 100.f : 1.f;
+    x.reward_scale = logret ? 100.0 : 1.0;
     x.updates = updates;
     return x;
   };
@@ -171,7 +127,8 @@ std::vector<Recipe> make_recipes() {
   { auto x = bdq("gbm8.w1.logret100.u2", Market::gbm8, false, true, 2); x.window = 1; r.push_back(x); }
   { auto x = bdq("gbm8.w1.logret100.turn1e-3.u2", Market::gbm8, false, true, 2); x.window = 1;
     x.turnover_penalty = 1e-3; r.push_back(x); }
-  // BDQ on 8 OU assets (the gbm8 market with OU prices, kappa 5, its sigmas): a per-asset signal.
+  // BDQ on 8 OU assets (ou8_correlated: the gbm8 market with OU prices, kappa 5, its sigmas): a
+  // per-asset signal.
   r.push_back(bdq("ou8.level.logret100.u2", Market::ou8, true, true, 2));
   r.push_back(bdq("ou8.level.logret100.u1", Market::ou8, true, true, 1));
   return r;
@@ -185,17 +142,15 @@ std::filesystem::path configs_dir(const std::string& arg) {
 }
 
 MarketConfig market_config(const Recipe& r, const std::filesystem::path& dir) {
-  MarketConfig mc = load_market_config(dir / "markets" / (r.market == Market::ou ? "ou_mean_reversion.toml"
-                                                                                  : "gbm8_correlated.toml"));
-  if (r.market == Market::ou8) {
-    mc.process = PriceProcess::ou;
-    mc.kappa.assign(static_cast<std::size_t>(mc.assets), 5.0);
-    mc.theta.assign(static_cast<std::size_t>(mc.assets), 0.0);
-    mc.mu.clear();
+  const char* file = r.market == Market::ou ? "ou_mean_reversion.toml"
+                                            : (r.market == Market::gbm8 ? "gbm8_correlated.toml" : "ou8_correlated.toml");
+  MarketConfig mc = load_market_config(dir / "markets" / file);
+  if (!r.own_reward) {
+    mc.reward = RewardKind::log_return;
+    mc.reward_scale = r.reward_scale;
   }
-  if (!r.own_reward) mc.reward = RewardKind::log_return;
   mc.turnover_penalty += r.turnover_penalty;
-  if (r.level) mc.extra_features = mc.assets;
+  mc.price_level = r.level;
   if (r.window > 0) mc.window = r.window;
   validate(mc);
   return mc;
@@ -222,11 +177,11 @@ struct Run {
   gpu::BlasLane lane;
   MarketConfig mc;
   MarketEnv env, eval;
-  std::int64_t O, D, A, F;
+  std::int64_t O, D, A;
   ReplayBuffer rb;
   SampledBatch out;
   DqnLearner learner;
-  gpu::DeviceBuffer<float> extra, eval_extra, eval_obs, eval_reward, eval_final;
+  gpu::DeviceBuffer<float> eval_obs, eval_reward, eval_final;
   gpu::DeviceBuffer<std::uint8_t> eval_term, eval_trunc;
   gpu::DeviceBuffer<std::int32_t> eval_act;
   gpu::ExitSlot<EpisodeStats> exit;
@@ -286,12 +241,9 @@ struct Run {
         O(env.obs_dim()),
         D(env.action_space().branches),
         A(env.action_space().choices),
-        F(mc.extra_features),
         rb(replay_config(r, env, sd, steps), ln.stream),
         out(rb.allocate_batch(r.batch)),
         learner(learner_config(r, env, sd, steps), ln),
-        extra(static_cast<std::size_t>(kEnvs * std::max<std::int64_t>(F, 1))),
-        eval_extra(static_cast<std::size_t>(kEnvs * std::max<std::int64_t>(F, 1))),
         eval_obs(static_cast<std::size_t>(kEnvs * O)),
         eval_reward(static_cast<std::size_t>(kEnvs)),
         eval_final(static_cast<std::size_t>(kEnvs * O)),
@@ -299,18 +251,11 @@ struct Run {
         eval_trunc(static_cast<std::size_t>(kEnvs)),
         eval_act(static_cast<std::size_t>(kEnvs * D)) {
     const cudaStream_t s = lane.stream;
-    extra.zero(s);
-    eval_extra.zero(s);
-    if (F > 0) {
-      env.set_extra_features(extra.data());
-      eval.set_extra_features(eval_extra.data());
-    }
     DqnEnvHooks hooks;
     hooks.num_envs = kEnvs;
     hooks.obs_dim = O;
     hooks.reset = [this](float* obs, std::uint64_t sd2, cudaStream_t cs) {
       env.reset(obs, gpu::DType::f32, sd2, cs);
-      shape(obs, nullptr, extra.data(), nullptr, nullptr, nullptr, env, static_cast<int>(F), 1.f, cs);
     };
     hooks.step = [this](float* next_obs, float* reward, std::uint8_t* term, std::uint8_t* trunc, float* final_obs,
                         const std::int32_t* actions, cudaStream_t cs) {
@@ -323,7 +268,6 @@ struct Run {
       ActionInput in;
       in.discrete = actions;
       env.step(o, in, 1, cs);
-      shape(next_obs, final_obs, extra.data(), reward, term, trunc, env, static_cast<int>(F), recipe.reward_scale, cs);
     };
     trainer = std::make_unique<DqnTrainer>(learner, hooks, make_replay_hooks(rb, out, kEnvs),
                                            DqnTrainSchedule{20000, kEnvs, r.updates});
@@ -336,7 +280,6 @@ struct Run {
     const cudaStream_t s = lane.stream;
     const std::uint64_t eval_seed = 1000 + seed;
     eval.reset(eval_obs.data(), gpu::DType::f32, eval_seed, s);
-    shape(eval_obs.data(), nullptr, eval_extra.data(), nullptr, nullptr, nullptr, eval, static_cast<int>(F), 1.f, s);
     const std::int64_t steps = static_cast<std::int64_t>(mc.episode_length) * 4;
     for (std::int64_t t = 0; t < steps; ++t) {
       if (policy < 0)
@@ -353,7 +296,6 @@ struct Run {
       ActionInput in;
       in.discrete = eval_act.data();
       eval.step(o, in, 1, s);
-      shape(eval_obs.data(), nullptr, eval_extra.data(), nullptr, nullptr, nullptr, eval, static_cast<int>(F), 1.f, s);
     }
     eval.export_stats(exit, true, s);
     return exit.wait();

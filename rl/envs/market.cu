@@ -115,9 +115,22 @@ __device__ void advance_prices(double (&x)[MaxA], int& regime, const MarketParam
   }
 }
 
-// Observation element j of environment i (episode step `step`), from the ring and the tail.
-__device__ __forceinline__ float obs_value(const MarketState& st, const MarketParams& p, std::int64_t i, int step, int j,
-                                           const float* extra) {
+// The price-level column of asset a (observation.price_level): how far the log price x stands from
+// where the law pulls it, in units of its natural spread. OU: (x - OU mean) / stationary sd, the
+// state the OU oracle trades on; GBM: (x - log S0) / (step vol sqrt(episode length)). Both from the
+// current regime's parameters; 0 when that spread is 0 (sigma = 0).
+__device__ __forceinline__ float price_level(const MarketParams& p, double x, int regime, int a) {
+  const int k = regime * kMaxAssets + a;
+  const bool ou = p.process == static_cast<int>(PriceProcess::ou);
+  const double mean = ou ? p.mean[k] : p.log_initial_price[a];
+  const double sd = ou ? static_cast<double>(p.stationary_sd[k]) : p.step_vol[k] * sqrt(static_cast<double>(p.episode_length));
+  return sd > 0.0 ? static_cast<float>((x - mean) / sd) : 0.0f;
+}
+
+// Observation element j of environment i (episode step `step`), from the ring, the tail, the
+// extra block and (price levels) the state's log price and regime.
+__device__ __forceinline__ float obs_value(const MarketState& st, const MarketParams& p, std::int64_t i, std::int64_t n,
+                                           int step, int j, const float* extra) {
   const int A = p.assets, W = p.window, WA = W * A;
   if (j < WA) {
     const int k = j / A;  // time, 0 = oldest
@@ -128,7 +141,9 @@ __device__ __forceinline__ float obs_value(const MarketState& st, const MarketPa
   j -= WA;
   if (j < A + 3) return st.tail[i * (A + 3) + j];
   j -= A + 3;
-  return extra != nullptr ? extra[i * p.extra_features + j] : 0.0f;
+  if (j < p.extra_features) return extra != nullptr ? extra[i * p.extra_features + j] : 0.0f;
+  j -= p.extra_features;  // price level of asset j
+  return price_level(p, st.log_price[static_cast<std::int64_t>(j) * n + i], st.regime[i], j);
 }
 
 // A fresh episode for environment i: regime from the stationary law, `window` steps of history
@@ -361,6 +376,7 @@ __global__ void __launch_bounds__(kEnvBlock) step_kernel(ObsT* final_obs, float*
   const double peak = fmax(st.peak_equity[i], equity_new);
   const double drawdown = peak > 0.0 ? 1.0 - equity_new / peak : 0.0;
   reward -= p.drawdown_penalty * drawdown + p.turnover_penalty * step_turnover;
+  reward *= p.reward_scale;  // reward.scale: what the agent sees, and what the episode return sums
 
   const double sum_ret = st.sum_ret[i] + ret;
   const double sum_ret_sq = st.sum_ret_sq[i] + ret * ret;
@@ -420,7 +436,7 @@ __global__ void __launch_bounds__(kEnvBlock) step_kernel(ObsT* final_obs, float*
   if (term || trunc) {
     if (final_obs != nullptr) {
       ObsT* f = final_obs + row * p.obs_dim;
-      for (int j = 0; j < p.obs_dim; ++j) store_obs(f + j, obs_value(st, p, i, step, j, extra));
+      for (int j = 0; j < p.obs_dim; ++j) store_obs(f + j, obs_value(st, p, i, n, step, j, extra));
     }
     const double len = step;
     const double mean = sum_ret / len;
@@ -447,7 +463,7 @@ __global__ void obs_kernel(ObsT* obs, MarketState st, MarketParams p, const floa
       i = e / d;
     }
     const int j = static_cast<int>(e - i * d);
-    store_obs(obs + e, obs_value(st, p, i, st.episode_step[i], j, extra));
+    store_obs(obs + e, obs_value(st, p, i, n, st.episode_step[i], j, extra));
   }
 }
 
@@ -606,7 +622,8 @@ std::int64_t MarketEnv::step_bytes(std::int64_t steps, gpu::DType obs_dtype) con
                                 + obs_dim_ * s + 4 + 2     // obs, reward, flags
                                 + 2 * (3 * 8 * A + 9 * 8 + 3 * 4 + 8 + 8)  // state read + written
                                 + 4 * A + 4 * (A + 3)      // ring entry and tail written
-                                + 4 * W * A + 4 * (A + 3) + 4 + 4 * F;  // obs kernel reads
+                                + 4 * W * A + 4 * (A + 3) + 4 + 4 * F  // obs kernel reads
+                                + (config_.price_level ? 8 * A + 4 : 0);  // price levels: log price, regime
   return n_ * steps * per_step;
 }
 

@@ -15,20 +15,27 @@
 //   prices move S_t -> S_{t+1}; E' = cash + sum_a q_a S_{t+1}; R = E'/E - 1
 //   reward = pnl: (E' - E) / initial_cash | log_return: log(E'/E) | differential_sharpe
 //            (Moody & Saffell, on R), minus drawdown_penalty * (1 - E'/peak) and
-//            turnover_penalty * sum notional / E
+//            turnover_penalty * sum notional / E, all times reward_scale (episode returns sum
+//            the scaled reward; Sharpe, drawdown and turnover statistics are unaffected)
 //   terminated when E' < min_equity * initial_cash; truncated after episode_length steps.
 // Actions: discrete int32 (T, N, assets), one sub-action per asset (action branching): the index
 // of a level in config.levels (target weight = level * position_limit); -1 keeps the current
 // holdings of that asset (no trade); other out-of-range values are clamped. Continuous f32
 // (T, N, assets): target weight = clamp(value, -1, 1) * position_limit; NaN keeps the holdings.
 //
-// Observation (obs_dim = window*assets + assets + 3 + extra_features):
+// Observation (obs_dim = window*assets + assets + 3 + extra_features + (price_level ? assets : 0)):
 //   [window x assets] log returns / (sigma_ref sqrt(dt)), oldest first, assets interleaved
 //   [assets]          current weights q_a S_a / E
 //   [1]               unrealized PnL sum_a q_a (S_a - cost basis_a) / E
 //   [1]               episode progress t / episode_length
 //   [1]               log(E / initial_cash)
 //   [extra_features]  copied from the caller's device block (N, extra_features), zeros if unset
+//   [assets]          observation.price_level only: the level of each log price x_a, from the
+//                     current regime r's parameters: OU (x_a - mean_ra) / (sigma_ra / sqrt(2
+//                     kappa_ra)) with mean = log S0_a + theta_ra (the state the OU oracle trades
+//                     on); GBM (x_a - log S0_a) / (sigma_ra sqrt(dt) sqrt(episode_length)); 0 when
+//                     sigma_ra = 0. Written with every row (reset, step, final_obs) from the state
+//                     the row describes.
 // The window is full from the first step: a reset simulates `window` steps of the process before
 // the episode starts (GBM is then shifted so the episode starts at initial_price); replay starts
 // at a random bar with the real history before it.

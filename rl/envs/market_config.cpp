@@ -82,6 +82,14 @@ bool read_int(const Ctx& c, const toml::table& t, std::string_view key, const st
   return true;
 }
 
+bool read_bool(const Ctx& c, const toml::table& t, std::string_view key, const std::string& path, bool& out) {
+  const toml::node* n = t.get(key);
+  if (n == nullptr) return false;
+  if (!n->is_boolean()) fail(c, n, path, "must be a boolean, true or false");
+  out = n->as_boolean()->get();
+  return true;
+}
+
 template <class E>
 bool read_enum(const Ctx& c, const toml::table& t, std::string_view key, const std::string& path, E& out,
                std::initializer_list<std::pair<std::string_view, E>> choices) {
@@ -323,6 +331,9 @@ void validate(const MarketConfig& c) {
   expect_range("reward.sharpe_eta", c.sharpe_eta, 0.0, 1.0, true, true);
   expect_range("reward.drawdown_penalty", c.drawdown_penalty, 0.0, kInf, false, true);
   expect_range("reward.turnover_penalty", c.turnover_penalty, 0.0, kInf, false, true);
+  expect_range("reward.scale", c.reward_scale, 0.0, 1e6, true, false);
+  if (c.price_level && replay)
+    invalid("observation.price_level", "only allowed for process.kind = \"gbm\" or \"ou\" (a replay has no model level)");
 }
 
 MarketConfig parse_market_config(const std::string& toml_text, const std::string& source) {
@@ -335,7 +346,7 @@ MarketConfig parse_market_config(const std::string& toml_text, const std::string
     s << source << ':' << e.source().begin.line << ": TOML syntax error: " << e.description();
     throw ConfigError(s.str());
   }
-  check_keys(c, root, "", {"market", "process", "execution", "action", "reward", "replay"});
+  check_keys(c, root, "", {"market", "process", "execution", "action", "reward", "observation", "replay"});
   MarketConfig cfg;
 
   if (const toml::table* m = table_at(c, root, "market", "market")) {
@@ -454,13 +465,18 @@ MarketConfig parse_market_config(const std::string& toml_text, const std::string
     }
   }
   if (const toml::table* rw = table_at(c, root, "reward", "reward")) {
-    check_keys(c, *rw, "reward", {"kind", "sharpe_eta", "drawdown_penalty", "turnover_penalty"});
+    check_keys(c, *rw, "reward", {"kind", "sharpe_eta", "drawdown_penalty", "turnover_penalty", "scale"});
     read_enum(c, *rw, "kind", "reward.kind", cfg.reward,
               {{"pnl", RewardKind::pnl}, {"log_return", RewardKind::log_return},
                {"differential_sharpe", RewardKind::differential_sharpe}});
     read_number(c, *rw, "sharpe_eta", "reward.sharpe_eta", cfg.sharpe_eta);
     read_number(c, *rw, "drawdown_penalty", "reward.drawdown_penalty", cfg.drawdown_penalty);
     read_number(c, *rw, "turnover_penalty", "reward.turnover_penalty", cfg.turnover_penalty);
+    read_number(c, *rw, "scale", "reward.scale", cfg.reward_scale);
+  }
+  if (const toml::table* ob = table_at(c, root, "observation", "observation")) {
+    check_keys(c, *ob, "observation", {"price_level"});
+    read_bool(c, *ob, "price_level", "observation.price_level", cfg.price_level);
   }
   const toml::table* rp = table_at(c, root, "replay", "replay");
   if (rp != nullptr && !replay)

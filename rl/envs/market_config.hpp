@@ -69,6 +69,11 @@ struct MarketConfig {
   double sharpe_eta = 0.01;        // differential Sharpe EMA rate
   double drawdown_penalty = 0.0;   // reward -= drawdown_penalty * current drawdown
   double turnover_penalty = 0.0;   // reward -= turnover_penalty * traded notional / equity
+  double reward_scale = 1.0;       // `reward.scale` (> 0): the reward (penalties included) times this
+
+  // [observation]
+  bool price_level = false;  // append one column per asset: the log price's standardized level
+                             // (rl/envs/market.hpp); gbm and ou only
 
   // [replay] (process = replay)
   std::vector<std::string> files;  // per_asset: one per asset; long_format: one

@@ -20,7 +20,8 @@ MarketParams make_market_params(const MarketConfig& c, const OhlcvData* replay, 
   p.window = c.window;
   p.episode_length = c.episode_length;
   p.extra_features = c.extra_features;
-  p.obs_dim = c.window * A + A + 3 + c.extra_features;
+  p.price_level = c.price_level ? 1 : 0;
+  p.obs_dim = c.window * A + A + 3 + c.extra_features + (c.price_level ? A : 0);
   p.process = static_cast<int>(c.process);
   p.action = static_cast<int>(c.action);
   p.reward = static_cast<int>(c.reward);
@@ -37,6 +38,7 @@ MarketParams make_market_params(const MarketConfig& c, const OhlcvData* replay, 
   p.sharpe_eta = c.sharpe_eta;
   p.drawdown_penalty = c.drawdown_penalty;
   p.turnover_penalty = c.turnover_penalty;
+  p.reward_scale = c.reward_scale;
   p.annualize = std::sqrt(1.0 / c.dt);
   p.num_levels = c.action == ActionMode::discrete ? static_cast<int>(c.levels.size()) : 0;
   for (int k = 0; k < p.num_levels; ++k) p.levels[k] = c.levels[k];

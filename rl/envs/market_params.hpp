@@ -15,9 +15,11 @@ struct MarketParams {
   int reward;      // RewardKind
   int correlated;  // 0: identity correlation (skip the Cholesky product)
   int jumps;       // 0: no jumps
+  int price_level; // 1: the observation ends with one level column per asset
   double dt, initial_cash, min_equity_cash;
   double fee_rate, half_spread, slippage, inv_liquidity, position_limit, leverage_cap, borrow_per_step;
   double sharpe_eta, drawdown_penalty, turnover_penalty, annualize;
+  double reward_scale;
   double levels[kMaxLevels];
   // Log-price step: x' = mean + (x - mean) * decay + drift + noise * z (+ jumps). The price law
   // may use f32 coefficients (it only generates prices); everything the accounting reads is double.

@@ -2,10 +2,10 @@
 // CartPole-v1, mean return of the episodes finished over the last 50k of 500k environment steps
 // (>= 100 episodes when the policy is good) must be >= 475, for plain DQN with CleanRL's
 // hyper-parameters and for Rainbow, 3 fixed seeds each. The OU market (configs/markets/
-// ou_mean_reversion.toml, with the level feature): the greedy policy's mean episode Sharpe net of
-// costs must reach half the OU oracle's and beat buy-and-hold, 3 seeds; BDQ on 8 mean-reverting
-// assets (the 8-asset market with OU prices, level features): positive Sharpe, above buy-and-hold
-// and random, 3 seeds. Everything runs on the device through the single-stream trainer: vectorized
+// ou_mean_reversion.toml, whose observation carries the price level): the greedy policy's mean
+// episode Sharpe net of costs must reach half the OU oracle's and beat buy-and-hold, 3 seeds; BDQ
+// on 8 mean-reverting assets (configs/markets/ou8_correlated.toml): positive Sharpe, above
+// buy-and-hold and random, 3 seeds. Everything runs on the device through the single-stream trainer: vectorized
 // CartPole and markets (rl/envs), prioritized replay (rl/replay), the learner's update graph. Only
 // the episode statistics leave, through the exit. bench/learning_sweep.cu trains these recipes
 // and the alternatives side by side.
@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "gpu/exit.hpp"
-#include "gpu/launch.cuh"
 #include "rl/dqn/config.hpp"
 #include "rl/dqn/replay_hooks.hpp"
 #include "rl/dqn/trainer.hpp"
@@ -176,58 +175,14 @@ std::filesystem::path market_config_path(const std::string& name) {
   return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "configs" / "markets" / name;
 }
 
-// The level feature (one per asset): OU: (log price - OU mean) / stationary sd, the state the OU
-// oracle trades on; GBM: (log price - log S0) / (step vol sqrt(episode length)). Written into the
-// environment's extra-feature block (read by its next step) and into the observation rows just
-// written (whose extra block was the previous step's); reward *= scale. One thread per
-// environment. The final observation of an ending episode was written with the previous step's
-// level: its newest window return (the step since) brings it up to date.
-__global__ void shape_kernel(float* __restrict__ obs, float* __restrict__ final_obs, float* __restrict__ extra,
-                             float* __restrict__ reward, const std::uint8_t* __restrict__ term,
-                             const std::uint8_t* __restrict__ trunc, MarketState st, MarketParams p, int features,
-                             std::int64_t obs_dim, float scale, std::int64_t n) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const bool ended = final_obs != nullptr && (term[i] | trunc[i]) != 0;
-  const std::int64_t newest = static_cast<std::int64_t>(p.window - 1) * p.assets;  // newest return, asset 0
-  for (int a = 0; a < features; ++a) {
-    const int k = st.regime[i] * kMaxAssets + a;
-    const double x = st.log_price[a * n + i];
-    const bool ou = p.stationary_sd[k] > 0.f;
-    const double mean = ou ? p.mean[k] : p.log_initial_price[a];
-    const double sd =
-        ou ? static_cast<double>(p.stationary_sd[k]) : p.step_vol[k] * sqrt(static_cast<double>(p.episode_length));
-    const float f = static_cast<float>((x - mean) / sd);
-    extra[i * features + a] = f;
-    const std::int64_t col = obs_dim - features + a;
-    obs[i * obs_dim + col] = f;
-    // The final row was written with the previous level; its newest return is the step since.
-    if (ended)
-      final_obs[i * obs_dim + col] +=
-          static_cast<float>(static_cast<double>(final_obs[i * obs_dim + newest + a]) / (p.ret_scale[a] * sd));
-  }
-  if (reward != nullptr) reward[i] *= scale;
-}
-
-// obs (N, obs_dim) just written by reset or step; final_obs, term, trunc: the step's (nullable).
-void shape(float* obs, float* final_obs, float* extra, float* reward, const std::uint8_t* term,
-           const std::uint8_t* trunc, const MarketEnv& env, int features, float scale, cudaStream_t s) {
-  const std::int64_t n = env.num_envs();
-  if (features == 0 && (reward == nullptr || scale == 1.f)) return;
-  shape_kernel<<<gpu::ceil_div(n, 128), 128, 0, s>>>(obs, final_obs, extra, reward, term, trunc, env.state(),
-                                                     env.params(), features, env.obs_dim(), scale, n);
-  FH_CHECK_LAUNCH();
-}
-
-// A learning recipe for a market (bench/learning_sweep.cu trains these and others side by side).
+// A learning recipe for a market (bench/learning_sweep.cu trains these and others side by side):
+// a config file plus MarketConfig fields, nothing the product cannot say in a TOML file.
 struct MarketRecipe {
   std::string config;              // configs/markets/<config>
-  bool ou_prices = false;          // replace the price law by OU (kappa 5, theta 0, the config's sigmas)
-  bool level = false;              // add the level feature per asset (extra observation block)
-  int window = 0;                  // > 0: market.window override
-  bool log_return = false;         // train on the log return (instead of the config's reward) ...
-  float reward_scale = 1.f;        // ... times this
-  double turnover_penalty = 0.0;   // shaped training reward (the Sharpe is always from equity returns)
+  int window = 0;                  // > 0: market.window
+  bool log_return = false;         // reward.kind = "log_return" (instead of the config's reward) ...
+  double reward_scale = 0.0;       // ... > 0: reward.scale (0 keeps the config's)
+  double turnover_penalty = 0.0;   // added to reward.turnover_penalty (the Sharpe is always from equity returns)
   std::vector<std::int64_t> hidden{128, 128};
   float lr = 2.5e-4f;
   float gamma = 0.99f;
@@ -237,15 +192,9 @@ struct MarketRecipe {
 
 MarketConfig recipe_market(const MarketRecipe& r) {
   MarketConfig mc = load_market_config(market_config_path(r.config));
-  if (r.ou_prices) {
-    mc.process = PriceProcess::ou;
-    mc.kappa.assign(static_cast<std::size_t>(mc.assets), 5.0);
-    mc.theta.assign(static_cast<std::size_t>(mc.assets), 0.0);
-    mc.mu.clear();
-  }
   if (r.log_return) mc.reward = RewardKind::log_return;
+  if (r.reward_scale > 0.0) mc.reward_scale = r.reward_scale;
   mc.turnover_penalty += r.turnover_penalty;
-  if (r.level) mc.extra_features = mc.assets;
   if (r.window > 0) mc.window = r.window;
   validate(mc);
   return mc;
@@ -263,10 +212,6 @@ MarketOutcome train_market(const MarketRecipe& r, std::uint64_t seed, std::int64
   const cudaStream_t st = lane.stream;
   MarketEnv env(mc, N);
   const std::int64_t O = env.obs_dim(), D = env.action_space().branches, A = env.action_space().choices;
-  const int F = mc.extra_features;
-  gpu::DeviceBuffer<float> extra(static_cast<std::size_t>(N * std::max(F, 1)));
-  extra.zero(st);
-  if (F > 0) env.set_extra_features(extra.data());
   DqnLearnerConfig c;
   c.net.obs_dim = O;
   c.net.hidden = r.hidden;
@@ -306,7 +251,6 @@ MarketOutcome train_market(const MarketRecipe& r, std::uint64_t seed, std::int64
   hooks.obs_dim = O;
   hooks.reset = [&](float* obs, std::uint64_t sd, cudaStream_t cs) {
     env.reset(obs, gpu::DType::f32, sd, cs);
-    shape(obs, nullptr, extra.data(), nullptr, nullptr, nullptr, env, F, 1.f, cs);
   };
   hooks.step = [&](float* next_obs, float* reward, std::uint8_t* term, std::uint8_t* trunc, float* final_obs,
                    const std::int32_t* actions, cudaStream_t cs) {
@@ -319,7 +263,6 @@ MarketOutcome train_market(const MarketRecipe& r, std::uint64_t seed, std::int64
     ActionInput in;
     in.discrete = actions;
     env.step(o, in, 1, cs);
-    shape(next_obs, final_obs, extra.data(), reward, term, trunc, env, F, r.reward_scale, cs);
   };
   DqnTrainer trainer(learner, hooks, make_replay_hooks(rb, out, N),
                      DqnTrainSchedule{20000, N, r.updates_per_vector_step});
@@ -328,9 +271,6 @@ MarketOutcome train_market(const MarketRecipe& r, std::uint64_t seed, std::int64
 
   // Evaluation on fresh episodes (another seed), the same for every policy.
   MarketEnv eval(mc, N);
-  gpu::DeviceBuffer<float> eval_extra(static_cast<std::size_t>(N * std::max(F, 1)));
-  eval_extra.zero(st);
-  if (F > 0) eval.set_extra_features(eval_extra.data());
   gpu::DeviceBuffer<float> obs(N * O), reward(N), final_obs(N * O);
   gpu::DeviceBuffer<std::uint8_t> term(N), trunc(N);
   gpu::DeviceBuffer<std::int32_t> act(N * D);
@@ -338,7 +278,6 @@ MarketOutcome train_market(const MarketRecipe& r, std::uint64_t seed, std::int64
   // policy < 0: the learner's greedy policy; else a BaselinePolicy.
   auto evaluate = [&](int policy) {
     eval.reset(obs.data(), gpu::DType::f32, eval_seed, st);
-    shape(obs.data(), nullptr, eval_extra.data(), nullptr, nullptr, nullptr, eval, F, 1.f, st);
     const std::int64_t steps = static_cast<std::int64_t>(mc.episode_length) * 4;
     for (std::int64_t t = 0; t < steps; ++t) {
       if (policy < 0)
@@ -355,7 +294,6 @@ MarketOutcome train_market(const MarketRecipe& r, std::uint64_t seed, std::int64
       ActionInput in;
       in.discrete = act.data();
       eval.step(o, in, 1, st);
-      shape(obs.data(), nullptr, eval_extra.data(), nullptr, nullptr, nullptr, eval, F, 1.f, st);
     }
     gpu::ExitSlot<EpisodeStats> exit;
     eval.export_stats(exit, true, st);
@@ -384,12 +322,13 @@ MarketOutcome train_market(const MarketRecipe& r, std::uint64_t seed, std::int64
 // only part of the OU state: the best linear estimate of the log price's deviation from its mean
 // from 32 returns has R^2 = 0.23 (corr 0.48), and trading on that estimate earns about 0.48
 // Sharpe net of costs against the oracle's 1.30 (a simulation of this market's dynamics and
-// costs). Half the oracle is out of reach from the window alone (the test's recipe earned
-// 0.38 / 0.43 / 0.14), so the recipe adds the level feature, the state the oracle trades on.
+// costs). Half the oracle is out of reach from the window alone (a recipe without the level
+// earned 0.38 / 0.43 / 0.14), so the market's observation carries the price level
+// (observation.price_level in the config), the state the oracle trades on. Trained on the log
+// return x 100 (reward.kind and reward.scale set on the loaded config).
 TEST_F(DqnLearning, OuMarketBeatsHalfOracleAndBuyAndHold) {
   MarketRecipe r;
   r.config = "ou_mean_reversion.toml";
-  r.level = true;
   r.log_return = true;
   r.reward_scale = 100.f;
   r.updates_per_vector_step = 2;
@@ -409,15 +348,12 @@ TEST_F(DqnLearning, OuMarketBeatsHalfOracleAndBuyAndHold) {
 // the test's recipe there earned -1.45 / -1.50 / -1.44, random's level: a greedy policy that
 // argmaxes noise and churns, no sign or mapping error (branch order, action levels, the position
 // in the observation, BDQ targets all check out). So the test trains on a market where a
-// per-asset signal exists: the same 8 assets, costs and limits with OU prices (kappa 5), each
-// asset's level in the observation.
+// per-asset signal exists: configs/markets/ou8_correlated.toml, the same 8 assets, costs and
+// limits with OU prices (kappa 5), each asset's price level in the observation, the log return x
+// 100 as the reward (all in the file).
 TEST_F(DqnLearning, BdqMultiAssetMarketPositiveSharpe) {
   MarketRecipe r;
-  r.config = "gbm8_correlated.toml";
-  r.ou_prices = true;
-  r.level = true;
-  r.log_return = true;
-  r.reward_scale = 100.f;
+  r.config = "ou8_correlated.toml";
   r.hidden = {256, 256};
   r.updates_per_vector_step = 2;
   for (std::uint64_t seed : {1ull, 2ull, 3ull}) {

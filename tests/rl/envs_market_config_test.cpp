@@ -58,6 +58,29 @@ TEST(MarketConfigTest, ShippedConfigsLoad) {
   EXPECT_DOUBLE_EQ(r.sigma[3], 0.60);
   EXPECT_EQ(r.action, ActionMode::continuous);
   EXPECT_DOUBLE_EQ(r.jump_intensity, 4.0);
+  EXPECT_FALSE(r.price_level);
+  const MarketConfig o = load_market_config(kConfigs / "ou_mean_reversion.toml");
+  EXPECT_EQ(o.process, PriceProcess::ou);
+  EXPECT_TRUE(o.price_level);
+  EXPECT_DOUBLE_EQ(o.reward_scale, 1.0);
+  // ou8_correlated: gbm8_correlated's assets, sigmas, correlation and costs with OU prices.
+  const MarketConfig o8 = load_market_config(kConfigs / "ou8_correlated.toml");
+  EXPECT_EQ(o8.process, PriceProcess::ou);
+  EXPECT_EQ(o8.assets, 8);
+  EXPECT_EQ(o8.sigma, g.sigma);
+  EXPECT_EQ(o8.correlation, g.correlation);
+  EXPECT_EQ(o8.kappa, std::vector<double>(8, 5.0));
+  EXPECT_EQ(o8.theta, std::vector<double>(8, 0.0));
+  EXPECT_EQ(o8.initial_price, g.initial_price);
+  EXPECT_DOUBLE_EQ(o8.fee_bps, g.fee_bps);
+  EXPECT_DOUBLE_EQ(o8.half_spread_bps, g.half_spread_bps);
+  EXPECT_DOUBLE_EQ(o8.position_limit, g.position_limit);
+  EXPECT_DOUBLE_EQ(o8.leverage_cap, g.leverage_cap);
+  EXPECT_DOUBLE_EQ(o8.borrow_rate, g.borrow_rate);
+  EXPECT_EQ(o8.levels, g.levels);
+  EXPECT_EQ(o8.reward, RewardKind::log_return);
+  EXPECT_DOUBLE_EQ(o8.reward_scale, 100.0);
+  EXPECT_TRUE(o8.price_level);
 }
 
 TEST(MarketConfigTest, DefaultsAndBroadcast) {
@@ -73,6 +96,8 @@ TEST(MarketConfigTest, DefaultsAndBroadcast) {
   EXPECT_EQ(c.action, ActionMode::discrete);
   EXPECT_EQ(c.levels.size(), 5u);
   EXPECT_EQ(c.reward, RewardKind::pnl);
+  EXPECT_DOUBLE_EQ(c.reward_scale, 1.0);
+  EXPECT_FALSE(c.price_level);
   const std::vector<double> l = correlation_cholesky(c);
   EXPECT_EQ(l, (std::vector<double>{1, 0, 0, 1}));
 }
@@ -90,12 +115,43 @@ TEST(MarketConfigTest, RegimeStationaryDistributionAndCholesky) {
   EXPECT_NEAR(l[3], 0.8, 1e-15);
 }
 
+TEST(MarketConfigTest, PriceLevelAndRewardScaleAreRead) {
+  const MarketConfig on = parse_market_config(kGbm + "[observation]\nprice_level = true\n", "ok.toml");
+  EXPECT_TRUE(on.price_level);
+  const MarketConfig off = parse_market_config(kGbm + "[observation]\nprice_level = false\n", "ok.toml");
+  EXPECT_FALSE(off.price_level);
+  const MarketConfig empty = parse_market_config(kGbm + "[observation]\n", "ok.toml");
+  EXPECT_FALSE(empty.price_level);
+  const MarketConfig scaled = parse_market_config(kGbm + "[reward]\nkind = \"log_return\"\nscale = 100.0\n", "ok.toml");
+  EXPECT_DOUBLE_EQ(scaled.reward_scale, 100.0);
+  EXPECT_EQ(scaled.reward, RewardKind::log_return);
+  const MarketConfig int_scale = parse_market_config(kGbm + "[reward]\nscale = 3\n", "ok.toml");
+  EXPECT_DOUBLE_EQ(int_scale.reward_scale, 3.0);
+}
+
+TEST(MarketConfigTest, RejectsBadPriceLevelAndRewardScale) {
+  EXPECT_TRUE(rejects(kGbm + "[observation]\nprice_level = 1\n", {"observation.price_level", "boolean"}));
+  EXPECT_TRUE(rejects(kGbm + "[observation]\nprice_level = \"yes\"\n", {"observation.price_level", "boolean"}));
+  EXPECT_TRUE(rejects(kGbm + "[observation]\nlevel = true\n", {"observation.level", "unknown key", "price_level"}));
+  EXPECT_TRUE(rejects("observation = true\n" + kGbm, {"bad.toml:1: observation", "must be a table"}));
+  EXPECT_TRUE(rejects(kGbm + "[reward]\nscale = 0.0\n", {"reward.scale", "(0, 1e+06]", "0"}));
+  EXPECT_TRUE(rejects(kGbm + "[reward]\nscale = -2.0\n", {"reward.scale", "(0, 1e+06]", "-2"}));
+  EXPECT_TRUE(rejects(kGbm + "[reward]\nscale = \"100\"\n", {"reward.scale", "must be a number"}));
+  EXPECT_TRUE(rejects(kGbm + "[reward]\nscale = inf\n", {"reward.scale", "finite"}));
+  EXPECT_TRUE(rejects("[market]\nassets = 1\n[process]\nkind = \"replay\"\n[replay]\nfiles = [\"a.csv\"]\n"
+                      "[observation]\nprice_level = true\n",
+                      {"observation.price_level", "only allowed for process.kind = \"gbm\" or \"ou\""}));
+  MarketConfig c = parse_market_config(kGbm, "ok.toml");
+  c.reward_scale = 0.0;
+  EXPECT_THROW(validate(c), ConfigError);
+}
+
 TEST(MarketConfigTest, RejectsSyntaxErrorsWithTheLine) {
   EXPECT_TRUE(rejects("[market]\nassets = = 2\n", {"bad.toml:2", "TOML syntax error"}));
 }
 
 TEST(MarketConfigTest, RejectsUnknownTablesAndKeys) {
-  EXPECT_TRUE(rejects(kGbm + "[foo]\nx = 1\n", {"foo", "unknown key", "market, process, execution, action, reward, replay"}));
+  EXPECT_TRUE(rejects(kGbm + "[foo]\nx = 1\n", {"foo", "unknown key", "market, process, execution, action, reward, observation, replay"}));
   EXPECT_TRUE(rejects(kGbm + "[execution]\nfees = 1\n", {"execution.fees", "unknown key", "fee_bps", "borrow_rate"}));
   EXPECT_TRUE(rejects(kGbm + "[reward]\nkind = \"pnl\"\nsharpe = 1\n", {"reward.sharpe", "sharpe_eta"}));
   EXPECT_TRUE(rejects("[market]\nasset = 2\n", {"market.asset", "assets"}));

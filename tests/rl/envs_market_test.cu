@@ -571,6 +571,183 @@ TEST_F(MarketTest, ObservationWindowShiftsAndCarriesTheExtraBlock) {
     ASSERT_EQ(__bfloat162float(hb[k]), __bfloat162float(__float2bfloat16_rn(hf[k]))) << k;
 }
 
+// ---- observation.price_level and reward.scale ------------------------------------------------
+
+// The level column of asset a in double, as market.hpp defines it, from the config (not the
+// kernel parameters): OU (x - log S0 - theta) / (sigma / sqrt(2 kappa)); GBM (x - log S0) /
+// (sigma sqrt(dt) sqrt(episode_length)); the current regime's parameters.
+double ref_level(const MarketConfig& c, double x, int regime, int a) {
+  const int k = regime * c.assets + a;
+  const double sigma = c.sigma[k];
+  if (c.process == PriceProcess::ou)
+    return (x - std::log(c.initial_price[a]) - c.theta[k]) / (sigma / std::sqrt(2.0 * c.kappa[k]));
+  return (x - std::log(c.initial_price[a])) / (sigma * std::sqrt(c.dt) * std::sqrt(static_cast<double>(c.episode_length)));
+}
+
+// f32 output of a double value: one rounding, plus the f32 parameters of the price law (the OU
+// stationary sd is stored in f32: 2^-24 relative); 1e-6 relative + 1e-6 absolute covers both.
+::testing::AssertionResult level_near(float got, double want) {
+  if (std::abs(static_cast<double>(got) - want) <= 1e-6 * std::abs(want) + 1e-6) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "level " << got << ", reference " << want;
+}
+
+// Every row the env writes (reset, step, final_obs of ending episodes) ends with the level
+// columns, after the window, the tail and the extra block (which keeps its place); the other
+// columns are those of the same env without price_level.
+void check_price_level(const MarketConfig& base, std::uint64_t seed, std::mt19937_64& rng, cudaStream_t stream) {
+  MarketConfig c = base;
+  c.extra_features = 2;
+  c.price_level = true;
+  validate(c);
+  MarketConfig plain = c;
+  plain.price_level = false;
+  const std::int64_t n = 67;
+  const int A = c.assets, W = c.window, R = c.regimes, E = c.extra_features;
+  MarketEnv env(c, n), ref(plain, n);
+  const std::int64_t d = env.obs_dim(), d0 = ref.obs_dim();
+  ASSERT_EQ(d, W * A + A + 3 + E + A);
+  ASSERT_EQ(d0, d - A);
+  const auto extra_host = test::random_uniform(n * E, -1.0f, 1.0f, rng);
+  auto extra = test::upload(extra_host, stream);
+  env.set_extra_features(extra.data());
+  ref.set_extra_features(extra.data());
+  StepBuffers b(n, d), b0(n, d0);
+  test::poison(b.obs, stream);
+  env.reset(b.obs.data(), gpu::DType::f32, seed, stream);
+  ref.reset(b0.obs.data(), gpu::DType::f32, seed, stream);
+  gpu::DeviceBuffer<std::int32_t> act(n * A);
+  const int steps = 3 * c.episode_length + 2;  // crosses three episode ends
+  long ends = 0, regime_seen[kMaxRegimes] = {};
+  std::vector<double> prev_x;
+  for (int t = 0; t <= steps; ++t) {
+    if (t > 0) {
+      market_policy_actions(act.data(), nullptr, env, BaselinePolicy::random, seed + 7, t, stream);
+      test::poison(b.obs, stream);
+      test::poison(b.final_obs, stream);
+      test::poison(b0.final_obs, stream);
+      env.step(b.view(), ActionInput{act.data(), nullptr}, 1, stream);
+      ref.step(b0.view(), ActionInput{act.data(), nullptr}, 1, stream);
+    }
+    const auto obs = test::download(b.obs, stream);
+    const auto obs0 = test::download(b0.obs, stream);
+    std::vector<float> fin, fin0;
+    std::vector<std::uint8_t> te, tr;
+    if (t > 0) {  // the step's outputs (the reset writes none)
+      fin = test::download(b.final_obs, stream);
+      fin0 = test::download(b0.final_obs, stream);
+      te = test::download(b.te, stream);
+      tr = test::download(b.tr, stream);
+    }
+    const auto x = test::download(env.state().log_price, n * A, stream);
+    const auto regime = test::download(env.state().regime, n, stream);
+    for (std::int64_t i = 0; i < n; ++i) {
+      SCOPED_TRACE("step " + std::to_string(t) + " env " + std::to_string(i));
+      ++regime_seen[regime[i]];
+      const float* o = &obs[i * d];
+      for (std::int64_t j = 0; j < d0; ++j) ASSERT_EQ(o[j], obs0[i * d0 + j]) << "column " << j;
+      for (int f = 0; f < E; ++f) ASSERT_EQ(o[W * A + A + 3 + f], extra_host[i * E + f]) << "extra feature " << f;
+      for (int a = 0; a < A; ++a)
+        ASSERT_TRUE(level_near(o[d0 + a], ref_level(c, x[a * n + i], regime[i], a))) << "asset " << a;
+      if (t == 0 || (te[i] == 0 && tr[i] == 0)) continue;
+      // An ending episode: final_obs describes the state before the reset, which the state no
+      // longer holds. Its log price is recovered from the final row's newest window return (f32:
+      // an error of 2^-24 of one step's return, far below the tolerance) and the previous step's
+      // log price; its regime is unknown with regimes > 1: one of them must match.
+      ++ends;
+      const float* f = &fin[i * d];
+      for (std::int64_t j = 0; j < d0; ++j) ASSERT_EQ(f[j], fin0[i * d0 + j]) << "final column " << j;
+      for (int a = 0; a < A; ++a) {
+        const double x_end = prev_x[a * n + i] + static_cast<double>(f[(W - 1) * A + a]) / static_cast<double>(env.params().ret_scale[a]);
+        bool match = false;
+        for (int r = 0; r < R && !match; ++r) match = level_near(f[d0 + a], ref_level(c, x_end, r, a));
+        ASSERT_TRUE(match) << "final level of asset " << a << ": " << f[d0 + a];
+      }
+    }
+    prev_x = x;
+  }
+  EXPECT_GE(ends, 3 * n);
+  for (int r = 0; r < R; ++r) EXPECT_GT(regime_seen[r], 0) << "regime " << r << " never visited";
+}
+
+TEST_F(MarketTest, PriceLevelColumnsMatchTheReferenceOu) {
+  SCOPED_TRACE(seed_note());
+  MarketConfig c = accounting_config(ActionMode::discrete, RewardKind::pnl);
+  c.process = PriceProcess::ou;
+  c.mu.clear();
+  c.regimes = 1;
+  c.transition = {1.0};
+  c.sigma = {0.3, 0.5, 0.2};
+  c.kappa = {5.0, 2.0, 12.0};
+  c.theta = {0.1, -0.2, 0.0};
+  c.episode_length = 9;
+  check_price_level(c, seed_, rng(), stream());
+}
+
+TEST_F(MarketTest, PriceLevelColumnsMatchTheReferenceOuRegimes) {
+  SCOPED_TRACE(seed_note());
+  MarketConfig c = accounting_config(ActionMode::discrete, RewardKind::pnl);
+  c.process = PriceProcess::ou;
+  c.mu.clear();  // 2 regimes, 3 assets: per-regime sigma (accounting_config), kappa and theta
+  c.kappa = {5.0, 2.0, 12.0, 1.0, 8.0, 3.0};
+  c.theta = {0.1, -0.2, 0.0, -0.1, 0.3, 0.05};
+  c.episode_length = 9;
+  check_price_level(c, seed_, rng(), stream());
+}
+
+TEST_F(MarketTest, PriceLevelColumnsMatchTheReferenceGbm) {
+  SCOPED_TRACE(seed_note());
+  MarketConfig c = accounting_config(ActionMode::discrete, RewardKind::pnl);  // GBM, 2 regimes
+  c.episode_length = 9;
+  check_price_level(c, seed_, rng(), stream());
+}
+
+// reward.scale multiplies the reward (penalties included) and the episode return; the dynamics,
+// the observation and the return-based statistics stay as they are.
+TEST_F(MarketTest, RewardScaleMultipliesTheRewardOnly) {
+  SCOPED_TRACE(seed_note());
+  MarketConfig c = accounting_config(ActionMode::discrete, RewardKind::log_return);
+  c.episode_length = 9;
+  MarketConfig scaled = c;
+  scaled.reward_scale = 37.5;
+  validate(scaled);
+  const std::int64_t n = 67;
+  MarketEnv e1(c, n), e2(scaled, n);
+  const std::int64_t d = e1.obs_dim();
+  ASSERT_EQ(e2.obs_dim(), d);
+  StepBuffers b1(n, d), b2(n, d);
+  e1.reset(b1.obs.data(), gpu::DType::f32, seed_, stream());
+  e2.reset(b2.obs.data(), gpu::DType::f32, seed_, stream());
+  gpu::DeviceBuffer<std::int32_t> act(n * c.assets);
+  long nonzero = 0;
+  for (int t = 0; t < 2 * c.episode_length; ++t) {
+    market_policy_actions(act.data(), nullptr, e1, BaselinePolicy::random, seed_ + 3, t, stream());
+    test::poison(b2.reward, stream());
+    test::poison(b2.obs, stream());
+    e1.step(b1.view(), ActionInput{act.data(), nullptr}, 1, stream());
+    e2.step(b2.view(), ActionInput{act.data(), nullptr}, 1, stream());
+    const auto r1 = test::download(b1.reward, stream());
+    const auto r2 = test::download(b2.reward, stream());
+    ASSERT_EQ(test::download(b1.obs, stream()), test::download(b2.obs, stream())) << "step " << t;
+    for (std::int64_t i = 0; i < n; ++i) {
+      // Both are one f32 rounding of the same double reward (times 37.5): 2 x 2^-24 relative.
+      const double want = 37.5 * static_cast<double>(r1[i]);
+      ASSERT_NEAR(r2[i], want, 2e-7 * std::abs(want) + 1e-12) << "step " << t << " env " << i;
+      nonzero += r1[i] != 0.0f;
+    }
+  }
+  EXPECT_GT(nonzero, n);
+  gpu::ExitSlot<EpisodeStats> s1, s2;
+  e1.export_stats(s1, true, stream());
+  e2.export_stats(s2, true, stream());
+  const EpisodeStats a = s1.wait(), b = s2.wait();
+  ASSERT_GE(a.episodes, 2.0 * n);
+  ASSERT_EQ(b.episodes, a.episodes);
+  EXPECT_NEAR(b.mean_return, 37.5 * a.mean_return, 1e-5 * std::abs(37.5 * a.mean_return) + 1e-9);
+  EXPECT_EQ(b.mean_sharpe, a.mean_sharpe);
+  EXPECT_EQ(b.mean_turnover, a.mean_turnover);
+  EXPECT_EQ(b.mean_total_return, a.mean_total_return);
+}
+
 MarketConfig ou_market() {
   MarketConfig c;
   c.assets = 1;
