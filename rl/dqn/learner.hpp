@@ -64,6 +64,8 @@ class DqnLearner {
                const std::function<void(cudaStream_t)>& after = {});
   void replay();
   bool captured() const { return graph_.captured(); }
+  // Nodes of the graph capture() built (0 before): the launch count of one replay.
+  std::size_t graph_nodes() const { return graph_.node_count(); }
   // The same capture into a caller-owned graph: one graph per batch buffer when several sampled
   // batches are in flight (actors/). Replay it on stream() with graph.replay(stream()).
   void capture(gpu::CudaGraph& graph, const DqnBatch& batch, const std::function<void(cudaStream_t)>& before = {},
@@ -109,9 +111,9 @@ class DqnLearner {
   gpu::BlasLane lane_;
   gpu::ParameterArena online_arena_, target_arena_;
   std::unique_ptr<models::QNetwork> online_, target_;
-  models::QNetwork::Workspace ws_, ws_next_, ws_target_, act_ws_;
+  models::QNetwork::Workspace ws_, ws_target_, act_ws_;  // ws_: 2B rows [s; s'] with double DQN
   gpu::DeviceBuffer<DqnState> state_;
-  gpu::DeviceBuffer<float> y_, d_logits_, sample_loss_, weighted_loss_, priorities_, m_;
+  gpu::DeviceBuffer<float> y_, d_logits_, sample_loss_, weighted_loss_, priorities_, m_, obs2_;
   gpu::DeviceBuffer<std::int32_t> next_actions_;
   gpu::DeviceBuffer<std::byte> reduce_ws_, norm_ws_;
   gpu::ExitSlot<DqnState> metrics_;
