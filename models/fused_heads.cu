@@ -60,8 +60,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 __global__ void __launch_bounds__(kWarps * 32)
     heads_backward_input_kernel(float* __restrict__ d_h, float* __restrict__ d_heads,
                                 const float* __restrict__ d_logits, const float* __restrict__ vw,
-                                const float* __restrict__ aw, std::int64_t batch, std::int64_t hidden,
-                                std::int64_t branches, std::int64_t actions) {
+                                const float* __restrict__ aw, const std::uint32_t* __restrict__ mask,
+                                std::int64_t batch, std::int64_t hidden, std::int64_t branches,
+                                std::int64_t actions) {
+  const std::int64_t mask_ld = (hidden + 127) / 128 * 128;  // bits per row (gpu/linear's ReLU aux)
   __shared__ float s_d[kWarps][kMaxOut];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const bool duel = vw != nullptr;
@@ -94,6 +96,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (std::int64_t j = lane; j < hidden; j += 32) {
       float acc = 0.f;
       for (std::int64_t o = 0; o < O; ++o) acc = fmaf(s_d[warp][o], o < V ? vw[j] : aw[(o - V) * hidden + j], acc);
+      // mask_ld is a multiple of 128, so bit (b * mask_ld + j) is bit j % 32 of its word
+      if (mask && ((mask[(b * mask_ld + j) >> 5] >> (j & 31)) & 1u) == 0u) acc = 0.f;
       d_h[b * hidden + j] = acc;
     }
     __syncwarp();  // every lane has read s_d before the next row overwrites it
@@ -106,24 +110,39 @@ __global__ void __launch_bounds__(kWarps * 32)
 // of each output are added in order through shared memory. No atomics: deterministic.
 __global__ void __launch_bounds__(32 * kPgRows)
     heads_param_grad_kernel(float* __restrict__ vdw, float* __restrict__ vdb, float* __restrict__ adw,
-                            float* __restrict__ adb, const float* __restrict__ d_heads, const float* __restrict__ h,
-                            std::int64_t batch, std::int64_t hidden, int outputs, int value_outputs) {
+                            float* __restrict__ adb, float* __restrict__ tdb, const float* __restrict__ d_heads,
+                            const float* __restrict__ h, const float* __restrict__ d_pre, std::int64_t batch,
+                            std::int64_t hidden, int outputs, int value_outputs) {
   __shared__ float s_red[kPgRows][33];
   const int x = threadIdx.x, y = threadIdx.y;
   const bool bias_block = blockIdx.x == gridDim.x - 1;
   const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * 32 + x;
   const bool active = bias_block || j < hidden;
+  const bool trunk_bias = tdb != nullptr && !bias_block;  // uniform over the block
   float acc[kMaxOut];
 #pragma unroll
   for (int o = 0; o < kMaxOut; ++o) acc[o] = 0.f;
+  float acc_pre = 0.f;  // trunk bias: column sum of d_pre
   if (active) {
     for (std::int64_t b = y; b < batch; b += kPgRows) {
       const float hv = bias_block ? 1.f : h[b * hidden + j];
+      if (trunk_bias) acc_pre += d_pre[b * hidden + j];
       const float* dr = d_heads + b * outputs;
 #pragma unroll
       for (int o = 0; o < kMaxOut; ++o)
         if (o < outputs) acc[o] = fmaf(dr[o], hv, acc[o]);
     }
+  }
+  if (trunk_bias) {
+    s_red[y][x] = acc_pre;
+    __syncthreads();
+    if (y == 0 && active) {
+      float s = 0.f;
+#pragma unroll
+      for (int r = 0; r < kPgRows; ++r) s += s_red[r][x];
+      tdb[j] = s;
+    }
+    __syncthreads();
   }
 #pragma unroll
   for (int o = 0; o < kMaxOut; ++o) {
@@ -173,30 +192,33 @@ void fused_heads_forward(float* logits, const float* h, const float* value_w, co
 }
 
 void fused_heads_backward_input(float* d_h, float* d_heads, const float* d_logits, const float* value_w,
-                                const float* adv_w, std::int64_t batch, std::int64_t hidden, std::int64_t branches,
-                                std::int64_t actions, cudaStream_t stream) {
+                                const float* adv_w, const void* relu_mask, std::int64_t batch, std::int64_t hidden,
+                                std::int64_t branches, std::int64_t actions, cudaStream_t stream) {
   check("fused_heads_backward_input", batch, hidden, branches, actions, value_w != nullptr);
   if (batch == 0) return;
   FH_EXPECT(d_h && d_heads && d_logits && adv_w, "fused_heads_backward_input: null pointer");
-  heads_backward_input_kernel<<<row_blocks(batch), kWarps * 32, 0, stream>>>(d_h, d_heads, d_logits, value_w, adv_w,
-                                                                             batch, hidden, branches, actions);
+  FH_EXPECT(relu_mask == nullptr || gpu::aligned16(relu_mask), "fused_heads_backward_input: relu_mask must be 16-byte aligned");
+  heads_backward_input_kernel<<<row_blocks(batch), kWarps * 32, 0, stream>>>(
+      d_h, d_heads, d_logits, value_w, adv_w, static_cast<const std::uint32_t*>(relu_mask), batch, hidden, branches,
+      actions);
   FH_CHECK_LAUNCH();
 }
 
-void fused_heads_param_grads(float* value_dw, float* value_db, float* adv_dw, float* adv_db, const float* d_heads,
-                             const float* h, std::int64_t batch, std::int64_t hidden, std::int64_t branches,
-                             std::int64_t actions, cudaStream_t stream) {
+void fused_heads_param_grads(float* value_dw, float* value_db, float* adv_dw, float* adv_db, float* trunk_db,
+                             const float* d_heads, const float* h, const float* d_pre, std::int64_t batch,
+                             std::int64_t hidden, std::int64_t branches, std::int64_t actions, cudaStream_t stream) {
   const bool duel = value_dw != nullptr;
   check("fused_heads_param_grads", batch, hidden, branches, actions, duel);
   FH_EXPECT(!duel || value_db != nullptr, "fused_heads_param_grads: value_db must be set with value_dw");
   FH_EXPECT(adv_dw && adv_db, "fused_heads_param_grads: adv_dw and adv_db must not be null");
   FH_EXPECT(batch == 0 || (d_heads && h), "fused_heads_param_grads: d_heads and h must not be null");
+  FH_EXPECT(batch == 0 || trunk_db == nullptr || d_pre != nullptr, "fused_heads_param_grads: trunk_db needs d_pre");
   const int value_outputs = duel ? 1 : 0;
   const int outputs = static_cast<int>(branches * actions) + value_outputs;
   const int tiles = gpu::ceil_div(hidden, 32);
   // batch == 0 still launches: the gradients are sums over nothing, written as 0.
-  heads_param_grad_kernel<<<tiles + 1, dim3(32, kPgRows), 0, stream>>>(value_dw, value_db, adv_dw, adv_db, d_heads, h,
-                                                                       batch, hidden, outputs, value_outputs);
+  heads_param_grad_kernel<<<tiles + 1, dim3(32, kPgRows), 0, stream>>>(
+      value_dw, value_db, adv_dw, adv_db, trunk_db, d_heads, h, d_pre, batch, hidden, outputs, value_outputs);
   FH_CHECK_LAUNCH();
 }
 

@@ -24,14 +24,19 @@ void fused_heads_forward(float* logits, const float* h, const float* value_w, co
 
 // From d_logits (B, K): d_heads (B, O) = per row [d_value (dueling only), d_adv (K)] (the head
 // pre-activation gradients, for fused_heads_param_grads) and d_h (B, H) = sum_o d_heads[o] W_o.
+// relu_mask (nullable): the ReLU bit-mask gpu/linear's forward wrote for the layer that produced h
+// (row b owns round_up(H, 128) bits); when set, d_h is that layer's pre-activation gradient
+// instead: d_h[b, j] = 0 where the mask bit is 0 (so that layer's backward needs no ReLU pass).
 void fused_heads_backward_input(float* d_h, float* d_heads, const float* d_logits, const float* value_w,
-                                const float* adv_w, std::int64_t batch, std::int64_t hidden, std::int64_t branches,
-                                std::int64_t actions, cudaStream_t stream);
+                                const float* adv_w, const void* relu_mask, std::int64_t batch, std::int64_t hidden,
+                                std::int64_t branches, std::int64_t actions, cudaStream_t stream);
 
 // Overwrites the head gradients: value_dw (1, H), value_db (1) (dueling only, else nullptr),
 // adv_dw (K, H), adv_db (K) with sums over the batch of d_heads (B, O) times h (B, H) / times 1.
-void fused_heads_param_grads(float* value_dw, float* value_db, float* adv_dw, float* adv_db, const float* d_heads,
-                             const float* h, std::int64_t batch, std::int64_t hidden, std::int64_t branches,
-                             std::int64_t actions, cudaStream_t stream);
+// trunk_db (H) (nullable): also overwritten with the column sums over the batch of d_pre (B, H)
+// (the bias gradient of the layer that produced h, from fused_heads_backward_input's d_h).
+void fused_heads_param_grads(float* value_dw, float* value_db, float* adv_dw, float* adv_db, float* trunk_db,
+                             const float* d_heads, const float* h, const float* d_pre, std::int64_t batch,
+                             std::int64_t hidden, std::int64_t branches, std::int64_t actions, cudaStream_t stream);
 
 }  // namespace foxhunt::models

@@ -139,14 +139,25 @@ void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, 
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "QNetwork::backward: batch out of range");
   const float* h = trunk_.output(ws.trunk);
   const std::int64_t hw = spec_.hidden.back();
-  if (heads_fused()) {  // d_h and the head pre-activation gradients, then the head parameter gradients
+  if (heads_fused()) {
+    // Head pre-activation gradients and d_h (ReLU / identity trunk: already the last trunk layer's
+    // pre-activation gradient, masked in the same kernel), then every head parameter gradient and
+    // the last trunk layer's bias gradient in one reduction over the batch; the trunk's last layer
+    // is then just its two GEMMs.
     Dense* value = spec_.dueling ? &heads_[0] : nullptr;
     Dense& adv = heads_.back();
+    const bool pre = spec_.act == gpu::Activation::relu || spec_.act == gpu::Activation::identity;
+    const void* mask = spec_.act == gpu::Activation::relu ? ws.trunk.aux.back().data() : nullptr;
     fused_heads_backward_input(ws.d_h.data(), ws.d_heads.data(), d_logits, value ? value->weight() : nullptr,
-                               adv.weight(), batch, hw, spec_.branches, spec_.actions, lane.stream);
+                               adv.weight(), mask, batch, hw, spec_.branches, spec_.actions, lane.stream);
     fused_heads_param_grads(value ? value->weight_grad() : nullptr, value ? value->bias_grad() : nullptr,
-                            adv.weight_grad(), adv.bias_grad(), ws.d_heads.data(), h, batch, hw, spec_.branches,
+                            adv.weight_grad(), adv.bias_grad(), pre ? trunk_.layers().back().bias_grad() : nullptr,
+                            ws.d_heads.data(), h, pre ? ws.d_h.data() : nullptr, batch, hw, spec_.branches,
                             spec_.actions, lane.stream);
+    if (pre) {
+      trunk_.backward_from_last_pre(nullptr, ws.trunk, ws.d_h.data(), obs, batch, lane);
+      return;
+    }
   } else if (spec_.dueling) {
     dueling_backward(ws.d_value.data(), ws.d_adv.data(), d_logits, batch, spec_.branches, spec_.actions, spec_.atoms,
                      lane.stream);

@@ -100,9 +100,9 @@ TEST_F(FusedHeadsTest, MatchFloat64Reference) {
     fused_heads_forward(logits.data(), d_h_in.data(), c.duel ? d_vw.data() : nullptr, c.duel ? d_vb.data() : nullptr,
                         d_aw.data(), d_ab.data(), c.B, c.H, c.D, c.A, stream());
     fused_heads_backward_input(d_h.data(), d_heads.data(), d_g.data(), c.duel ? d_vw.data() : nullptr, d_aw.data(),
-                               c.B, c.H, c.D, c.A, stream());
+                               nullptr, c.B, c.H, c.D, c.A, stream());
     fused_heads_param_grads(c.duel ? vdw.data() : nullptr, c.duel ? vdb.data() : nullptr, adw.data(), adb.data(),
-                            d_heads.data(), d_h_in.data(), c.B, c.H, c.D, c.A, stream());
+                            nullptr, d_heads.data(), d_h_in.data(), nullptr, c.B, c.H, c.D, c.A, stream());
 
     // fp32 dot products of length H (forward, param grads over B rows): 1e-5 relative in L2.
     EXPECT_LT(test::rel_error(test::download(logits, stream()), ref.logits), 1e-5);
@@ -117,13 +117,59 @@ TEST_F(FusedHeadsTest, MatchFloat64Reference) {
   }
 }
 
+// With the ReLU mask of the layer below: d_h becomes that layer's pre-activation gradient (zero where
+// the mask bit is 0) and trunk_db its column sums; the head gradients are unchanged.
+TEST_F(FusedHeadsTest, ReluMaskAndTrunkBias) {
+  SCOPED_TRACE(seed_note());
+  for (const Case c : {Case{37, 33, 1, 9, true}, Case{256, 256, 1, 9, true}, Case{1000, 130, 3, 5, false}}) {
+    SCOPED_TRACE("B " + std::to_string(c.B) + " H " + std::to_string(c.H));
+    const std::int64_t K = c.D * c.A, V = c.duel ? 1 : 0, O = V + K, ld = (c.H + 127) / 128 * 128;
+    auto& r = rng();
+    const auto h = test::random_uniform(static_cast<std::size_t>(c.B * c.H), 0.f, 1.f, r);
+    const auto vw = test::random_uniform(static_cast<std::size_t>(c.H), -0.5f, 0.5f, r);
+    const auto vb = test::random_uniform(1, -0.5f, 0.5f, r);
+    const auto aw = test::random_uniform(static_cast<std::size_t>(K * c.H), -0.5f, 0.5f, r);
+    const auto ab = test::random_uniform(static_cast<std::size_t>(K), -0.5f, 0.5f, r);
+    const auto g = test::random_uniform(static_cast<std::size_t>(c.B * K), -1.f, 1.f, r);
+    std::vector<std::uint32_t> mask(static_cast<std::size_t>(c.B * ld / 32));
+    for (auto& w : mask) w = static_cast<std::uint32_t>(r());
+    const Reference ref = reference(c, h, vw, vb, aw, ab, g);
+    std::vector<double> pre(static_cast<std::size_t>(c.B * c.H)), tdb_ref(static_cast<std::size_t>(c.H), 0);
+    for (std::int64_t b = 0; b < c.B; ++b)
+      for (std::int64_t j = 0; j < c.H; ++j) {
+        const bool on = (mask[static_cast<std::size_t>((b * ld + j) / 32)] >> (j % 32)) & 1u;
+        pre[b * c.H + j] = on ? ref.d_h[b * c.H + j] : 0.0;
+        tdb_ref[j] += pre[b * c.H + j];
+      }
+    auto d_hin = test::upload(h, stream()), d_vw = test::upload(vw, stream()), d_aw = test::upload(aw, stream());
+    auto d_g = test::upload(g, stream());
+    auto d_mask = test::upload(mask, stream());
+    gpu::DeviceBuffer<float> d_heads(static_cast<std::size_t>(c.B * O)), d_pre(static_cast<std::size_t>(c.B * c.H)),
+        vdw(static_cast<std::size_t>(c.H)), vdb(1), adw(static_cast<std::size_t>(K * c.H)),
+        adb(static_cast<std::size_t>(K)), tdb(static_cast<std::size_t>(c.H));
+    for (auto* buf : {&d_heads, &d_pre, &vdw, &vdb, &adw, &adb, &tdb}) test::poison(*buf, stream());
+    fused_heads_backward_input(d_pre.data(), d_heads.data(), d_g.data(), c.duel ? d_vw.data() : nullptr, d_aw.data(),
+                               d_mask.data(), c.B, c.H, c.D, c.A, stream());
+    fused_heads_param_grads(c.duel ? vdw.data() : nullptr, c.duel ? vdb.data() : nullptr, adw.data(), adb.data(),
+                            tdb.data(), d_heads.data(), d_hin.data(), d_pre.data(), c.B, c.H, c.D, c.A, stream());
+    EXPECT_LT(test::rel_error(test::download(d_pre, stream()), pre), 1e-5);
+    EXPECT_LT(test::rel_error(test::download(tdb, stream()), tdb_ref), 1e-5);
+    EXPECT_LT(test::rel_error(test::download(adw, stream()), ref.adw), 1e-5);
+    EXPECT_LT(test::rel_error(test::download(adb, stream()), ref.adb), 1e-5);
+    if (c.duel) EXPECT_LT(test::rel_error(test::download(vdw, stream()), ref.vdw), 1e-5);
+  }
+}
+
 TEST_F(FusedHeadsTest, EmptyBatchZeroesParameterGradients) {
   SCOPED_TRACE(seed_note());
   const std::int64_t H = 70, K = 9;
   gpu::DeviceBuffer<float> vdw(H), vdb(1), adw(K * H), adb(K);
   for (auto* buf : {&vdw, &vdb, &adw, &adb}) test::poison(*buf, stream());
-  fused_heads_param_grads(vdw.data(), vdb.data(), adw.data(), adb.data(), nullptr, nullptr, 0, H, 1, K, stream());
-  for (auto* buf : {&vdw, &vdb, &adw, &adb})
+  gpu::DeviceBuffer<float> tdb(H);
+  test::poison(tdb, stream());
+  fused_heads_param_grads(vdw.data(), vdb.data(), adw.data(), adb.data(), tdb.data(), nullptr, nullptr, nullptr, 0, H,
+                          1, K, stream());
+  for (auto* buf : {&vdw, &vdb, &adw, &adb, &tdb})
     for (float x : test::download(*buf, stream())) EXPECT_EQ(x, 0.f);
 }
 
