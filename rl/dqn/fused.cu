@@ -1,11 +1,13 @@
 #include "rl/dqn/fused.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "gpu/check.hpp"
 #include "gpu/launch.cuh"
 #include "gpu/partial_sum.cuh"
+#include "rl/dqn/schedule.cuh"
 
 namespace foxhunt::rl {
 namespace {
@@ -20,6 +22,22 @@ __global__ void stack_kernel(float* __restrict__ out, const float* __restrict__ 
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (vec4) {  // n % 4 == 0 and every pointer 16-byte aligned: out + n is aligned too
+    const std::int64_t n4 = n / 4;
+    auto* o4 = reinterpret_cast<float4*>(out);
+    for (std::int64_t j = tid; j < 2 * n4; j += stride)
+      o4[j] = j < n4 ? reinterpret_cast<const float4*>(a)[j] : reinterpret_cast<const float4*>(b)[j - n4];
+    return;
+  }
+  for (std::int64_t i = tid; i < 2 * n; i += stride) out[i] = i < n ? a[i] : b[i - n];
+}
+
+__global__ void begin_stack_kernel(DqnState* __restrict__ st, DqnSchedule sc, float* __restrict__ out,
+                                   const float* __restrict__ a, const float* __restrict__ b, std::int64_t n,
+                                   bool vec4) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) detail::begin_update(st, sc);
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (vec4) {
     const std::int64_t n4 = n / 4;
     auto* o4 = reinterpret_cast<float4*>(out);
     for (std::int64_t j = tid; j < 2 * n4; j += stride)
@@ -163,14 +181,20 @@ __global__ void __launch_bounds__(gpu::kBlock)
   }
 }
 
-// ---- target update + parameter check -------------------------------------------------------------
+// ---- end of update + target update + parameter check -----------------------------------------------
 
-__global__ void target_checked_kernel(float* __restrict__ target, const float* __restrict__ online, std::int64_t n,
-                                      float tau, std::int64_t period, DqnState* __restrict__ st, bool vec4) {
-  const bool move = st->skip == 0u && st->updates_applied % period == 0;  // uniform over the grid
+__global__ void end_target_kernel(DqnState* __restrict__ st, float* __restrict__ priorities, std::int64_t batch,
+                                  float skip_priority, float* __restrict__ target, const float* __restrict__ online,
+                                  std::int64_t n, float tau, std::int64_t period, bool vec4,
+                                  unsigned int* __restrict__ done_blocks) {
+  const bool skip = st->skip != 0u;
+  const std::int64_t applied = st->updates_applied + (skip ? 0 : 1);
+  const bool move = !skip && applied % period == 0;  // uniform over the grid
   const bool copy = tau == 1.f;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (priorities && skip)
+    for (std::int64_t i = tid; i < batch; i += stride) priorities[i] = skip_priority;
   bool bad = false;
   std::int64_t done = 0;
   if (vec4) {
@@ -199,7 +223,22 @@ __global__ void target_checked_kernel(float* __restrict__ target, const float* _
     bad |= nonfinite(o);
     if (move) target[i] = copy ? o : fmaf(tau, o - target[i], target[i]);
   }
-  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(&st->params_nonfinite, 1u);
+  // Barrier: every thread of this block has read st->skip and st->updates_applied.
+  bad = __syncthreads_or(bad);
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    if (bad) atomicOr(&st->params_nonfinite, 1u);
+    __threadfence();
+    last = atomicAdd(done_blocks, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (last && threadIdx.x == 0) {  // every block has read the counters: now they may change
+    __threadfence();
+    st->updates_attempted += 1;
+    st->updates_applied = applied;
+    st->skips_total += skip ? 1u : 0u;
+    *done_blocks = 0u;
+  }
 }
 
 }  // namespace
@@ -256,16 +295,31 @@ void dqn_grad_guard(DqnState* state, const float* grads, std::int64_t n, float m
   FH_CHECK_LAUNCH();
 }
 
-void target_update_checked(float* target, const float* online, std::int64_t n, float tau, std::int64_t period,
-                           DqnState* state, cudaStream_t stream) {
-  FH_EXPECT(tau > 0.f && tau <= 1.f, "target_update_checked: tau must be in (0, 1], got " + std::to_string(tau));
-  FH_EXPECT(period >= 1, "target_update_checked: period must be >= 1, got " + std::to_string(period));
-  FH_EXPECT(n >= 0, "target_update_checked: n must be >= 0");
-  if (n == 0) return;
-  FH_EXPECT(target && online && state, "target_update_checked: null pointer");
+void dqn_begin_and_stack(DqnState* state, const DqnSchedule& schedule, float* out, const float* a, const float* b,
+                         std::int64_t n, cudaStream_t stream) {
+  FH_EXPECT(n >= 1, "dqn_begin_and_stack: n must be >= 1, got " + std::to_string(n));
+  FH_EXPECT(state && out && a && b, "dqn_begin_and_stack: null pointer");
+  const bool vec4 = n % 4 == 0 && gpu::aligned16(out) && gpu::aligned16(a) && gpu::aligned16(b);
+  const std::int64_t items = vec4 ? n / 2 : 2 * n;
+  begin_stack_kernel<<<gpu::grid_stride_blocks(items), gpu::kBlock, 0, stream>>>(state, schedule, out, a, b, n, vec4);
+  FH_CHECK_LAUNCH();
+}
+
+void dqn_end_and_target_update(DqnState* state, float* priorities, std::int64_t batch, float skip_priority,
+                               float* target, const float* online, std::int64_t n, float tau, std::int64_t period,
+                               void* workspace, cudaStream_t stream) {
+  FH_EXPECT(tau > 0.f && tau <= 1.f, "dqn_end_and_target_update: tau must be in (0, 1], got " + std::to_string(tau));
+  FH_EXPECT(period >= 1, "dqn_end_and_target_update: period must be >= 1, got " + std::to_string(period));
+  FH_EXPECT(n >= 0 && batch >= 0, "dqn_end_and_target_update: n and batch must be >= 0");
+  FH_EXPECT(std::isfinite(skip_priority) && skip_priority > 0.f,
+            "dqn_end_and_target_update: skip_priority must be finite and > 0");
+  FH_EXPECT(state && workspace && (n == 0 || (target && online)), "dqn_end_and_target_update: null pointer");
   const bool vec4 = gpu::aligned16(target) && gpu::aligned16(online);
-  target_checked_kernel<<<gpu::grid_stride_blocks(vec4 ? (n + 3) / 4 : n), gpu::kBlock, 0, stream>>>(
-      target, online, n, tau, period, state, vec4);
+  // Always launches (the counters advance even with nothing to copy).
+  const std::int64_t items = std::max(vec4 ? (n + 3) / 4 : n, batch);
+  end_target_kernel<<<gpu::grid_stride_blocks(items), gpu::kBlock, 0, stream>>>(
+      state, priorities, batch, skip_priority, target, online, n, tau, period, vec4,
+      static_cast<unsigned int*>(workspace));
   FH_CHECK_LAUNCH();
 }
 

@@ -15,6 +15,11 @@ namespace foxhunt::rl {
 // out must not alias a or b.
 void dqn_stack_rows(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t stream);
 
+// dqn_begin_update (rl/dqn/state.hpp) and dqn_stack_rows in one launch (one thread does the state).
+// Only for updates where nothing between the begin and the stacking reads the state (no noise).
+void dqn_begin_and_stack(DqnState* state, const DqnSchedule& schedule, float* out, const float* a, const float* b,
+                         std::int64_t n, cudaStream_t stream);
+
 // Targets, TD loss, priorities and the loss statistics of one Z == 1 update, in ONE block (so the
 // batch sums have a fixed order): per sample b, with D branches of A actions,
 //   y_b          = returns[b] + discounts[b] * mean_d q_eval[b, d, argmax_a q_select[b, d, :]]   (dqn_targets)
@@ -40,10 +45,18 @@ std::size_t dqn_grad_guard_workspace_bytes(std::int64_t n);
 void dqn_grad_guard(DqnState* state, const float* grads, std::int64_t n, float max_grad_norm, void* workspace,
                     cudaStream_t stream);
 
-// target_update (rl/dqn/state.hpp) and the non-finite-parameter check in one pass over online:
-// state->params_nonfinite = 1 when any online parameter is NaN/inf (checked whether or not the
-// target moves this update).
-void target_update_checked(float* target, const float* online, std::int64_t n, float tau, std::int64_t period,
-                           DqnState* state, cudaStream_t stream);
+// Workspace of dqn_end_and_target_update: a completion counter. Zero it once before the first call.
+inline constexpr std::size_t kDqnEndWorkspaceBytes = 16;
+
+// dqn_end_update + target_update + the non-finite-parameter check (rl/dqn/state.hpp), one kernel:
+//   skip = state->skip; applied = state->updates_applied + !skip
+//   priorities (B) (nullable) = skip_priority everywhere when skip
+//   when !skip and applied % period == 0: target = tau * online + (1 - tau) * target (tau 1: copy)
+//   state->params_nonfinite = 1 when any online parameter is NaN/inf (always checked)
+//   then, by the last block to finish (after every block has read skip and updates_applied):
+//   updates_attempted += 1, updates_applied = applied, skips_total += skip.
+void dqn_end_and_target_update(DqnState* state, float* priorities, std::int64_t batch, float skip_priority,
+                               float* target, const float* online, std::int64_t n, float tau, std::int64_t period,
+                               void* workspace, cudaStream_t stream);
 
 }  // namespace foxhunt::rl

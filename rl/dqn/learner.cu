@@ -84,6 +84,8 @@ DqnLearner::DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane) : con
   reduce_ws_ = gpu::DeviceBuffer<std::byte>(std::max<std::size_t>(gpu::reduce_workspace_bytes(B), 16));
   norm_ws_ = gpu::DeviceBuffer<std::byte>(dqn_grad_guard_workspace_bytes(online_arena_.padded_count()));
   FH_CHECK(cudaMemsetAsync(norm_ws_.data(), 0, norm_ws_.bytes(), s));  // dqn_grad_guard's counter starts at 0
+  end_ws_ = gpu::DeviceBuffer<std::byte>(kDqnEndWorkspaceBytes);
+  FH_CHECK(cudaMemsetAsync(end_ws_.data(), 0, end_ws_.bytes(), s));  // and dqn_end_and_target_update's
 
   DqnState init{};
   init.relu_units = online_->relu_units();
@@ -106,9 +108,16 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
   lane.stream = s;
   DqnState* st = state_.data();
 
-  dqn_begin_update(st, c.schedule, s);
-  online_->resample_noise(c.seed, &st->noise_counter, s);
-  target_->resample_noise(c.seed, &st->noise_counter, s);
+  // Begin (schedules, counters). Without noise nothing reads the state before the TD kernel, so the
+  // begin rides along with the [s; s'] stacking (one launch).
+  const bool begin_with_stack = c.double_q && !c.net.noisy;
+  if (begin_with_stack) {
+    dqn_begin_and_stack(st, c.schedule, obs2_.data(), batch.obs, batch.next_obs, B * c.net.obs_dim, s);
+  } else {
+    dqn_begin_update(st, c.schedule, s);
+    online_->resample_noise(c.seed, &st->noise_counter, s);
+    target_->resample_noise(c.seed, &st->noise_counter, s);
+  }
 
   // Forwards. Double DQN: online(s) and online(s') (which only selects the bootstrap action) use the
   // same weights and noise, so they run as ONE forward over the stacked 2B rows [s; s']: rows [0, B)
@@ -117,7 +126,7 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
   target_->forward(ws_target_, batch.next_obs, B, false, lane);
   const float* q_select = target_->q(ws_target_);
   if (c.double_q) {
-    dqn_stack_rows(obs2_.data(), batch.obs, batch.next_obs, B * c.net.obs_dim, s);
+    if (!begin_with_stack) dqn_stack_rows(obs2_.data(), batch.obs, batch.next_obs, B * c.net.obs_dim, s);
     online_->forward(ws_, obs2_.data(), 2 * B, false, lane);
     q_select = online_->q(ws_) + B * D * A;  // Q(s') (B, D, A): the second half of the 2B rows
   } else {
@@ -153,9 +162,10 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
   gpu::adam_step_device(online_arena_.params(), online_arena_.adam_m(), online_arena_.adam_v(),
                         online_arena_.grads(), n, c.adam, &st->lr, &st->updates_applied,
                         clip ? &st->clip_scale : nullptr, &st->skip, s);
-  dqn_end_update(st, priorities_.data(), B, c.skip_priority, s);
-  // Target update (hard every K / Polyak) and the non-finite-parameter check in one pass.
-  target_update_checked(target_arena_.params(), online_arena_.params(), n, c.tau, c.target_period, st, s);
+  // End of update (counters, safe priorities on skip), target update (hard every K / Polyak) and the
+  // non-finite-parameter check in one pass.
+  dqn_end_and_target_update(st, priorities_.data(), B, c.skip_priority, target_arena_.params(),
+                            online_arena_.params(), n, c.tau, c.target_period, end_ws_.data(), s);
 }
 
 void DqnLearner::update(const DqnBatch& batch) { record_update(batch, lane_.stream); }

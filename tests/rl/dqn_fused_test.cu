@@ -1,8 +1,8 @@
 // rl/dqn/fused against float64 references and against the unfused kernels they replace: the
 // one-block TD kernel (targets, loss, d_q, priorities, loss / q_mean statistics, loss guard), the
 // gradient guard (non-finite flag, norm bit-equal to gpu::global_grad_norm, clip scale, repeated
-// calls: the completion counter resets), the target update with the parameter check, and the
-// [s; s'] stacking.
+// calls: the completion counter resets), the end of update with the target update and the
+// parameter check, the begin with the [s; s'] stacking, and the stacking alone.
 #include "models/fd_support.hpp"
 
 #include <cmath>
@@ -144,40 +144,98 @@ TEST_F(DqnFusedTest, GradGuardMatchesGlobalGradNormBitwise) {
   }
 }
 
-TEST_F(DqnFusedTest, TargetUpdateCheckedMovesAndFlags) {
+TEST_F(DqnFusedTest, EndAndTargetUpdate) {
   SCOPED_TRACE(seed_note());
   for (const std::int64_t n : {std::int64_t{1}, std::int64_t{4097}, std::int64_t{1000003}}) {
     SCOPED_TRACE("n " + std::to_string(n));
+    const std::int64_t B = 300;
     const auto on = test::random_uniform(static_cast<std::size_t>(n), -1.f, 1.f, rng());
     const auto tg = test::random_uniform(static_cast<std::size_t>(n), -1.f, 1.f, rng());
-    auto d_on = test::upload(on, s()), d_tg = test::upload(tg, s());
+    const auto pr = test::random_uniform(static_cast<std::size_t>(B), 0.1f, 2.f, rng());
+    auto d_on = test::upload(on, s()), d_tg = test::upload(tg, s()), d_pr = test::upload(pr, s());
+    gpu::DeviceBuffer<std::byte> ws(kDqnEndWorkspaceBytes);
+    FH_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), s()));
     gpu::DeviceBuffer<DqnState> st(1);
     auto set_state = [&](std::int64_t applied, std::uint32_t skip) {
       DqnState h{};
       h.updates_applied = applied;
+      h.updates_attempted = 10;
+      h.skips_total = 3;
       h.skip = skip;
       upload_state(st, h, s());
     };
-    set_state(6, 0);  // period 4 does not divide 6: no move
-    target_update_checked(d_tg.data(), d_on.data(), n, 1.f, 4, st.data(), s());
-    set_state(8, 1);  // skipped: no move
-    target_update_checked(d_tg.data(), d_on.data(), n, 1.f, 4, st.data(), s());
+    auto run = [&](float tau, std::int64_t period) {
+      dqn_end_and_target_update(st.data(), d_pr.data(), B, 7.f, d_tg.data(), d_on.data(), n, tau, period, ws.data(),
+                                s());
+    };
+    set_state(5, 0);  // applied becomes 6: period 4 does not divide it, no move
+    run(1.f, 4);
+    DqnState h = download_state(st, s());
+    EXPECT_EQ(h.updates_applied, 6);
+    EXPECT_EQ(h.updates_attempted, 11);
+    EXPECT_EQ(h.skips_total, 3u);
     EXPECT_EQ(test::download(d_tg, s()), tg);
-    EXPECT_EQ(download_state(st, s()).params_nonfinite, 0u);
-    set_state(8, 0);
-    target_update_checked(d_tg.data(), d_on.data(), n, 0.005f, 4, st.data(), s());
+    EXPECT_EQ(test::download(d_pr, s()), pr);  // not skipped: priorities untouched
+    set_state(7, 1);  // skipped: applied stays 7, no move, priorities become the skip priority
+    run(1.f, 1);
+    h = download_state(st, s());
+    EXPECT_EQ(h.updates_applied, 7);
+    EXPECT_EQ(h.updates_attempted, 11);
+    EXPECT_EQ(h.skips_total, 4u);
+    EXPECT_EQ(h.params_nonfinite, 0u);
+    EXPECT_EQ(test::download(d_tg, s()), tg);
+    for (float p : test::download(d_pr, s())) EXPECT_EQ(p, 7.f);
+    set_state(7, 0);  // applied becomes 8: Polyak
+    run(0.005f, 4);
     std::vector<double> want(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) want[i] = tg[i] + 0.005 * (static_cast<double>(on[i]) - tg[i]);
     EXPECT_TRUE(test::all_close(test::download(d_tg, s()), want, 1e-5, 1e-7));
-    target_update_checked(d_tg.data(), d_on.data(), n, 1.f, 1, st.data(), s());
+    set_state(0, 0);  // hard copy: bit-exact
+    run(1.f, 1);
     EXPECT_EQ(test::download(d_tg, s()), on);
+    EXPECT_EQ(download_state(st, s()).updates_applied, 1);
     // A NaN parameter is reported even when the target does not move.
     test::set_elem(d_on.data(), n / 2, std::numeric_limits<float>::quiet_NaN(), s());
     set_state(7, 1);
-    target_update_checked(d_tg.data(), d_on.data(), n, 1.f, 1, st.data(), s());
+    run(1.f, 1);
     EXPECT_EQ(download_state(st, s()).params_nonfinite, 1u);
     EXPECT_EQ(test::download(d_tg, s()), on);
   }
+}
+
+TEST_F(DqnFusedTest, BeginAndStackEqualsBeginThenStack) {
+  SCOPED_TRACE(seed_note());
+  DqnSchedule sc;
+  sc.beta_start = 0.4f;
+  sc.beta_end = 1.f;
+  sc.beta_updates = 1000;
+  sc.lr_start = 1e-3f;
+  sc.lr_end = 1e-4f;
+  sc.lr_updates = 300;
+  DqnState h0{};
+  h0.updates_applied = 123;
+  h0.noise_counter = 9;
+  h0.skip = 1;
+  h0.dead_units = 5;
+  h0.params_nonfinite = 1;
+  gpu::DeviceBuffer<DqnState> a(1), b(1);
+  upload_state(a, h0, s());
+  upload_state(b, h0, s());
+  const std::int64_t n = 4097;
+  const auto x = test::random_uniform(static_cast<std::size_t>(n), -1.f, 1.f, rng());
+  const auto y = test::random_uniform(static_cast<std::size_t>(n), -1.f, 1.f, rng());
+  auto d_x = test::upload(x, s()), d_y = test::upload(y, s());
+  gpu::DeviceBuffer<float> out(static_cast<std::size_t>(2 * n));
+  test::poison(out, s());
+  dqn_begin_update(a.data(), sc, s());
+  dqn_begin_and_stack(b.data(), sc, out.data(), d_x.data(), d_y.data(), n, s());
+  const DqnState ha = download_state(a, s()), hb = download_state(b, s());
+  EXPECT_EQ(std::memcmp(&ha, &hb, sizeof ha), 0);
+  EXPECT_EQ(hb.skip, 0u);
+  EXPECT_EQ(hb.noise_counter, 10u);
+  auto want = x;
+  want.insert(want.end(), y.begin(), y.end());
+  EXPECT_EQ(test::download(out, s()), want);
 }
 
 TEST_F(DqnFusedTest, StackRows) {
