@@ -15,23 +15,27 @@
 // Inventory of one replay, standard learner (dueling, double DQN, Huber, Z = 1, ReLU, not noisy); the
 // bench prints the real count (cudaGraphGetNodes on the captured graph). Before -> now:
 //   replay sample                                              1 -> 1
-//   dqn_begin_update (schedules, counters)                     1 -> 1
+//   dqn_begin_update (schedules, counters)                     1 -> 0  (rides in the stacking kernel)
 //   forward target(s'): 2 trunk GEMMs (bias+ReLU+mask epilogue),
-//     value GEMM, advantage GEMM, dueling combine              5 -> 5
-//   forward online(s') and online(s)                           10 -> 6  (stack [s; s'] + ONE 2B forward)
+//     value GEMM, advantage GEMM, dueling combine              5 -> 3  (fused heads: 1 kernel)
+//   forward online(s') and online(s)                          10 -> 4  (begin + stack [s; s'], ONE 2B
+//                                                                       forward: 2 GEMMs + fused heads)
 //   dqn_targets, td_loss, reduce_sum(loss), taken_q_mean,
 //     flag_nonfinite(loss)                                     5 -> 1  (dqn_td_fused, one block)
-//   dead-unit count (one per ReLU layer)                       2 -> 2
+//   dead-unit count (one per ReLU layer)                       2 -> 1  (all layers, one launch)
 //   backward: dueling 1, value head 4 (d_bias partials + finish,
 //     dW, dX), advantage head 4, d_h add 1, trunk layer 1: 4,
-//     trunk layer 0: 3 (no dX: its input is the observation)  17 -> 17
+//     trunk layer 0: 3 (no dX: its input is the observation)  17 -> 7  (fused heads: d_h masked by the
+//       ReLU + head grads + trunk layer 1's bias grad: 2 kernels; trunk layer 1: dW, dX GEMMs;
+//       trunk layer 0: ReLU/bias-grad partials + finish + dW GEMM)
 //   flag_nonfinite(grads), grad-norm partials + finish,
 //     clip_scale                                               4 -> 1  (dqn_grad_guard, last-block finish)
 //   Adam over the flat arena                                   1 -> 1
-//   dqn_end_update                                             1 -> 1
-//   target Polyak + flag_nonfinite(params)                     2 -> 1  (target_update_checked)
+//   dqn_end_update, target Polyak, flag_nonfinite(params)      3 -> 1  (dqn_end_and_target_update)
 //   replay priority update (leaves + 2 tree levels at 2^20)    3 -> 3
-//   total                                                     52 -> 40
+//   total                                                     52 -> 23  (the learner's own: 48 -> 19)
+// Left (not in rl/dqn or models): layer 0's ReLU/bias-grad pass could fold into layer 1's dX GEMM as a
+// cuBLASLt DRELU_BGRAD epilogue (gpu/linear), saving 2 more nodes.
 // FLOPs per update (counted below): 3 forwards (target B rows, online 2B rows), the weight gradients
 // of every layer and the input gradients of every layer but the first.
 #include <cstdint>

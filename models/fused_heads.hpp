@@ -9,6 +9,7 @@
 // Weights as Dense: value_w (1, H), value_b (1), adv_w (K, H), adv_b (K), row-major.
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace foxhunt::models {
@@ -35,8 +36,13 @@ void fused_heads_backward_input(float* d_h, float* d_heads, const float* d_logit
 // adv_dw (K, H), adv_db (K) with sums over the batch of d_heads (B, O) times h (B, H) / times 1.
 // trunk_db (H) (nullable): also overwritten with the column sums over the batch of d_pre (B, H)
 // (the bias gradient of the layer that produced h, from fused_heads_backward_input's d_h).
+// workspace: fused_heads_param_grads_workspace_bytes(...) bytes, 16-byte aligned, zeroed once before
+// the first call (completion counters that each call leaves at zero; partial sums of row splits).
+std::size_t fused_heads_param_grads_workspace_bytes(std::int64_t batch, std::int64_t hidden, std::int64_t branches,
+                                                   std::int64_t actions, bool dueling);
 void fused_heads_param_grads(float* value_dw, float* value_db, float* adv_dw, float* adv_db, float* trunk_db,
                              const float* d_heads, const float* h, const float* d_pre, std::int64_t batch,
-                             std::int64_t hidden, std::int64_t branches, std::int64_t actions, cudaStream_t stream);
+                             std::int64_t hidden, std::int64_t branches, std::int64_t actions, void* workspace,
+                             cudaStream_t stream);
 
 }  // namespace foxhunt::models

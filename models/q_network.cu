@@ -101,7 +101,14 @@ QNetwork::Workspace QNetwork::make_workspace(std::int64_t max_batch) const {
     ws.d_h2 = gpu::DeviceBuffer<float>(B * h);
   }
   ws.d_h = gpu::DeviceBuffer<float>(B * h);
-  if (heads_fused()) ws.d_heads = gpu::DeviceBuffer<float>(B * (out + (spec_.dueling ? 1 : 0)));
+  if (heads_fused()) {
+    ws.d_heads = gpu::DeviceBuffer<float>(B * (out + (spec_.dueling ? 1 : 0)));
+    ws.head_grad_ws = gpu::DeviceBuffer<std::byte>(fused_heads_param_grads_workspace_bytes(
+        max_batch, spec_.hidden.back(), spec_.branches, spec_.actions, spec_.dueling));
+    // Set-up: the completion counters start at zero (legacy-stream memset, then wait, as Dense::bind).
+    FH_CHECK(cudaMemset(ws.head_grad_ws.data(), 0, ws.head_grad_ws.bytes()));
+    FH_CHECK(cudaDeviceSynchronize());
+  }
   ws.d_pre = gpu::DeviceBuffer<float>(B * std::max(out, h));
   return ws;
 }
@@ -153,7 +160,7 @@ void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, 
     fused_heads_param_grads(value ? value->weight_grad() : nullptr, value ? value->bias_grad() : nullptr,
                             adv.weight_grad(), adv.bias_grad(), pre ? trunk_.layers().back().bias_grad() : nullptr,
                             ws.d_heads.data(), h, pre ? ws.d_h.data() : nullptr, batch, hw, spec_.branches,
-                            spec_.actions, lane.stream);
+                            spec_.actions, ws.head_grad_ws.data(), lane.stream);
     if (pre) {
       trunk_.backward_from_last_pre(nullptr, ws.trunk, ws.d_h.data(), obs, batch, lane);
       return;

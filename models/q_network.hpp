@@ -51,6 +51,7 @@ class QNetwork {
     gpu::DeviceBuffer<std::byte> aux_value, aux_head;               // identity heads: empty
     gpu::DeviceBuffer<float> d_value, d_adv, d_h, d_h2, d_pre;      // backward scratch
     gpu::DeviceBuffer<float> d_heads;                                // fused heads: (B, 1 + D*A)
+    gpu::DeviceBuffer<std::byte> head_grad_ws;                       // fused heads: param-grad splits
   };
 
   void declare(gpu::ParameterArena& arena) const;

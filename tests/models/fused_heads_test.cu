@@ -101,8 +101,12 @@ TEST_F(FusedHeadsTest, MatchFloat64Reference) {
                         d_aw.data(), d_ab.data(), c.B, c.H, c.D, c.A, stream());
     fused_heads_backward_input(d_h.data(), d_heads.data(), d_g.data(), c.duel ? d_vw.data() : nullptr, d_aw.data(),
                                nullptr, c.B, c.H, c.D, c.A, stream());
-    fused_heads_param_grads(c.duel ? vdw.data() : nullptr, c.duel ? vdb.data() : nullptr, adw.data(), adb.data(),
-                            nullptr, d_heads.data(), d_h_in.data(), nullptr, c.B, c.H, c.D, c.A, stream());
+    gpu::DeviceBuffer<std::byte> ws(fused_heads_param_grads_workspace_bytes(c.B, c.H, c.D, c.A, c.duel));
+    FH_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), stream()));
+    for (int call = 0; call < 2; ++call)  // the second call checks that the completion counters reset
+      fused_heads_param_grads(c.duel ? vdw.data() : nullptr, c.duel ? vdb.data() : nullptr, adw.data(), adb.data(),
+                              nullptr, d_heads.data(), d_h_in.data(), nullptr, c.B, c.H, c.D, c.A, ws.data(),
+                              stream());
 
     // fp32 dot products of length H (forward, param grads over B rows): 1e-5 relative in L2.
     EXPECT_LT(test::rel_error(test::download(logits, stream()), ref.logits), 1e-5);
@@ -121,7 +125,8 @@ TEST_F(FusedHeadsTest, MatchFloat64Reference) {
 // the mask bit is 0) and trunk_db its column sums; the head gradients are unchanged.
 TEST_F(FusedHeadsTest, ReluMaskAndTrunkBias) {
   SCOPED_TRACE(seed_note());
-  for (const Case c : {Case{37, 33, 1, 9, true}, Case{256, 256, 1, 9, true}, Case{1000, 130, 3, 5, false}}) {
+  for (const Case c : {Case{37, 33, 1, 9, true}, Case{256, 256, 1, 9, true}, Case{1000, 130, 3, 5, false},
+                       Case{9000, 64, 1, 9, true}}) {
     SCOPED_TRACE("B " + std::to_string(c.B) + " H " + std::to_string(c.H));
     const std::int64_t K = c.D * c.A, V = c.duel ? 1 : 0, O = V + K, ld = (c.H + 127) / 128 * 128;
     auto& r = rng();
@@ -150,8 +155,11 @@ TEST_F(FusedHeadsTest, ReluMaskAndTrunkBias) {
     for (auto* buf : {&d_heads, &d_pre, &vdw, &vdb, &adw, &adb, &tdb}) test::poison(*buf, stream());
     fused_heads_backward_input(d_pre.data(), d_heads.data(), d_g.data(), c.duel ? d_vw.data() : nullptr, d_aw.data(),
                                d_mask.data(), c.B, c.H, c.D, c.A, stream());
+    gpu::DeviceBuffer<std::byte> ws(fused_heads_param_grads_workspace_bytes(c.B, c.H, c.D, c.A, c.duel));
+    FH_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), stream()));
     fused_heads_param_grads(c.duel ? vdw.data() : nullptr, c.duel ? vdb.data() : nullptr, adw.data(), adb.data(),
-                            tdb.data(), d_heads.data(), d_hin.data(), d_pre.data(), c.B, c.H, c.D, c.A, stream());
+                            tdb.data(), d_heads.data(), d_hin.data(), d_pre.data(), c.B, c.H, c.D, c.A, ws.data(),
+                            stream());
     EXPECT_LT(test::rel_error(test::download(d_pre, stream()), pre), 1e-5);
     EXPECT_LT(test::rel_error(test::download(tdb, stream()), tdb_ref), 1e-5);
     EXPECT_LT(test::rel_error(test::download(adw, stream()), ref.adw), 1e-5);
@@ -167,8 +175,10 @@ TEST_F(FusedHeadsTest, EmptyBatchZeroesParameterGradients) {
   for (auto* buf : {&vdw, &vdb, &adw, &adb}) test::poison(*buf, stream());
   gpu::DeviceBuffer<float> tdb(H);
   test::poison(tdb, stream());
+  gpu::DeviceBuffer<std::byte> ws(fused_heads_param_grads_workspace_bytes(0, H, 1, K, true));
+  FH_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), stream()));
   fused_heads_param_grads(vdw.data(), vdb.data(), adw.data(), adb.data(), tdb.data(), nullptr, nullptr, nullptr, 0, H,
-                          1, K, stream());
+                          1, K, ws.data(), stream());
   for (auto* buf : {&vdw, &vdb, &adw, &adb, &tdb})
     for (float x : test::download(*buf, stream())) EXPECT_EQ(x, 0.f);
 }
