@@ -2,12 +2,14 @@
 // DqnLearner: the DQN family's update on one stream, everything on the device.
 //
 //   update(batch):  begin (schedules, noise counter) -> resample noise (online, target)
-//     -> forward online(s'), target(s'), online(s) -> targets (double DQN / BDQ mean over branches;
-//        C51: projection) -> loss, d_logits, per-sample priorities -> backward (flat gradients)
-//     -> guard (non-finite loss or gradient sets skip) -> global grad norm, clip scale
+//     -> forward target(s'), online([s; s']) (double DQN: one forward over the stacked 2B rows)
+//     -> targets (double DQN / BDQ mean over branches; C51: projection) -> loss, d_logits,
+//        per-sample priorities (Z == 1: one fused kernel, rl/dqn/fused.hpp) -> dead-unit count
+//     -> backward (flat gradients; Z == 1 heads fused, models/fused_heads.hpp)
+//     -> guard (non-finite loss or gradient sets skip), global grad norm, clip scale (one kernel)
 //     -> Adam over the flat arena (skipped bit-exactly on skip) -> end (counters; priorities made
-//        safe on skip) -> target update (hard every K / Polyak, one kernel) -> dead-unit and
-//        non-finite-parameter checks.
+//        safe on skip), target update (hard every K / Polyak) and the non-finite-parameter check
+//        (one kernel). bench/dqn.cu lists the graph nodes.
 //   capture(batch, before, after) records the same work, with the caller's sampling before and the
 //   priority update after, as one CUDA graph; replay() launches it. Nothing on the host changes
 //   between updates: per-step scalars live in DqnState (device memory).
