@@ -49,7 +49,7 @@ __global__ void begin_stack_kernel(DqnState* __restrict__ st, DqnSchedule sc, fl
 
 // ---- targets + TD loss + statistics (one block) -------------------------------------------------
 
-constexpr int kTdThreads = 512;
+constexpr int kTdThreads = 1024;  // one block: B = 4096 is 4 rows per thread
 
 __device__ __forceinline__ std::int32_t argmax_row(const float* q, std::int64_t n) {
   std::int32_t best = 0;
