@@ -11,6 +11,33 @@
 // update. The PyTorch script samples proportionally with cumsum + searchsorted over the same size.
 // Script: $FOXHUNT_BENCH_SCRIPTS/dqn.py, else <exe dir>/../share/foxhunt/bench/dqn.py, else the
 // source tree's bench/torch_baselines/dqn.py.
+//
+// Inventory of one replay, standard learner (dueling, double DQN, Huber, Z = 1, ReLU, not noisy); the
+// bench prints the real count (cudaGraphGetNodes on the captured graph). Before -> now:
+//   replay sample                                              1 -> 1
+//   dqn_begin_update (schedules, counters)                     1 -> 0  (rides in the stacking kernel)
+//   forward target(s'): 2 trunk GEMMs (bias+ReLU+mask epilogue),
+//     value GEMM, advantage GEMM, dueling combine              5 -> 3  (fused heads: 1 kernel)
+//   forward online(s') and online(s)                          10 -> 4  (begin + stack [s; s'], ONE 2B
+//                                                                       forward: 2 GEMMs + fused heads)
+//   dqn_targets, td_loss, reduce_sum(loss), taken_q_mean,
+//     flag_nonfinite(loss)                                     5 -> 1  (dqn_td_fused, one block)
+//   dead-unit count (one per ReLU layer)                       2 -> 1  (all layers, one launch)
+//   backward: dueling 1, value head 4 (d_bias partials + finish,
+//     dW, dX), advantage head 4, d_h add 1, trunk layer 1: 4,
+//     trunk layer 0: 3 (no dX: its input is the observation)  17 -> 7  (fused heads: d_h masked by the
+//       ReLU + head grads + trunk layer 1's bias grad: 2 kernels; trunk layer 1: dW, dX GEMMs;
+//       trunk layer 0: ReLU/bias-grad partials + finish + dW GEMM)
+//   flag_nonfinite(grads), grad-norm partials + finish,
+//     clip_scale                                               4 -> 1  (dqn_grad_guard, last-block finish)
+//   Adam over the flat arena                                   1 -> 1
+//   dqn_end_update, target Polyak, flag_nonfinite(params)      3 -> 1  (dqn_end_and_target_update)
+//   replay priority update (leaves + 2 tree levels at 2^20)    3 -> 3
+//   total                                                     52 -> 23  (the learner's own: 48 -> 19)
+// Left (not in rl/dqn or models): layer 0's ReLU/bias-grad pass could fold into layer 1's dX GEMM as a
+// cuBLASLt DRELU_BGRAD epilogue (gpu/linear), saving 2 more nodes.
+// FLOPs per update (counted below): 3 forwards (target B rows, online 2B rows), the weight gradients
+// of every layer and the input gradients of every layer but the first.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +50,7 @@
 #include "gpu/buffer.hpp"
 #include "gpu/context.hpp"
 #include "gpu/launch.cuh"
+#include "gpu/linear.hpp"
 #include "gpu/philox.cuh"
 #include "gpu/rng.hpp"
 #include "rl/dqn/learner.hpp"
@@ -97,9 +125,38 @@ std::unique_ptr<rl::ReplayBuffer> make_replay(std::int64_t batch, cudaStream_t s
 struct Result {
   std::string name;
   double ups = 0;
+  double tflops = 0;
+  std::size_t nodes = 0;
 };
 
-double bench_foxhunt(const char* what, std::int64_t hidden, std::int64_t batch, bool tf32, gpu::DeviceContext& ctx) {
+// GEMM FLOPs of one update of an MLP trunk {hidden, hidden} with dueling heads (1 + kActions outputs).
+double update_flops(std::int64_t hidden, std::int64_t batch) {
+  const double B = static_cast<double>(batch), h = static_cast<double>(hidden);
+  const double first = kObs * h, rest = h * h + h * (1 + kActions);  // multiply-adds per row
+  const double forward = 2.0 * (first + rest);                       // FLOPs per row
+  return 3.0 * B * forward + 2.0 * B * (first + rest) + 2.0 * B * rest;
+}
+
+// The cuBLASLt ceiling of the same run: gpu/linear's plain GEMM (4096, 1024) x (1024, 1024)^T.
+double sgemm_tflops(bool tf32, gpu::DeviceContext& ctx) {
+  constexpr std::int64_t M = 4096, K = 1024, N = 1024;
+  const cudaStream_t s = ctx.stream();
+  gpu::DeviceBuffer<float> x(M * K), w(N * K), y(M * N);
+  gpu::fill_uniform(x.data(), M * K, -1.f, 1.f, 5, 0, 0, s);
+  gpu::fill_uniform(w.data(), N * K, -1.f, 1.f, 5, 1, 0, s);
+  constexpr int reps = 50;
+  const double ms = bench::median_ms(
+      [&](int) {
+        for (int i = 0; i < reps; ++i)
+          gpu::linear_forward(y.data(), nullptr, x.data(), w.data(), nullptr, M, K, N, gpu::Activation::identity,
+                              tf32 ? gpu::LinearMath::tf32 : gpu::LinearMath::fp32, ctx.blas());
+      },
+      s, 2, 7);
+  return 2.0 * M * N * K * reps / (ms * 1e-3) / 1e12;
+}
+
+Result bench_foxhunt(const char* name, const char* what, std::int64_t hidden, std::int64_t batch, bool tf32,
+                     gpu::DeviceContext& ctx) {
   const cudaStream_t s = ctx.stream();
   auto rb = make_replay(batch, s);
   rl::SampledBatch out = rb->allocate_batch(batch);
@@ -130,9 +187,14 @@ double bench_foxhunt(const char* what, std::int64_t hidden, std::int64_t batch, 
       s, 2, 7);
   learner.publish_metrics();
   const rl::DqnState m = learner.metrics().wait();
-  std::printf("  %-28s loss %.4g  skips %u  grad_norm %.3g\n", what, static_cast<double>(m.loss), m.skips_total,
-              static_cast<double>(m.grad_norm));
-  return reps / (ms * 1e-3);
+  Result r;
+  r.name = name;
+  r.ups = reps / (ms * 1e-3);
+  r.tflops = update_flops(hidden, batch) * r.ups / 1e12;
+  r.nodes = learner.graph_nodes();
+  std::printf("  %-28s loss %.4g  skips %u  grad_norm %.3g  graph nodes %zu  %.1f TFLOP/s\n", what,
+              static_cast<double>(m.loss), m.skips_total, static_cast<double>(m.grad_norm), r.nodes, r.tflops);
+  return r;
 }
 
 std::filesystem::path find_script() {
@@ -179,24 +241,28 @@ int main() {
   const cudaStream_t s = ctx.stream();
   std::printf("DQN learner updates/s (one CUDA graph per update) vs PyTorch on the same GPU\n");
   std::vector<Result> fox;
-  fox.push_back({"standard_fp32", bench_foxhunt("standard (256-256, B 256)", 256, 256, false, ctx)});
-  fox.push_back({"large_fp32", bench_foxhunt("large (1024-1024, B 4096)", 1024, 4096, false, ctx)});
-  fox.push_back({"large_tf32", bench_foxhunt("large TF32", 1024, 4096, true, ctx)});
+  const double sgemm_fp32 = sgemm_tflops(false, ctx), sgemm_tf32 = sgemm_tflops(true, ctx);
+  std::printf("  cuBLASLt ceiling (4096x1024x1024): fp32 %.1f TFLOP/s, TF32 %.1f TFLOP/s\n", sgemm_fp32, sgemm_tf32);
+  fox.push_back(bench_foxhunt("standard_fp32", "standard (256-256, B 256)", 256, 256, false, ctx));
+  fox.push_back(bench_foxhunt("large_fp32", "large (1024-1024, B 4096)", 1024, 4096, false, ctx));
+  fox.push_back(bench_foxhunt("large_tf32", "large TF32", 1024, 4096, true, ctx));
 
   const auto script = find_script();
   std::printf("PyTorch baseline: %s\n", script.string().c_str());
   const auto torch = run_torch(script);
 
-  bench::print_rule();
-  std::printf("%-16s %16s %16s %16s %12s %12s\n", "learner", "foxhunt upd/s", "torch eager", "torch graph",
-              "x eager", "x graph");
-  bench::print_rule();
+  bench::print_rule(110);
+  std::printf("%-14s %14s %7s %9s %8s %13s %13s %9s %9s\n", "learner", "foxhunt upd/s", "nodes", "TFLOP/s",
+              "% gemm", "torch eager", "torch graph", "x eager", "x graph");
+  bench::print_rule(110);
   for (const auto& f : fox) {
     const double e = find(torch, f.name + "_eager"), g = find(torch, f.name + "_graph");
-    std::printf("%-16s %16.0f %16.0f %16.0f %12.2f %12.2f\n", f.name.c_str(), f.ups, e, g, e > 0 ? f.ups / e : 0.0,
+    const double ceiling = f.name == "large_tf32" ? sgemm_tf32 : sgemm_fp32;
+    std::printf("%-14s %14.0f %7zu %9.1f %8.1f %13.0f %13.0f %9.2f %9.2f\n", f.name.c_str(), f.ups, f.nodes,
+                f.tflops, ceiling > 0 ? 100.0 * f.tflops / ceiling : 0.0, e, g, e > 0 ? f.ups / e : 0.0,
                 g > 0 ? f.ups / g : 0.0);
   }
-  bench::print_rule();
+  bench::print_rule(110);
   const double std_ups = fox[0].ups, std_graph = find(torch, "standard_fp32_graph");
   std::printf("TARGET standard updates/s: %.0f (target >= 20000): %s\n", std_ups, std_ups >= 20000 ? "PASS" : "FAIL");
   std::printf("TARGET standard vs PyTorch CUDA graph: %.2fx (target >= 5x): %s\n",

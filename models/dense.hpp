@@ -54,6 +54,12 @@ class Dense {
                 std::int64_t batch, gpu::BlasLane lane);
 
   const DenseSpec& spec() const noexcept { return spec_; }
+  // Bound arena views (after bind): weight(_mu) (out, in), bias(_mu) (out) and their gradients, for
+  // fused kernels that run this layer's math themselves (models/fused_heads).
+  const float* weight() const noexcept { return w_; }
+  const float* bias() const noexcept { return b_; }
+  float* weight_grad() noexcept { return dw_; }
+  float* bias_grad() noexcept { return db_; }
   const float* noise_in() const noexcept { return eps_in_.data(); }    // f(eps_in) (in), noisy only
   const float* noise_out() const noexcept { return eps_out_.data(); }  // f(eps_out) (out), noisy only
   // Parameter names in declaration order.

@@ -22,6 +22,29 @@ __global__ void dead_units_kernel(std::uint32_t* __restrict__ dead, const std::u
   }
 }
 
+// All layers in one launch: thread t walks the concatenated units of up to kMaxDeadLayers layers.
+constexpr int kMaxDeadLayers = 8;
+struct DeadLayers {
+  const std::uint32_t* mask[kMaxDeadLayers];
+  std::int64_t units[kMaxDeadLayers];
+  int count;
+};
+
+__global__ void dead_units_layers_kernel(std::uint32_t* __restrict__ dead, DeadLayers layers, std::int64_t batch,
+                                         std::int64_t total) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += stride) {
+    int i = 0;
+    std::int64_t j = t;
+    while (i + 1 < layers.count && j >= layers.units[i]) j -= layers.units[i++];
+    const std::int64_t ld = (layers.units[i] + 127) / 128 * 128;
+    const std::uint32_t* mask = layers.mask[i];
+    bool alive = false;
+    for (std::int64_t b = 0; b < batch && !alive; ++b) alive = (mask[(b * ld + j) / 32] >> (j % 32)) & 1u;
+    if (!alive) atomicAdd(dead, 1u);
+  }
+}
+
 }  // namespace
 
 void count_dead_relu_units(std::uint32_t* dead, const void* relu_mask, std::int64_t batch, std::int64_t out_features,
@@ -101,6 +124,28 @@ void Mlp::backward(float* d_in, Workspace& ws, const float* d_out, const float* 
   }
 }
 
+void Mlp::backward_from_last_pre(float* d_in, Workspace& ws, const float* d_last_pre, const float* in,
+                                 std::int64_t batch, gpu::BlasLane lane) {
+  FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "Mlp " + spec_.name + ": batch out of range");
+  FH_EXPECT(!spec_.noisy, "Mlp " + spec_.name + ": backward_from_last_pre needs a deterministic last layer");
+  const std::size_t last = layers_.size() - 1;
+  Dense& l = layers_[last];
+  // Identity epilogue and no bias: just d_weight = d_pre^T x and d_in = d_pre W (no ReLU/bias pass).
+  gpu::linear_backward(last == 0 ? d_in : ws.grad_a.data(), l.weight_grad(), nullptr, nullptr, d_last_pre, nullptr,
+                       last == 0 ? in : ws.out[last - 1].data(), l.weight(), batch, l.spec().in, l.spec().out,
+                       gpu::Activation::identity, false, l.spec().math, lane);
+  const float* g = ws.grad_a.data();
+  float* ping = ws.grad_b.data();
+  float* pong = ws.grad_a.data();
+  for (std::size_t k = last; k-- > 0;) {  // as backward() from layer last - 1 down
+    const float* x = k == 0 ? in : ws.out[k - 1].data();
+    float* dx = k == 0 ? d_in : ping;
+    layers_[k].backward(dx, ws.d_pre.data(), g, ws.aux[k].data(), x, batch, lane);
+    g = ping;
+    std::swap(ping, pong);
+  }
+}
+
 std::int64_t Mlp::relu_units() const {
   if (spec_.act != gpu::Activation::relu) return 0;
   std::int64_t n = 0;
@@ -110,8 +155,22 @@ std::int64_t Mlp::relu_units() const {
 
 void Mlp::count_dead_units(std::uint32_t* dead, const Workspace& ws, std::int64_t batch, cudaStream_t stream) const {
   if (spec_.act != gpu::Activation::relu) return;
-  for (std::size_t i = 0; i < layers_.size(); ++i)
-    count_dead_relu_units(dead, ws.aux[i].data(), batch, layers_[i].spec().out, stream);
+  if (layers_.size() > static_cast<std::size_t>(kMaxDeadLayers) || batch == 0) {
+    for (std::size_t i = 0; i < layers_.size(); ++i)
+      count_dead_relu_units(dead, ws.aux[i].data(), batch, layers_[i].spec().out, stream);
+    return;
+  }
+  FH_EXPECT(dead != nullptr && batch >= 1 && batch <= ws.max_batch, "Mlp::count_dead_units: bad dead or batch");
+  DeadLayers layers{};
+  layers.count = static_cast<int>(layers_.size());
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    layers.mask[i] = static_cast<const std::uint32_t*>(static_cast<const void*>(ws.aux[i].data()));
+    layers.units[i] = layers_[i].spec().out;
+    total += layers.units[i];
+  }
+  dead_units_layers_kernel<<<gpu::grid_stride_blocks(total), gpu::kBlock, 0, stream>>>(dead, layers, batch, total);
+  FH_CHECK_LAUNCH();
 }
 
 }  // namespace foxhunt::models

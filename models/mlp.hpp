@@ -50,6 +50,13 @@ class Mlp {
   void backward(float* d_in, Workspace& ws, const float* d_out, const float* in, std::int64_t batch,
                 gpu::BlasLane lane);
 
+  // backward() for a caller that already applied the last layer's activation derivative and wrote
+  // its bias gradient (models/fused_heads does both in its kernels): d_last_pre (B, sizes.back()) is
+  // the last layer's pre-activation gradient; that layer then costs only its two GEMMs. The last
+  // layer must not be noisy.
+  void backward_from_last_pre(float* d_in, Workspace& ws, const float* d_last_pre, const float* in,
+                              std::int64_t batch, gpu::BlasLane lane);
+
   // ReLU trunks only (0 otherwise): the number of units across all layers.
   std::int64_t relu_units() const;
   // *dead += the number of ReLU units whose pre-activation was <= 0 for every row of the last

@@ -8,6 +8,7 @@
 #include "gpu/softmax.hpp"
 #include "models/c51.hpp"
 #include "models/dueling.hpp"
+#include "models/fused_heads.hpp"
 
 namespace foxhunt::models {
 
@@ -68,6 +69,11 @@ void QNetwork::resample_noise(std::uint64_t seed, const std::uint64_t* counter, 
   for (auto& l : heads_) l.resample_noise(seed, counter, stream);
 }
 
+bool QNetwork::heads_fused() const noexcept {
+  const std::int64_t head_outputs = outputs() + (spec_.dueling ? 1 : 0);
+  return spec_.fused_heads && spec_.atoms == 1 && !spec_.noisy && head_outputs <= kFusedHeadMaxOutputs;
+}
+
 std::vector<std::string> QNetwork::weight_mu_names() const {
   std::vector<std::string> names;
   if (spec_.noisy)
@@ -95,6 +101,14 @@ QNetwork::Workspace QNetwork::make_workspace(std::int64_t max_batch) const {
     ws.d_h2 = gpu::DeviceBuffer<float>(B * h);
   }
   ws.d_h = gpu::DeviceBuffer<float>(B * h);
+  if (heads_fused()) {
+    ws.d_heads = gpu::DeviceBuffer<float>(B * (out + (spec_.dueling ? 1 : 0)));
+    ws.head_grad_ws = gpu::DeviceBuffer<std::byte>(fused_heads_param_grads_workspace_bytes(
+        max_batch, spec_.hidden.back(), spec_.branches, spec_.actions, spec_.dueling));
+    // Set-up: the completion counters start at zero (legacy-stream memset, then wait, as Dense::bind).
+    FH_CHECK(cudaMemset(ws.head_grad_ws.data(), 0, ws.head_grad_ws.bytes()));
+    FH_CHECK(cudaDeviceSynchronize());
+  }
   ws.d_pre = gpu::DeviceBuffer<float>(B * std::max(out, h));
   return ws;
 }
@@ -104,6 +118,14 @@ void QNetwork::forward(Workspace& ws, const float* obs, std::int64_t batch, bool
                                                      std::to_string(ws.max_batch) + "], got " + std::to_string(batch));
   trunk_.forward(ws.trunk, obs, batch, eval, lane);
   const float* h = trunk_.output(ws.trunk);
+  if (heads_fused()) {  // one kernel: every head output and the dueling combine
+    const Dense* value = spec_.dueling ? &heads_[0] : nullptr;
+    const Dense& adv = heads_.back();
+    fused_heads_forward(ws.logits.data(), h, value ? value->weight() : nullptr, value ? value->bias() : nullptr,
+                        adv.weight(), adv.bias(), batch, spec_.hidden.back(), spec_.branches, spec_.actions,
+                        lane.stream);
+    return;  // Z == 1: q(ws) is ws.logits
+  }
   if (spec_.dueling) {
     heads_[0].forward(ws.value.data(), nullptr, h, batch, eval, lane);
     heads_[1].forward(ws.adv.data(), nullptr, h, batch, eval, lane);
@@ -124,7 +146,26 @@ void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, 
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "QNetwork::backward: batch out of range");
   const float* h = trunk_.output(ws.trunk);
   const std::int64_t hw = spec_.hidden.back();
-  if (spec_.dueling) {
+  if (heads_fused()) {
+    // Head pre-activation gradients and d_h (ReLU / identity trunk: already the last trunk layer's
+    // pre-activation gradient, masked in the same kernel), then every head parameter gradient and
+    // the last trunk layer's bias gradient in one reduction over the batch; the trunk's last layer
+    // is then just its two GEMMs.
+    Dense* value = spec_.dueling ? &heads_[0] : nullptr;
+    Dense& adv = heads_.back();
+    const bool pre = spec_.act == gpu::Activation::relu || spec_.act == gpu::Activation::identity;
+    const void* mask = spec_.act == gpu::Activation::relu ? ws.trunk.aux.back().data() : nullptr;
+    fused_heads_backward_input(ws.d_h.data(), ws.d_heads.data(), d_logits, value ? value->weight() : nullptr,
+                               adv.weight(), mask, batch, hw, spec_.branches, spec_.actions, lane.stream);
+    fused_heads_param_grads(value ? value->weight_grad() : nullptr, value ? value->bias_grad() : nullptr,
+                            adv.weight_grad(), adv.bias_grad(), pre ? trunk_.layers().back().bias_grad() : nullptr,
+                            ws.d_heads.data(), h, pre ? ws.d_h.data() : nullptr, batch, hw, spec_.branches,
+                            spec_.actions, ws.head_grad_ws.data(), lane.stream);
+    if (pre) {
+      trunk_.backward_from_last_pre(nullptr, ws.trunk, ws.d_h.data(), obs, batch, lane);
+      return;
+    }
+  } else if (spec_.dueling) {
     dueling_backward(ws.d_value.data(), ws.d_adv.data(), d_logits, batch, spec_.branches, spec_.actions, spec_.atoms,
                      lane.stream);
     heads_[0].backward(ws.d_h.data(), ws.d_pre.data(), ws.d_value.data(), nullptr, h, batch, lane);

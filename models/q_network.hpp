@@ -34,6 +34,9 @@ struct QNetworkSpec {
   bool noisy = false;
   float sigma0 = 0.5f;
   gpu::LinearMath math = gpu::LinearMath::fp32;  // tf32: tensor-core GEMMs for large networks
+  // Z == 1 and not noisy, at most kFusedHeadMaxOutputs head outputs: the heads (and the dueling
+  // combine) run as models/fused_heads kernels instead of per-head GEMMs. false: always the GEMMs.
+  bool fused_heads = true;
 };
 
 class QNetwork {
@@ -47,6 +50,8 @@ class QNetwork {
     gpu::DeviceBuffer<float> value, adv, logits, probs, q;          // forward
     gpu::DeviceBuffer<std::byte> aux_value, aux_head;               // identity heads: empty
     gpu::DeviceBuffer<float> d_value, d_adv, d_h, d_h2, d_pre;      // backward scratch
+    gpu::DeviceBuffer<float> d_heads;                                // fused heads: (B, 1 + D*A)
+    gpu::DeviceBuffer<std::byte> head_grad_ws;                       // fused heads: param-grad splits
   };
 
   void declare(gpu::ParameterArena& arena) const;
@@ -72,6 +77,8 @@ class QNetwork {
 
   const QNetworkSpec& spec() const noexcept { return spec_; }
   std::int64_t outputs() const noexcept { return spec_.branches * spec_.actions * spec_.atoms; }
+  // Whether forward/backward take the fused head kernels (see QNetworkSpec::fused_heads).
+  bool heads_fused() const noexcept;
   Mlp& trunk() noexcept { return trunk_; }
   std::vector<Dense>& heads() noexcept { return heads_; }  // dueling: {value, advantage}; else {head}
 

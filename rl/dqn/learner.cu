@@ -12,6 +12,7 @@
 #include "gpu/nonfinite.hpp"
 #include "gpu/reduce.hpp"
 #include "models/c51.hpp"
+#include "rl/dqn/fused.hpp"
 
 namespace foxhunt::rl {
 namespace {
@@ -69,8 +70,8 @@ DqnLearner::DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane) : con
   target_->bind(target_arena_);
 
   const std::int64_t B = config_.batch;
-  ws_ = online_->make_workspace(B);
-  ws_next_ = online_->make_workspace(B);
+  ws_ = online_->make_workspace(config_.double_q ? 2 * B : B);  // double DQN: rows [s; s']
+  if (config_.double_q) obs2_ = gpu::DeviceBuffer<float>(static_cast<std::size_t>(2 * B * config_.net.obs_dim));
   ws_target_ = target_->make_workspace(B);
   act_ws_ = online_->make_workspace(config_.act_rows);
   const auto Bz = static_cast<std::size_t>(B);
@@ -82,8 +83,10 @@ DqnLearner::DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane) : con
   if (config_.net.atoms > 1) m_ = gpu::DeviceBuffer<float>(Bz * static_cast<std::size_t>(config_.net.atoms));
   next_actions_ = gpu::DeviceBuffer<std::int32_t>(Bz * static_cast<std::size_t>(config_.net.branches));
   reduce_ws_ = gpu::DeviceBuffer<std::byte>(std::max<std::size_t>(gpu::reduce_workspace_bytes(B), 16));
-  norm_ws_ = gpu::DeviceBuffer<std::byte>(
-      std::max<std::size_t>(gpu::grad_norm_workspace_bytes(online_arena_.padded_count()), 16));
+  norm_ws_ = gpu::DeviceBuffer<std::byte>(dqn_grad_guard_workspace_bytes(online_arena_.padded_count()));
+  FH_CHECK(cudaMemsetAsync(norm_ws_.data(), 0, norm_ws_.bytes(), s));  // dqn_grad_guard's counter starts at 0
+  end_ws_ = gpu::DeviceBuffer<std::byte>(kDqnEndWorkspaceBytes);
+  FH_CHECK(cudaMemsetAsync(end_ws_.data(), 0, end_ws_.bytes(), s));  // and dqn_end_and_target_update's
 
   DqnState init{};
   init.relu_units = online_->relu_units();
@@ -106,21 +109,36 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
   lane.stream = s;
   DqnState* st = state_.data();
 
-  dqn_begin_update(st, c.schedule, s);
-  online_->resample_noise(c.seed, &st->noise_counter, s);
-  target_->resample_noise(c.seed, &st->noise_counter, s);
+  // Begin (schedules, counters). Without noise nothing reads the state before the TD kernel, so the
+  // begin rides along with the [s; s'] stacking (one launch).
+  const bool begin_with_stack = c.double_q && !c.net.noisy;
+  if (begin_with_stack) {
+    dqn_begin_and_stack(st, c.schedule, obs2_.data(), batch.obs, batch.next_obs, B * c.net.obs_dim, s);
+  } else {
+    dqn_begin_update(st, c.schedule, s);
+    online_->resample_noise(c.seed, &st->noise_counter, s);
+    target_->resample_noise(c.seed, &st->noise_counter, s);
+  }
 
-  // Forwards: online(s') only selects the bootstrap action (double DQN).
-  if (c.double_q) online_->forward(ws_next_, batch.next_obs, B, false, lane);
+  // Forwards. Double DQN: online(s) and online(s') (which only selects the bootstrap action) use the
+  // same weights and noise, so they run as ONE forward over the stacked 2B rows [s; s']: rows [0, B)
+  // of ws_ are exactly what a B-row forward of s leaves (row-major activations and ReLU masks), so
+  // the backward, the dead-unit count and the loss read them unchanged.
   target_->forward(ws_target_, batch.next_obs, B, false, lane);
-  online_->forward(ws_, batch.obs, B, false, lane);
-  const float* q_select = c.double_q ? online_->q(ws_next_) : target_->q(ws_target_);
+  const float* q_select = target_->q(ws_target_);
+  if (c.double_q) {
+    if (!begin_with_stack) dqn_stack_rows(obs2_.data(), batch.obs, batch.next_obs, B * c.net.obs_dim, s);
+    online_->forward(ws_, obs2_.data(), 2 * B, false, lane);
+    q_select = online_->q(ws_) + B * D * A;  // Q(s') (B, D, A): the second half of the 2B rows
+  } else {
+    online_->forward(ws_, batch.obs, B, false, lane);
+  }
 
   if (Z == 1) {
-    dqn_targets(y_.data(), next_actions_.data(), q_select, target_->q(ws_target_), batch.returns, batch.discounts, B,
-                D, A, s);
-    td_loss(d_logits_.data(), weighted_loss_.data(), priorities_.data(), online_->q(ws_), batch.actions, y_.data(),
-            batch.weights, B, D, A, c.loss, c.huber_delta, c.priority_eps, s);
+    // One block: targets, TD loss, d_q, priorities, state->loss / q_mean and the loss guard.
+    dqn_td_fused(d_logits_.data(), priorities_.data(), st, online_->q(ws_), q_select, target_->q(ws_target_),
+                 batch.actions, batch.returns, batch.discounts, batch.weights, B, D, A, c.loss, c.huber_delta,
+                 c.priority_eps, s);
   } else {
     greedy_actions(next_actions_.data(), q_select, B, 1, A, s);
     models::c51_project(m_.data(), target_->probs(ws_target_), next_actions_.data(), batch.returns, batch.discounts, B,
@@ -129,26 +147,26 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
                               batch.weights, B, A, Z, s);
     weighted_loss_priorities(weighted_loss_.data(), priorities_.data(), sample_loss_.data(), batch.weights, B,
                              c.priority_eps, s);
+    gpu::reduce_sum(&st->loss, weighted_loss_.data(), B, reduce_ws_.data(), s);
+    taken_q_mean(&st->q_mean, online_->q(ws_), batch.actions, B, D, A, s);
+    gpu::flag_nonfinite(&st->skip, &st->loss, 1, s);
   }
-  gpu::reduce_sum(&st->loss, weighted_loss_.data(), B, reduce_ws_.data(), s);
-  taken_q_mean(&st->q_mean, online_->q(ws_), batch.actions, B, D, A, s);
   online_->count_dead_units(&st->dead_units, ws_, B, s);
 
   online_->backward(ws_, d_logits_.data(), batch.obs, B, lane);
 
   // Guard: a non-finite loss or gradient skips Adam and the target update (bit-exact).
+  // One kernel: non-finite gradient flag, global norm and clip scale.
   const std::int64_t n = online_arena_.padded_count();
-  gpu::flag_nonfinite(&st->skip, &st->loss, 1, s);
-  gpu::flag_nonfinite(&st->skip, online_arena_.grads(), n, s);
-  gpu::global_grad_norm(&st->grad_norm, online_arena_.grads(), n, norm_ws_.data(), s);
+  dqn_grad_guard(st, online_arena_.grads(), n, c.max_grad_norm, norm_ws_.data(), s);
   const bool clip = c.max_grad_norm > 0.f;
-  if (clip) gpu::clip_scale(&st->clip_scale, &st->grad_norm, c.max_grad_norm, s);
   gpu::adam_step_device(online_arena_.params(), online_arena_.adam_m(), online_arena_.adam_v(),
                         online_arena_.grads(), n, c.adam, &st->lr, &st->updates_applied,
                         clip ? &st->clip_scale : nullptr, &st->skip, s);
-  dqn_end_update(st, priorities_.data(), B, c.skip_priority, s);
-  target_update(target_arena_.params(), online_arena_.params(), n, c.tau, c.target_period, st, s);
-  gpu::flag_nonfinite(&st->params_nonfinite, online_arena_.params(), n, s);
+  // End of update (counters, safe priorities on skip), target update (hard every K / Polyak) and the
+  // non-finite-parameter check in one pass.
+  dqn_end_and_target_update(st, priorities_.data(), B, c.skip_priority, target_arena_.params(),
+                            online_arena_.params(), n, c.tau, c.target_period, end_ws_.data(), s);
 }
 
 void DqnLearner::update(const DqnBatch& batch) { record_update(batch, lane_.stream); }

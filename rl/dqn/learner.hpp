@@ -2,12 +2,14 @@
 // DqnLearner: the DQN family's update on one stream, everything on the device.
 //
 //   update(batch):  begin (schedules, noise counter) -> resample noise (online, target)
-//     -> forward online(s'), target(s'), online(s) -> targets (double DQN / BDQ mean over branches;
-//        C51: projection) -> loss, d_logits, per-sample priorities -> backward (flat gradients)
-//     -> guard (non-finite loss or gradient sets skip) -> global grad norm, clip scale
+//     -> forward target(s'), online([s; s']) (double DQN: one forward over the stacked 2B rows)
+//     -> targets (double DQN / BDQ mean over branches; C51: projection) -> loss, d_logits,
+//        per-sample priorities (Z == 1: one fused kernel, rl/dqn/fused.hpp) -> dead-unit count
+//     -> backward (flat gradients; Z == 1 heads fused, models/fused_heads.hpp)
+//     -> guard (non-finite loss or gradient sets skip), global grad norm, clip scale (one kernel)
 //     -> Adam over the flat arena (skipped bit-exactly on skip) -> end (counters; priorities made
-//        safe on skip) -> target update (hard every K / Polyak, one kernel) -> dead-unit and
-//        non-finite-parameter checks.
+//        safe on skip), target update (hard every K / Polyak) and the non-finite-parameter check
+//        (one kernel). bench/dqn.cu lists the graph nodes.
 //   capture(batch, before, after) records the same work, with the caller's sampling before and the
 //   priority update after, as one CUDA graph; replay() launches it. Nothing on the host changes
 //   between updates: per-step scalars live in DqnState (device memory).
@@ -64,6 +66,8 @@ class DqnLearner {
                const std::function<void(cudaStream_t)>& after = {});
   void replay();
   bool captured() const { return graph_.captured(); }
+  // Nodes of the graph capture() built (0 before): the launch count of one replay.
+  std::size_t graph_nodes() const { return graph_.node_count(); }
   // The same capture into a caller-owned graph: one graph per batch buffer when several sampled
   // batches are in flight (actors/). Replay it on stream() with graph.replay(stream()).
   void capture(gpu::CudaGraph& graph, const DqnBatch& batch, const std::function<void(cudaStream_t)>& before = {},
@@ -109,11 +113,11 @@ class DqnLearner {
   gpu::BlasLane lane_;
   gpu::ParameterArena online_arena_, target_arena_;
   std::unique_ptr<models::QNetwork> online_, target_;
-  models::QNetwork::Workspace ws_, ws_next_, ws_target_, act_ws_;
+  models::QNetwork::Workspace ws_, ws_target_, act_ws_;  // ws_: 2B rows [s; s'] with double DQN
   gpu::DeviceBuffer<DqnState> state_;
-  gpu::DeviceBuffer<float> y_, d_logits_, sample_loss_, weighted_loss_, priorities_, m_;
+  gpu::DeviceBuffer<float> y_, d_logits_, sample_loss_, weighted_loss_, priorities_, m_, obs2_;
   gpu::DeviceBuffer<std::int32_t> next_actions_;
-  gpu::DeviceBuffer<std::byte> reduce_ws_, norm_ws_;
+  gpu::DeviceBuffer<std::byte> reduce_ws_, norm_ws_, end_ws_;  // norm_ws_, end_ws_: fused-kernel counters
   gpu::ExitSlot<DqnState> metrics_;
   gpu::CudaGraph graph_;
 };

@@ -6,24 +6,14 @@
 #include "gpu/check.hpp"
 #include "gpu/launch.cuh"
 #include "gpu/philox.cuh"
+#include "rl/dqn/schedule.cuh"
 
 namespace foxhunt::rl {
 namespace {
 
-__host__ __device__ float schedule_at(float start, float end, std::int64_t t, std::int64_t duration) {
-  if (duration <= 0 || t >= duration) return end;
-  const double f = static_cast<double>(t) / static_cast<double>(duration);
-  return static_cast<float>(start + (static_cast<double>(end) - start) * f);
-}
+using detail::schedule_at;
 
-__global__ void begin_kernel(DqnState* s, DqnSchedule sc) {
-  s->skip = 0;
-  s->dead_units = 0;
-  s->params_nonfinite = 0;
-  s->noise_counter += 1;
-  s->beta = schedule_at(sc.beta_start, sc.beta_end, s->updates_applied, sc.beta_updates);
-  s->lr = schedule_at(sc.lr_start, sc.lr_end, s->updates_applied, sc.lr_updates);
-}
+__global__ void begin_kernel(DqnState* s, DqnSchedule sc) { detail::begin_update(s, sc); }
 
 __global__ void end_kernel(DqnState* s, float* priorities, std::int64_t batch, float skip_priority) {
   const bool skip = s->skip != 0u;

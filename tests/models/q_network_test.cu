@@ -38,11 +38,18 @@ QNetworkSpec make(std::int64_t obs, std::vector<std::int64_t> hidden, std::int64
   return s;
 }
 
+QNetworkSpec gemm_heads(QNetworkSpec s) {
+  s.fused_heads = false;
+  return s;
+}
+
 TEST_F(QNetworkTest, GradientsMatchFiniteDifferences) {
   SCOPED_TRACE(seed_note());
   const std::vector<Named> cases{
       {"plain", make(6, {16, 12}, 1, 3, 1, false, false)},
       {"dueling", make(5, {20}, 1, 4, 1, true, false)},
+      {"plain, GEMM heads", gemm_heads(make(6, {16, 12}, 1, 3, 1, false, false))},
+      {"bdq, GEMM heads", gemm_heads(make(4, {13, 10}, 3, 5, 1, true, false))},
       {"noisy dueling", make(7, {9, 11}, 1, 5, 1, true, true)},
       {"bdq", make(4, {13, 10}, 3, 5, 1, true, false)},
       {"c51 noisy dueling", make(3, {10}, 1, 3, 7, true, true)},

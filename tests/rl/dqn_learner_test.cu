@@ -254,6 +254,40 @@ TEST_F(DqnLearnerTest, MetricsLeaveThroughTheExit) {
   EXPECT_LE(m.clip_scale, 1.f);
 }
 
+// Fused heads (one kernel per forward; backward with the trunk's ReLU mask and its last bias
+// gradient folded in) against the GEMM heads (QNetworkSpec::fused_heads = false), inside the whole
+// update: the first update's gradients, loss, priorities, q_mean and dead units agree to fp32
+// rounding, for dueling, BDQ and plain heads on a ReLU trunk.
+TEST_F(DqnLearnerTest, FusedHeadsMatchGemmHeads) {
+  SCOPED_TRACE(seed_note());
+  for (const auto& base : {small_config(false, true, 1, 1), small_config(false, true, 3, 1),
+                           small_config(false, false, 1, 1)}) {
+    auto gemm_cfg = base;
+    gemm_cfg.net.fused_heads = false;
+    DqnLearner fused(base, lane()), gemm(gemm_cfg, lane());
+    ASSERT_TRUE(fused.online().heads_fused());
+    ASSERT_FALSE(gemm.online().heads_fused());
+    std::mt19937_64 r(rng()());
+    HostBatch batch(base, r, s());
+    fused.update(batch.view);
+    gemm.update(batch.view);
+    const auto n = static_cast<std::size_t>(fused.online_arena().padded_count());
+    const auto ga = test::download(fused.online_arena().grads(), n, s());
+    const auto gb = test::download(gemm.online_arena().grads(), n, s());
+    const std::vector<double> gb_d(gb.begin(), gb.end());
+    EXPECT_LT(test::rel_error(ga, gb_d), 1e-4);
+    const auto pa = test::download(fused.priorities(), static_cast<std::size_t>(base.batch), s());
+    const auto pb = test::download(gemm.priorities(), static_cast<std::size_t>(base.batch), s());
+    EXPECT_LT(test::rel_error(pa, std::vector<double>(pb.begin(), pb.end())), 1e-5);
+    const DqnState sa = state_of(fused, s()), sb = state_of(gemm, s());
+    EXPECT_NEAR(sa.loss, sb.loss, 1e-5 * std::abs(sb.loss) + 1e-8);
+    EXPECT_NEAR(sa.q_mean, sb.q_mean, 1e-5 * (std::abs(sb.q_mean) + 1.0));
+    EXPECT_NEAR(sa.grad_norm, sb.grad_norm, 1e-4 * sb.grad_norm);
+    EXPECT_EQ(sa.dead_units, sb.dead_units);
+    EXPECT_EQ(sa.skip, 0u);
+  }
+}
+
 // With the target network frozen (period never reached), the update regresses onto fixed targets:
 // the loss on the fixed batch must fall far below its start for every variant. A sign or index bug
 // anywhere in forward, loss, backward, clipping or Adam makes it rise or stall.

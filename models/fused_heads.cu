@@ -1,0 +1,293 @@
+#include "models/fused_heads.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+
+#include "gpu/check.hpp"
+#include "gpu/launch.cuh"
+#include "gpu/partial_sum.cuh"
+
+namespace foxhunt::models {
+namespace {
+
+constexpr int kWarps = 8;                                    // rows (warps) per block, row kernels
+constexpr int kMaxOut = static_cast<int>(kFusedHeadMaxOutputs);
+constexpr int kPgRows = 16;                                  // row lanes per block, param-grad kernel
+
+// One warp per row b: every head output o (a dot product of h[b] with W_o, lanes over H, then a
+// warp sum) into shared memory, then the dueling combine with dueling_forward's arithmetic.
+__global__ void __launch_bounds__(kWarps * 32)
+    heads_forward_kernel(float* __restrict__ logits, const float* __restrict__ h, const float* __restrict__ vw,
+                         const float* __restrict__ vb, const float* __restrict__ aw, const float* __restrict__ ab,
+                         std::int64_t batch, std::int64_t hidden, std::int64_t branches, std::int64_t actions) {
+  __shared__ float s_out[kWarps][kMaxOut];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const bool duel = vw != nullptr;
+  const std::int64_t K = branches * actions, V = duel ? 1 : 0, O = V + K;
+  for (std::int64_t b = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp; b < batch;
+       b += static_cast<std::int64_t>(gridDim.x) * kWarps) {  // warp-uniform
+    const float* hr = h + b * hidden;
+    for (std::int64_t o = 0; o < O; ++o) {
+      const bool is_v = o < V;
+      const float* w = is_v ? vw : aw + (o - V) * hidden;
+      float acc = 0.f;
+      for (std::int64_t j = lane; j < hidden; j += 32) acc = fmaf(hr[j], w[j], acc);
+      acc = gpu::warp_sum(acc);  // xor butterfly: every lane holds the sum
+      if (lane == 0) {
+        const float* bias = is_v ? vb : ab;
+        s_out[warp][o] = acc + (bias ? bias[is_v ? 0 : o - V] : 0.f);
+      }
+    }
+    __syncwarp();
+    for (std::int64_t k = lane; k < K; k += 32) {
+      float out;
+      if (duel) {  // out = value + (adv - mean over the branch's actions), as dueling_forward_kernel
+        const std::int64_t base = V + (k / actions) * actions;
+        float mean = 0.f;
+        for (std::int64_t a = 0; a < actions; ++a) mean += s_out[warp][base + a];
+        mean /= static_cast<float>(actions);
+        out = s_out[warp][0] + (s_out[warp][V + k] - mean);
+      } else {
+        out = s_out[warp][k];
+      }
+      logits[b * K + k] = out;
+    }
+    __syncwarp();  // every lane has read s_out before the next row overwrites it
+  }
+}
+
+// One warp per row: d_heads (dueling_backward's arithmetic for Z == 1) into shared memory and
+// global, then d_h[b, j] = sum_o d_heads[o] W_o[j] (lanes over j, coalesced).
+__global__ void __launch_bounds__(kWarps * 32)
+    heads_backward_input_kernel(float* __restrict__ d_h, float* __restrict__ d_heads,
+                                const float* __restrict__ d_logits, const float* __restrict__ vw,
+                                const float* __restrict__ aw, const std::uint32_t* __restrict__ mask,
+                                std::int64_t batch, std::int64_t hidden, std::int64_t branches,
+                                std::int64_t actions) {
+  const std::int64_t mask_ld = (hidden + 127) / 128 * 128;  // bits per row (gpu/linear's ReLU aux)
+  __shared__ float s_d[kWarps][kMaxOut];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const bool duel = vw != nullptr;
+  const std::int64_t K = branches * actions, V = duel ? 1 : 0, O = V + K;
+  for (std::int64_t b = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp; b < batch;
+       b += static_cast<std::int64_t>(gridDim.x) * kWarps) {  // warp-uniform
+    const float* g = d_logits + b * K;
+    for (std::int64_t k = lane; k < K; k += 32) {
+      if (duel) {  // d_adv = g - mean over the branch's actions
+        const std::int64_t base = (k / actions) * actions;
+        float sum = 0.f;
+        for (std::int64_t a = 0; a < actions; ++a) sum += g[base + a];
+        const float mean = sum / static_cast<float>(actions);
+        s_d[warp][V + k] = g[k] - mean;
+      } else {
+        s_d[warp][k] = g[k];
+      }
+    }
+    if (duel && lane == 0) {  // d_value = sum over branches of the per-branch sums (fixed order)
+      float dv = 0.f;
+      for (std::int64_t d = 0; d < branches; ++d) {
+        float sum = 0.f;
+        for (std::int64_t a = 0; a < actions; ++a) sum += g[d * actions + a];
+        dv += sum;
+      }
+      s_d[warp][0] = dv;
+    }
+    __syncwarp();
+    for (std::int64_t o = lane; o < O; o += 32) d_heads[b * O + o] = s_d[warp][o];
+    for (std::int64_t j = lane; j < hidden; j += 32) {
+      float acc = 0.f;
+      for (std::int64_t o = 0; o < O; ++o) acc = fmaf(s_d[warp][o], o < V ? vw[j] : aw[(o - V) * hidden + j], acc);
+      // mask_ld is a multiple of 128, so bit (b * mask_ld + j) is bit j % 32 of its word
+      if (mask && ((mask[(b * mask_ld + j) >> 5] >> (j & 31)) & 1u) == 0u) acc = 0.f;
+      d_h[b * hidden + j] = acc;
+    }
+    __syncwarp();  // every lane has read s_d before the next row overwrites it
+  }
+}
+
+// Row splits of the param-grad kernel: at most kSplitRows rows per split (enough blocks to hide the
+// load latency at large batches), at most kMaxSplits splits.
+constexpr std::int64_t kSplitRows = 64;
+constexpr std::int64_t kMaxSplits = 128;
+
+std::int64_t param_grad_splits(std::int64_t batch) {
+  return std::max<std::int64_t>(1, std::min<std::int64_t>((batch + kSplitRows - 1) / kSplitRows, kMaxSplits));
+}
+
+// Grid (tiles + 1, splits), block (32, kPgRows). blockIdx.x < tiles owns 32 columns j of H; the last
+// column block computes the bias gradients (h replaced by 1). blockIdx.y owns a contiguous range of
+// rows. Thread (x, y) sums rows y, y + kPgRows, ... of its range for every output in registers
+// (compile-time indices: the loops over kMaxOut are unrolled); the kPgRows partials of each output
+// are added in order through shared memory. One split: that sum is the result. Several: each block
+// stores it in partials[split][slot][col] and the last block of the column tile to finish (a
+// per-tile completion counter) adds the splits in order. Slots: the O head outputs, then the trunk
+// bias. No float atomics: deterministic.
+__global__ void __launch_bounds__(32 * kPgRows)
+    heads_param_grad_kernel(float* __restrict__ vdw, float* __restrict__ vdb, float* __restrict__ adw,
+                            float* __restrict__ adb, float* __restrict__ tdb, const float* __restrict__ d_heads,
+                            const float* __restrict__ h, const float* __restrict__ d_pre, std::int64_t batch,
+                            std::int64_t hidden, int outputs, int value_outputs, float* __restrict__ partials,
+                            unsigned int* __restrict__ tile_done) {
+  __shared__ float s_red[kPgRows][33];
+  __shared__ bool s_last;
+  const int x = threadIdx.x, y = threadIdx.y;
+  const bool bias_block = blockIdx.x == gridDim.x - 1;
+  const std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * 32 + x;  // column (bias block: unused)
+  const bool active = bias_block || j < hidden;
+  const bool trunk_bias = tdb != nullptr && !bias_block;  // uniform over the block
+  const int slots = outputs + 1;                          // head outputs, then the trunk bias
+  const std::int64_t cols = static_cast<std::int64_t>(gridDim.x) * 32;
+  const int splits = static_cast<int>(gridDim.y);
+  const std::int64_t rows_per_split = (batch + splits - 1) / splits;
+  const std::int64_t row_begin = static_cast<std::int64_t>(blockIdx.y) * rows_per_split;
+  const std::int64_t row_end = min(batch, row_begin + rows_per_split);
+
+  // Final value of slot o at this thread's column (the caller guarantees the slot is wanted here).
+  auto store = [&](int o, float v) {
+    if (o == outputs) {
+      tdb[j] = v;
+    } else if (bias_block) {
+      if (o < value_outputs) vdb[0] = v;
+      else adb[o - value_outputs] = v;
+    } else {
+      if (o < value_outputs) vdw[j] = v;
+      else adw[static_cast<std::int64_t>(o - value_outputs) * hidden + j] = v;
+    }
+  };
+  // Whether this thread's column takes slot o at all.
+  auto wanted = [&](int o) {
+    return active && (bias_block ? (x == 0 && o < outputs) : (o < outputs || trunk_bias));
+  };
+
+  float acc[kMaxOut];
+#pragma unroll
+  for (int o = 0; o < kMaxOut; ++o) acc[o] = 0.f;
+  float acc_pre = 0.f;  // trunk bias: column sum of d_pre
+  if (active) {
+    for (std::int64_t b = row_begin + y; b < row_end; b += kPgRows) {
+      const float hv = bias_block ? 1.f : h[b * hidden + j];
+      if (trunk_bias) acc_pre += d_pre[b * hidden + j];
+      const float* dr = d_heads + b * outputs;
+#pragma unroll
+      for (int o = 0; o < kMaxOut; ++o)
+        if (o < outputs) acc[o] = fmaf(dr[o], hv, acc[o]);
+    }
+  }
+  // Block sum of each slot over y, in order; thread y == 0 stores it (result or partial).
+  auto block_slot = [&](int o, float v) {
+    s_red[y][x] = v;
+    __syncthreads();
+    if (y == 0 && wanted(o)) {
+      float s = 0.f;
+#pragma unroll
+      for (int r = 0; r < kPgRows; ++r) s += s_red[r][x];
+      if (splits == 1) store(o, s);
+      else partials[(static_cast<std::int64_t>(blockIdx.y) * slots + o) * cols + j] = s;
+    }
+    __syncthreads();  // s_red is rewritten for the next slot
+  };
+  if (trunk_bias) block_slot(outputs, acc_pre);  // uniform condition: the barriers stay matched
+#pragma unroll
+  for (int o = 0; o < kMaxOut; ++o) {
+    if (o >= outputs) break;  // uniform over the block
+    block_slot(o, acc[o]);
+  }
+  if (splits == 1) return;
+
+  // Completion: the last split block of this column tile adds the partials of every split.
+  __threadfence();  // this block's partials are visible device-wide before the count says so
+  __syncthreads();
+  if (x == 0 && y == 0) s_last = atomicAdd(&tile_done[blockIdx.x], 1u) == static_cast<unsigned int>(splits - 1);
+  __syncthreads();
+  if (!s_last) return;  // uniform over the block
+  __threadfence();
+  for (int o = y; o < slots; o += kPgRows) {
+    if (!wanted(o)) continue;
+    float s = 0.f;
+#pragma unroll 8
+    for (int split = 0; split < splits; ++split)
+      s += __ldcg(partials + (static_cast<std::int64_t>(split) * slots + o) * cols + j);
+    store(o, s);
+  }
+  if (x == 0 && y == 0) tile_done[blockIdx.x] = 0u;  // ready for the next call
+}
+
+void check(const char* fn, std::int64_t batch, std::int64_t hidden, std::int64_t branches, std::int64_t actions,
+           bool duel) {
+  FH_EXPECT(batch >= 0 && hidden >= 1 && branches >= 1 && actions >= 1,
+            std::string(fn) + ": need batch >= 0 and hidden, branches, actions >= 1; got " + std::to_string(batch) +
+                ", " + std::to_string(hidden) + ", " + std::to_string(branches) + ", " + std::to_string(actions));
+  const std::int64_t outputs = branches * actions + (duel ? 1 : 0);
+  FH_EXPECT(outputs <= kFusedHeadMaxOutputs, std::string(fn) + ": head outputs (branches * actions" +
+                                                 (duel ? " + 1" : "") + " = " + std::to_string(outputs) +
+                                                 ") must be <= " + std::to_string(kFusedHeadMaxOutputs));
+}
+
+int row_blocks(std::int64_t batch) { return gpu::grid_stride_blocks(batch, kWarps, 8); }
+
+}  // namespace
+
+void fused_heads_forward(float* logits, const float* h, const float* value_w, const float* value_b,
+                         const float* adv_w, const float* adv_b, std::int64_t batch, std::int64_t hidden,
+                         std::int64_t branches, std::int64_t actions, cudaStream_t stream) {
+  check("fused_heads_forward", batch, hidden, branches, actions, value_w != nullptr);
+  if (batch == 0) return;
+  FH_EXPECT(logits && h && adv_w, "fused_heads_forward: logits, h and adv_w must not be null");
+  heads_forward_kernel<<<row_blocks(batch), kWarps * 32, 0, stream>>>(logits, h, value_w, value_b, adv_w, adv_b, batch,
+                                                                      hidden, branches, actions);
+  FH_CHECK_LAUNCH();
+}
+
+void fused_heads_backward_input(float* d_h, float* d_heads, const float* d_logits, const float* value_w,
+                                const float* adv_w, const void* relu_mask, std::int64_t batch, std::int64_t hidden,
+                                std::int64_t branches, std::int64_t actions, cudaStream_t stream) {
+  check("fused_heads_backward_input", batch, hidden, branches, actions, value_w != nullptr);
+  if (batch == 0) return;
+  FH_EXPECT(d_h && d_heads && d_logits && adv_w, "fused_heads_backward_input: null pointer");
+  FH_EXPECT(relu_mask == nullptr || gpu::aligned16(relu_mask), "fused_heads_backward_input: relu_mask must be 16-byte aligned");
+  heads_backward_input_kernel<<<row_blocks(batch), kWarps * 32, 0, stream>>>(
+      d_h, d_heads, d_logits, value_w, adv_w, static_cast<const std::uint32_t*>(relu_mask), batch, hidden, branches,
+      actions);
+  FH_CHECK_LAUNCH();
+}
+
+std::size_t fused_heads_param_grads_workspace_bytes(std::int64_t batch, std::int64_t hidden, std::int64_t branches,
+                                                   std::int64_t actions, bool dueling) {
+  check("fused_heads_param_grads_workspace_bytes", batch, hidden, branches, actions, dueling);
+  const std::int64_t splits = param_grad_splits(batch), tiles = (hidden + 31) / 32;
+  const std::int64_t slots = branches * actions + (dueling ? 1 : 0) + 1;
+  const std::int64_t partial_floats = splits > 1 ? splits * slots * (tiles + 1) * 32 : 0;
+  // counters first (16-byte slot multiple), then the partials
+  const std::int64_t counter_bytes = ((tiles + 1) * 4 + 15) / 16 * 16;
+  return static_cast<std::size_t>(counter_bytes + partial_floats * 4);
+}
+
+void fused_heads_param_grads(float* value_dw, float* value_db, float* adv_dw, float* adv_db, float* trunk_db,
+                             const float* d_heads, const float* h, const float* d_pre, std::int64_t batch,
+                             std::int64_t hidden, std::int64_t branches, std::int64_t actions, void* workspace,
+                             cudaStream_t stream) {
+  const bool duel = value_dw != nullptr;
+  check("fused_heads_param_grads", batch, hidden, branches, actions, duel);
+  FH_EXPECT(!duel || value_db != nullptr, "fused_heads_param_grads: value_db must be set with value_dw");
+  FH_EXPECT(adv_dw && adv_db, "fused_heads_param_grads: adv_dw and adv_db must not be null");
+  FH_EXPECT(batch == 0 || (d_heads && h), "fused_heads_param_grads: d_heads and h must not be null");
+  FH_EXPECT(batch == 0 || trunk_db == nullptr || d_pre != nullptr, "fused_heads_param_grads: trunk_db needs d_pre");
+  const int value_outputs = duel ? 1 : 0;
+  const int outputs = static_cast<int>(branches * actions) + value_outputs;
+  FH_EXPECT(workspace != nullptr && gpu::aligned16(workspace),
+            "fused_heads_param_grads: workspace must be non-null and 16-byte aligned "
+            "(fused_heads_param_grads_workspace_bytes, zeroed once)");
+  const int tiles = gpu::ceil_div(hidden, 32);
+  const std::int64_t splits = param_grad_splits(batch);
+  auto* counters = static_cast<unsigned int*>(workspace);
+  auto* partials = reinterpret_cast<float*>(static_cast<std::byte*>(workspace) +
+                                            ((static_cast<std::int64_t>(tiles) + 1) * 4 + 15) / 16 * 16);
+  // batch == 0 still launches (one split): the gradients are sums over nothing, written as 0.
+  heads_param_grad_kernel<<<dim3(tiles + 1, static_cast<unsigned>(splits)), dim3(32, kPgRows), 0, stream>>>(
+      value_dw, value_db, adv_dw, adv_db, trunk_db, d_heads, h, d_pre, batch, hidden, outputs, value_outputs,
+      partials, counters);
+  FH_CHECK_LAUNCH();
+}
+
+}  // namespace foxhunt::models

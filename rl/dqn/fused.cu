@@ -1,0 +1,326 @@
+#include "rl/dqn/fused.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "gpu/check.hpp"
+#include "gpu/launch.cuh"
+#include "gpu/partial_sum.cuh"
+#include "rl/dqn/schedule.cuh"
+
+namespace foxhunt::rl {
+namespace {
+
+// NaN or inf, tested on the bits (exponent all ones) so no fast-math flag can fold it away.
+__device__ __forceinline__ bool nonfinite(float x) { return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u; }
+
+// ---- stack ------------------------------------------------------------------------------------
+
+__global__ void stack_kernel(float* __restrict__ out, const float* __restrict__ a, const float* __restrict__ b,
+                             std::int64_t n, bool vec4) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (vec4) {  // n % 4 == 0 and every pointer 16-byte aligned: out + n is aligned too
+    const std::int64_t n4 = n / 4;
+    auto* o4 = reinterpret_cast<float4*>(out);
+    for (std::int64_t j = tid; j < 2 * n4; j += stride)
+      o4[j] = j < n4 ? reinterpret_cast<const float4*>(a)[j] : reinterpret_cast<const float4*>(b)[j - n4];
+    return;
+  }
+  for (std::int64_t i = tid; i < 2 * n; i += stride) out[i] = i < n ? a[i] : b[i - n];
+}
+
+__global__ void begin_stack_kernel(DqnState* __restrict__ st, DqnSchedule sc, float* __restrict__ out,
+                                   const float* __restrict__ a, const float* __restrict__ b, std::int64_t n,
+                                   bool vec4) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) detail::begin_update(st, sc);
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (vec4) {
+    const std::int64_t n4 = n / 4;
+    auto* o4 = reinterpret_cast<float4*>(out);
+    for (std::int64_t j = tid; j < 2 * n4; j += stride)
+      o4[j] = j < n4 ? reinterpret_cast<const float4*>(a)[j] : reinterpret_cast<const float4*>(b)[j - n4];
+    return;
+  }
+  for (std::int64_t i = tid; i < 2 * n; i += stride) out[i] = i < n ? a[i] : b[i - n];
+}
+
+// ---- targets + TD loss + statistics (one block) -------------------------------------------------
+
+constexpr int kTdThreads = 1024;  // one block: B = 4096 is 4 rows per thread
+
+__device__ __forceinline__ std::int32_t argmax_row(const float* q, std::int64_t n) {
+  std::int32_t best = 0;
+  float bv = q[0];
+  for (std::int64_t a = 1; a < n; ++a)
+    if (q[a] > bv) {  // strict: ties keep the lowest index (as dqn_targets)
+      bv = q[a];
+      best = static_cast<std::int32_t>(a);
+    }
+  return best;
+}
+
+// The per-sample arithmetic is targets_kernel's and td_loss_kernel's (rl/dqn/targets.cu), operation
+// for operation; only the batch sums (loss, q_mean) are added here, in double, in a fixed order.
+template <bool kHuber>
+__global__ void __launch_bounds__(kTdThreads)
+    td_fused_kernel(float* __restrict__ d_q, float* __restrict__ priorities, DqnState* __restrict__ st,
+                    const float* __restrict__ q, const float* __restrict__ q_select, const float* __restrict__ q_eval,
+                    const std::int32_t* __restrict__ acts, const float* __restrict__ returns,
+                    const float* __restrict__ discounts, const float* __restrict__ weights, std::int64_t batch,
+                    std::int64_t branches, std::int64_t actions, float delta, float eps) {
+  __shared__ double s_loss[kTdThreads];
+  __shared__ double s_q[kTdThreads];
+  const float inv_n = 1.f / static_cast<float>(batch * branches);
+  double loss_acc = 0.0, q_acc = 0.0;
+  for (std::int64_t b = threadIdx.x; b < batch; b += kTdThreads) {
+    float sum = 0.f;
+    for (std::int64_t d = 0; d < branches; ++d) {
+      const std::int64_t row = (b * branches + d) * actions;
+      sum += q_eval[row + argmax_row(q_select + row, actions)];
+    }
+    const float y = fmaf(discounts[b], sum / static_cast<float>(branches), returns[b]);
+    const float scale = (weights ? weights[b] : 1.f) * inv_n;
+    float loss = 0.f, prio = 0.f;
+    for (std::int64_t d = 0; d < branches; ++d) {
+      const std::int64_t row = (b * branches + d) * actions;
+      const std::int32_t a = acts[b * branches + d];
+      const float qa = q[row + a];
+      const float td = qa - y;
+      const float ad = fabsf(td);
+      float l, g;
+      if constexpr (kHuber) {
+        l = ad < delta ? 0.5f * td * td : delta * (ad - 0.5f * delta);
+        g = fminf(fmaxf(td, -delta), delta);
+      } else {
+        l = td * td;
+        g = 2.f * td;
+      }
+      loss += l;
+      prio += ad;
+      q_acc += static_cast<double>(qa);
+      for (std::int64_t k = 0; k < actions; ++k) d_q[row + k] = k == a ? scale * g : 0.f;
+    }
+    loss_acc += static_cast<double>(scale * loss);
+    if (priorities) priorities[b] = prio + eps;
+  }
+  s_loss[threadIdx.x] = loss_acc;
+  s_q[threadIdx.x] = q_acc;
+  __syncthreads();
+  for (int w = kTdThreads / 2; w > 0; w >>= 1) {
+    if (static_cast<int>(threadIdx.x) < w) {
+      s_loss[threadIdx.x] += s_loss[threadIdx.x + w];
+      s_q[threadIdx.x] += s_q[threadIdx.x + w];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const float loss = static_cast<float>(s_loss[0]);
+    st->loss = loss;
+    st->q_mean = static_cast<float>(s_q[0] / static_cast<double>(batch * branches));
+    if (nonfinite(loss)) st->skip = 1u;  // the only writer of skip while this kernel runs
+  }
+}
+
+// ---- gradient guard: non-finite flag, global norm, clip scale (one kernel) ------------------------
+
+__device__ __forceinline__ float clip_coefficient(float norm, float max_norm) {
+  const float c = max_norm / (norm + 1e-6f);
+  return c >= 1.f ? 1.f : c;  // NaN propagates (as gpu::clip_scale / torch.clamp)
+}
+
+// First pass exactly as gpu/grad_norm's sum_squares_kernel (same grid, same per-thread order, same
+// block_sum), second pass exactly as finish_partial_sum_kernel, run by the last block to finish.
+__global__ void __launch_bounds__(gpu::kBlock)
+    grad_guard_kernel(DqnState* __restrict__ st, const float* __restrict__ grad, std::int64_t n, bool vec4,
+                      float max_norm, float* __restrict__ partials, unsigned int* __restrict__ done_blocks) {
+  const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  float acc = 0.f;
+  bool bad = false;
+  std::int64_t done = 0;
+  if (vec4) {
+    const std::int64_t n4 = n / 4;
+    for (std::int64_t j = tid; j < n4; j += stride) {
+      const float4 g = reinterpret_cast<const float4*>(grad)[j];
+      bad |= nonfinite(g.x) || nonfinite(g.y) || nonfinite(g.z) || nonfinite(g.w);
+      acc = fmaf(g.x, g.x, acc);
+      acc = fmaf(g.y, g.y, acc);
+      acc = fmaf(g.z, g.z, acc);
+      acc = fmaf(g.w, g.w, acc);
+    }
+    done = n4 * 4;
+  }
+  for (std::int64_t i = done + tid; i < n; i += stride) {
+    const float g = grad[i];
+    bad |= nonfinite(g);
+    acc = fmaf(g, g, acc);
+  }
+  acc = gpu::block_sum(acc);  // valid in thread 0
+  bad = __syncthreads_or(bad);
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    if (bad) atomicOr(&st->skip, 1u);
+    partials[blockIdx.x] = acc;
+    __threadfence();  // the partial is visible device-wide before the count says so
+    last = atomicAdd(done_blocks, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();  // also separates the two block_sum calls (they share one shared array)
+  if (!last) return;  // uniform over the block
+  __threadfence();
+  float s = 0.f;
+  for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += blockDim.x) s += __ldcg(partials + i);
+  s = gpu::block_sum(s);
+  if (threadIdx.x == 0) {
+    const float norm = sqrtf(s);
+    st->grad_norm = norm;
+    if (max_norm > 0.f) st->clip_scale = clip_coefficient(norm, max_norm);
+    *done_blocks = 0u;  // ready for the next call (no other block touches it any more)
+  }
+}
+
+// ---- end of update + target update + parameter check -----------------------------------------------
+
+__global__ void end_target_kernel(DqnState* __restrict__ st, float* __restrict__ priorities, std::int64_t batch,
+                                  float skip_priority, float* __restrict__ target, const float* __restrict__ online,
+                                  std::int64_t n, float tau, std::int64_t period, bool vec4,
+                                  unsigned int* __restrict__ done_blocks) {
+  const bool skip = st->skip != 0u;
+  const std::int64_t applied = st->updates_applied + (skip ? 0 : 1);
+  const bool move = !skip && applied % period == 0;  // uniform over the grid
+  const bool copy = tau == 1.f;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (priorities && skip)
+    for (std::int64_t i = tid; i < batch; i += stride) priorities[i] = skip_priority;
+  bool bad = false;
+  std::int64_t done = 0;
+  if (vec4) {
+    const std::int64_t n4 = n / 4;
+    const auto* o4 = reinterpret_cast<const float4*>(online);
+    auto* t4 = reinterpret_cast<float4*>(target);
+    for (std::int64_t j = tid; j < n4; j += stride) {
+      const float4 o = o4[j];
+      bad |= nonfinite(o.x) || nonfinite(o.y) || nonfinite(o.z) || nonfinite(o.w);
+      if (!move) continue;
+      if (copy) {
+        t4[j] = o;
+      } else {  // target_update_kernel's fmaf per element
+        float4 t = t4[j];
+        t.x = fmaf(tau, o.x - t.x, t.x);
+        t.y = fmaf(tau, o.y - t.y, t.y);
+        t.z = fmaf(tau, o.z - t.z, t.z);
+        t.w = fmaf(tau, o.w - t.w, t.w);
+        t4[j] = t;
+      }
+    }
+    done = n4 * 4;
+  }
+  for (std::int64_t i = done + tid; i < n; i += stride) {
+    const float o = online[i];
+    bad |= nonfinite(o);
+    if (move) target[i] = copy ? o : fmaf(tau, o - target[i], target[i]);
+  }
+  // Barrier: every thread of this block has read st->skip and st->updates_applied.
+  bad = __syncthreads_or(bad);
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    if (bad) atomicOr(&st->params_nonfinite, 1u);
+    __threadfence();
+    last = atomicAdd(done_blocks, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (last && threadIdx.x == 0) {  // every block has read the counters: now they may change
+    __threadfence();
+    st->updates_attempted += 1;
+    st->updates_applied = applied;
+    st->skips_total += skip ? 1u : 0u;
+    *done_blocks = 0u;
+  }
+}
+
+}  // namespace
+
+void dqn_stack_rows(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t stream) {
+  FH_EXPECT(n >= 0, "dqn_stack_rows: n must be >= 0, got " + std::to_string(n));
+  if (n == 0) return;
+  FH_EXPECT(out && a && b, "dqn_stack_rows: null pointer");
+  const bool vec4 = n % 4 == 0 && gpu::aligned16(out) && gpu::aligned16(a) && gpu::aligned16(b);
+  const std::int64_t items = vec4 ? n / 2 : 2 * n;
+  stack_kernel<<<gpu::grid_stride_blocks(items), gpu::kBlock, 0, stream>>>(out, a, b, n, vec4);
+  FH_CHECK_LAUNCH();
+}
+
+void dqn_td_fused(float* d_q, float* priorities, DqnState* state, const float* q, const float* q_select,
+                  const float* q_eval, const std::int32_t* actions, const float* returns, const float* discounts,
+                  const float* weights, std::int64_t batch, std::int64_t branches, std::int64_t actions_count,
+                  TdLoss kind, float huber_delta, float priority_eps, cudaStream_t stream) {
+  FH_EXPECT(batch >= 1 && branches >= 1 && actions_count >= 1,
+            "dqn_td_fused: need batch, branches, actions >= 1; got " + std::to_string(batch) + ", " +
+                std::to_string(branches) + ", " + std::to_string(actions_count));
+  FH_EXPECT(kind == TdLoss::mse || (huber_delta > 0.f && std::isfinite(huber_delta)),
+            "dqn_td_fused: huber_delta must be finite and > 0, got " + std::to_string(huber_delta));
+  FH_EXPECT(priority_eps >= 0.f, "dqn_td_fused: priority_eps must be >= 0");
+  FH_EXPECT(d_q && state && q && q_select && q_eval && actions && returns && discounts, "dqn_td_fused: null pointer");
+  if (kind == TdLoss::huber)
+    td_fused_kernel<true><<<1, kTdThreads, 0, stream>>>(d_q, priorities, state, q, q_select, q_eval, actions, returns,
+                                                        discounts, weights, batch, branches, actions_count,
+                                                        huber_delta, priority_eps);
+  else
+    td_fused_kernel<false><<<1, kTdThreads, 0, stream>>>(d_q, priorities, state, q, q_select, q_eval, actions,
+                                                         returns, discounts, weights, batch, branches, actions_count,
+                                                         huber_delta, priority_eps);
+  FH_CHECK_LAUNCH();
+}
+
+std::size_t dqn_grad_guard_workspace_bytes(std::int64_t n) {
+  // partials (floats), then the counter on its own 16-byte slot
+  return (gpu::partial_bytes(n) + 15) / 16 * 16 + 16;
+}
+
+void dqn_grad_guard(DqnState* state, const float* grads, std::int64_t n, float max_grad_norm, void* workspace,
+                    cudaStream_t stream) {
+  FH_EXPECT(n >= 1, "dqn_grad_guard: n must be >= 1, got " + std::to_string(n));
+  FH_EXPECT(std::isfinite(max_grad_norm), "dqn_grad_guard: max_grad_norm must be finite (<= 0: no clipping)");
+  FH_EXPECT(state && grads && workspace, "dqn_grad_guard: null pointer (workspace: dqn_grad_guard_workspace_bytes)");
+  FH_EXPECT(gpu::aligned16(workspace), "dqn_grad_guard: workspace must be 16-byte aligned");
+  auto* partials = static_cast<float*>(workspace);
+  auto* counter = reinterpret_cast<unsigned int*>(static_cast<std::byte*>(workspace) +
+                                                  (gpu::partial_bytes(n) + 15) / 16 * 16);
+  const int blocks = gpu::partial_blocks(n);  // gpu::global_grad_norm's grid: the same partials
+  grad_guard_kernel<<<blocks, gpu::kBlock, 0, stream>>>(state, grads, n, gpu::aligned16(grads), max_grad_norm,
+                                                        partials, counter);
+  FH_CHECK_LAUNCH();
+}
+
+void dqn_begin_and_stack(DqnState* state, const DqnSchedule& schedule, float* out, const float* a, const float* b,
+                         std::int64_t n, cudaStream_t stream) {
+  FH_EXPECT(n >= 1, "dqn_begin_and_stack: n must be >= 1, got " + std::to_string(n));
+  FH_EXPECT(state && out && a && b, "dqn_begin_and_stack: null pointer");
+  const bool vec4 = n % 4 == 0 && gpu::aligned16(out) && gpu::aligned16(a) && gpu::aligned16(b);
+  const std::int64_t items = vec4 ? n / 2 : 2 * n;
+  begin_stack_kernel<<<gpu::grid_stride_blocks(items), gpu::kBlock, 0, stream>>>(state, schedule, out, a, b, n, vec4);
+  FH_CHECK_LAUNCH();
+}
+
+void dqn_end_and_target_update(DqnState* state, float* priorities, std::int64_t batch, float skip_priority,
+                               float* target, const float* online, std::int64_t n, float tau, std::int64_t period,
+                               void* workspace, cudaStream_t stream) {
+  FH_EXPECT(tau > 0.f && tau <= 1.f, "dqn_end_and_target_update: tau must be in (0, 1], got " + std::to_string(tau));
+  FH_EXPECT(period >= 1, "dqn_end_and_target_update: period must be >= 1, got " + std::to_string(period));
+  FH_EXPECT(n >= 0 && batch >= 0, "dqn_end_and_target_update: n and batch must be >= 0");
+  FH_EXPECT(std::isfinite(skip_priority) && skip_priority > 0.f,
+            "dqn_end_and_target_update: skip_priority must be finite and > 0");
+  FH_EXPECT(state && workspace && (n == 0 || (target && online)), "dqn_end_and_target_update: null pointer");
+  const bool vec4 = gpu::aligned16(target) && gpu::aligned16(online);
+  // Always launches (the counters advance even with nothing to copy).
+  const std::int64_t items = std::max(vec4 ? (n + 3) / 4 : n, batch);
+  end_target_kernel<<<gpu::grid_stride_blocks(items), gpu::kBlock, 0, stream>>>(
+      state, priorities, batch, skip_priority, target, online, n, tau, period, vec4,
+      static_cast<unsigned int*>(workspace));
+  FH_CHECK_LAUNCH();
+}
+
+}  // namespace foxhunt::rl

@@ -1,0 +1,62 @@
+#pragma once
+// Fused kernels of the DQN update: each replaces several small launches (graph nodes) of the
+// generic path with one, computing the same quantities in the same meaning.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "rl/dqn/state.hpp"
+#include "rl/dqn/targets.hpp"
+
+namespace foxhunt::rl {
+
+// out (2n) = [a (n), b (n)]: stacks s and s' so that one online forward covers both (double DQN).
+// out must not alias a or b.
+void dqn_stack_rows(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t stream);
+
+// dqn_begin_update (rl/dqn/state.hpp) and dqn_stack_rows in one launch (one thread does the state).
+// Only for updates where nothing between the begin and the stacking reads the state (no noise).
+void dqn_begin_and_stack(DqnState* state, const DqnSchedule& schedule, float* out, const float* a, const float* b,
+                         std::int64_t n, cudaStream_t stream);
+
+// Targets, TD loss, priorities and the loss statistics of one Z == 1 update, in ONE block (so the
+// batch sums have a fixed order): per sample b, with D branches of A actions,
+//   y_b          = returns[b] + discounts[b] * mean_d q_eval[b, d, argmax_a q_select[b, d, :]]   (dqn_targets)
+//   d_q, priorities as td_loss with that y (d_q (B, D, A) fully written),
+//   state->loss   = sum_b w_b / (B D) * sum_d l(delta_bd)   (accumulated in double)
+//   state->q_mean = mean over (b, d) of q[b, d, actions[b, d]]
+//   state->skip   = 1 when the loss is not finite (never cleared here).
+// weights nullable (= 1), priorities nullable.
+void dqn_td_fused(float* d_q, float* priorities, DqnState* state, const float* q, const float* q_select,
+                  const float* q_eval, const std::int32_t* actions, const float* returns, const float* discounts,
+                  const float* weights, std::int64_t batch, std::int64_t branches, std::int64_t actions_count,
+                  TdLoss kind, float huber_delta, float priority_eps, cudaStream_t stream);
+
+// Workspace of dqn_grad_guard for n gradients (partials and a completion counter). The workspace
+// must be zeroed once before the first call; each call leaves it ready for the next.
+std::size_t dqn_grad_guard_workspace_bytes(std::int64_t n);
+
+// One kernel over the flat gradients (n), replacing flag_nonfinite + global_grad_norm + clip_scale:
+//   state->skip = 1 when any gradient is NaN/inf (never cleared here),
+//   state->grad_norm = sqrt(sum grad^2) (the same two-pass order as gpu::global_grad_norm, so the
+//     same bits), and when max_grad_norm > 0 state->clip_scale = min(1, max / (norm + 1e-6)).
+// The last block to finish adds the per-block partials (a completion counter, no float atomics).
+void dqn_grad_guard(DqnState* state, const float* grads, std::int64_t n, float max_grad_norm, void* workspace,
+                    cudaStream_t stream);
+
+// Workspace of dqn_end_and_target_update: a completion counter. Zero it once before the first call.
+inline constexpr std::size_t kDqnEndWorkspaceBytes = 16;
+
+// dqn_end_update + target_update + the non-finite-parameter check (rl/dqn/state.hpp), one kernel:
+//   skip = state->skip; applied = state->updates_applied + !skip
+//   priorities (B) (nullable) = skip_priority everywhere when skip
+//   when !skip and applied % period == 0: target = tau * online + (1 - tau) * target (tau 1: copy)
+//   state->params_nonfinite = 1 when any online parameter is NaN/inf (always checked)
+//   then, by the last block to finish (after every block has read skip and updates_applied):
+//   updates_attempted += 1, updates_applied = applied, skips_total += skip.
+void dqn_end_and_target_update(DqnState* state, float* priorities, std::int64_t batch, float skip_priority,
+                               float* target, const float* online, std::int64_t n, float tau, std::int64_t period,
+                               void* workspace, cudaStream_t stream);
+
+}  // namespace foxhunt::rl

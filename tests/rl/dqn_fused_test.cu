@@ -1,0 +1,257 @@
+// rl/dqn/fused against float64 references and against the unfused kernels they replace: the
+// one-block TD kernel (targets, loss, d_q, priorities, loss / q_mean statistics, loss guard), the
+// gradient guard (non-finite flag, norm bit-equal to gpu::global_grad_norm, clip scale, repeated
+// calls: the completion counter resets), the end of update with the target update and the
+// parameter check, the begin with the [s; s'] stacking, and the stacking alone.
+#include "models/fd_support.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gpu/grad_norm.hpp"
+#include "rl/dqn/fused.hpp"
+
+namespace foxhunt::rl {
+namespace {
+
+class DqnFusedTest : public test::LaneTest {};
+
+DqnState download_state(const gpu::DeviceBuffer<DqnState>& st, cudaStream_t s) { return test::download(st, s)[0]; }
+void upload_state(gpu::DeviceBuffer<DqnState>& st, const DqnState& h, cudaStream_t s) {
+  st.upload(std::span<const DqnState>(&h, 1), s);
+}
+
+TEST_F(DqnFusedTest, TdFusedMatchesFloat64) {
+  SCOPED_TRACE(seed_note());
+  struct Case {
+    std::int64_t B, D, A;
+    TdLoss kind;
+    bool weights;
+  };
+  for (const Case c : {Case{1, 1, 1, TdLoss::huber, true}, Case{256, 1, 9, TdLoss::huber, true},
+                       Case{1000, 3, 5, TdLoss::mse, false}, Case{4097, 1, 9, TdLoss::huber, true}}) {
+    SCOPED_TRACE("B " + std::to_string(c.B) + " D " + std::to_string(c.D) + " A " + std::to_string(c.A));
+    const std::int64_t B = c.B, D = c.D, A = c.A, n = B * D * A;
+    auto& r = rng();
+    const auto q = test::random_normal(static_cast<std::size_t>(n), 0.f, 2.f, r);
+    const auto qs = test::random_normal(static_cast<std::size_t>(n), 0.f, 1.f, r);
+    const auto qe = test::random_normal(static_cast<std::size_t>(n), 0.f, 1.f, r);
+    const auto R = test::random_uniform(static_cast<std::size_t>(B), -1.f, 1.f, r);
+    const auto g = test::random_uniform(static_cast<std::size_t>(B), 0.f, 0.99f, r);
+    const auto w = test::random_uniform(static_cast<std::size_t>(B), 0.2f, 1.f, r);
+    std::vector<std::int32_t> acts(static_cast<std::size_t>(B * D));
+    for (auto& a : acts) a = static_cast<std::int32_t>(r() % static_cast<std::uint64_t>(A));
+    const float delta = 1.f, eps = 1e-3f;
+    // float64 reference
+    std::vector<double> d_ref(static_cast<std::size_t>(n), 0), p_ref(static_cast<std::size_t>(B));
+    double loss_ref = 0, q_ref = 0;
+    for (std::int64_t b = 0; b < B; ++b) {
+      double sum = 0;
+      for (std::int64_t d = 0; d < D; ++d) {
+        const std::int64_t row = (b * D + d) * A;
+        std::int64_t best = 0;
+        for (std::int64_t a = 1; a < A; ++a)
+          if (qs[row + a] > qs[row + best]) best = a;
+        sum += qe[row + best];
+      }
+      const double y = R[b] + static_cast<double>(g[b]) * sum / static_cast<double>(D);
+      const double scale = (c.weights ? w[b] : 1.0) / static_cast<double>(B * D);
+      double prio = 0;
+      for (std::int64_t d = 0; d < D; ++d) {
+        const std::int64_t row = (b * D + d) * A;
+        const std::int32_t a = acts[b * D + d];
+        const double td = q[row + a] - y, ad = std::abs(td);
+        const bool huber = c.kind == TdLoss::huber;
+        loss_ref += scale * (huber ? (ad < delta ? 0.5 * td * td : delta * (ad - 0.5 * delta)) : td * td);
+        d_ref[row + a] = scale * (huber ? std::min<double>(std::max<double>(td, -delta), delta) : 2 * td);
+        prio += ad;
+        q_ref += q[row + a];
+      }
+      p_ref[b] = prio + eps;
+    }
+    q_ref /= static_cast<double>(B * D);
+
+    auto d_q = test::upload(q, s()), d_qs = test::upload(qs, s()), d_qe = test::upload(qe, s());
+    auto d_R = test::upload(R, s()), d_g = test::upload(g, s()), d_w = test::upload(w, s());
+    auto d_a = test::upload(acts, s());
+    gpu::DeviceBuffer<float> dq(static_cast<std::size_t>(n)), prio(static_cast<std::size_t>(B));
+    test::poison(dq, s());
+    test::poison(prio, s());
+    gpu::DeviceBuffer<DqnState> st(1);
+    upload_state(st, DqnState{}, s());
+    dqn_td_fused(dq.data(), prio.data(), st.data(), d_q.data(), d_qs.data(), d_qe.data(), d_a.data(), d_R.data(),
+                 d_g.data(), c.weights ? d_w.data() : nullptr, B, D, A, c.kind, delta, eps, s());
+    EXPECT_LT(test::rel_error(test::download(dq, s()), d_ref), 1e-5);
+    EXPECT_TRUE(test::all_close(test::download(prio, s()), p_ref, 1e-5, 1e-5));
+    const DqnState h = download_state(st, s());
+    EXPECT_NEAR(h.loss, loss_ref, 1e-5 * std::abs(loss_ref) + 1e-7);
+    EXPECT_NEAR(h.q_mean, q_ref, 1e-5 * (std::abs(q_ref) + 1.0));
+    EXPECT_EQ(h.skip, 0u);
+
+    // A NaN return makes the loss non-finite: the guard sets skip.
+    auto R_nan = R;
+    R_nan[static_cast<std::size_t>(B / 2)] = std::numeric_limits<float>::quiet_NaN();
+    auto d_Rn = test::upload(R_nan, s());
+    dqn_td_fused(dq.data(), prio.data(), st.data(), d_q.data(), d_qs.data(), d_qe.data(), d_a.data(), d_Rn.data(),
+                 d_g.data(), c.weights ? d_w.data() : nullptr, B, D, A, c.kind, delta, eps, s());
+    EXPECT_EQ(download_state(st, s()).skip, 1u);
+  }
+}
+
+TEST_F(DqnFusedTest, GradGuardMatchesGlobalGradNormBitwise) {
+  SCOPED_TRACE(seed_note());
+  for (const std::int64_t n : {std::int64_t{1}, std::int64_t{4097}, std::int64_t{1000003}, std::int64_t{4} << 20}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    const auto gr = test::random_normal(static_cast<std::size_t>(n), 0.f, 1.f, rng());
+    auto d_g = test::upload(gr, s());
+    gpu::DeviceBuffer<std::byte> ws(dqn_grad_guard_workspace_bytes(n));
+    FH_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), s()));
+    gpu::DeviceBuffer<std::byte> norm_ws(std::max<std::size_t>(gpu::grad_norm_workspace_bytes(n), 16));
+    gpu::DeviceBuffer<float> norm(1), scale(1);
+    gpu::global_grad_norm(norm.data(), d_g.data(), n, norm_ws.data(), s());
+    const float max_norm = 0.5f * std::sqrt(static_cast<float>(n));  // clips: the norm is ~sqrt(n)
+    gpu::clip_scale(scale.data(), norm.data(), max_norm, s());
+    const float want_norm = test::download(norm, s())[0], want_scale = test::download(scale, s())[0];
+    double ss = 0;
+    for (float x : gr) ss += static_cast<double>(x) * x;
+    EXPECT_NEAR(want_norm, std::sqrt(ss), 1e-5 * std::sqrt(ss));
+
+    gpu::DeviceBuffer<DqnState> st(1);
+    for (int call = 0; call < 3; ++call) {  // the completion counter must reset between calls
+      DqnState h0{};
+      h0.clip_scale = -1.f;
+      upload_state(st, h0, s());
+      dqn_grad_guard(st.data(), d_g.data(), n, max_norm, ws.data(), s());
+      const DqnState h = download_state(st, s());
+      EXPECT_EQ(std::memcmp(&h.grad_norm, &want_norm, sizeof(float)), 0) << h.grad_norm << " vs " << want_norm;
+      EXPECT_EQ(std::memcmp(&h.clip_scale, &want_scale, sizeof(float)), 0) << h.clip_scale << " vs " << want_scale;
+      EXPECT_EQ(h.skip, 0u);
+    }
+    // No clipping: clip_scale untouched.
+    DqnState h0{};
+    h0.clip_scale = -1.f;
+    upload_state(st, h0, s());
+    dqn_grad_guard(st.data(), d_g.data(), n, 0.f, ws.data(), s());
+    EXPECT_EQ(download_state(st, s()).clip_scale, -1.f);
+    // One inf gradient sets skip.
+    test::set_elem(d_g.data(), n - 1, std::numeric_limits<float>::infinity(), s());
+    upload_state(st, DqnState{}, s());
+    dqn_grad_guard(st.data(), d_g.data(), n, max_norm, ws.data(), s());
+    EXPECT_EQ(download_state(st, s()).skip, 1u);
+  }
+}
+
+TEST_F(DqnFusedTest, EndAndTargetUpdate) {
+  SCOPED_TRACE(seed_note());
+  for (const std::int64_t n : {std::int64_t{1}, std::int64_t{4097}, std::int64_t{1000003}}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    const std::int64_t B = 300;
+    const auto on = test::random_uniform(static_cast<std::size_t>(n), -1.f, 1.f, rng());
+    const auto tg = test::random_uniform(static_cast<std::size_t>(n), -1.f, 1.f, rng());
+    const auto pr = test::random_uniform(static_cast<std::size_t>(B), 0.1f, 2.f, rng());
+    auto d_on = test::upload(on, s()), d_tg = test::upload(tg, s()), d_pr = test::upload(pr, s());
+    gpu::DeviceBuffer<std::byte> ws(kDqnEndWorkspaceBytes);
+    FH_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), s()));
+    gpu::DeviceBuffer<DqnState> st(1);
+    auto set_state = [&](std::int64_t applied, std::uint32_t skip) {
+      DqnState h{};
+      h.updates_applied = applied;
+      h.updates_attempted = 10;
+      h.skips_total = 3;
+      h.skip = skip;
+      upload_state(st, h, s());
+    };
+    auto run = [&](float tau, std::int64_t period) {
+      dqn_end_and_target_update(st.data(), d_pr.data(), B, 7.f, d_tg.data(), d_on.data(), n, tau, period, ws.data(),
+                                s());
+    };
+    set_state(5, 0);  // applied becomes 6: period 4 does not divide it, no move
+    run(1.f, 4);
+    DqnState h = download_state(st, s());
+    EXPECT_EQ(h.updates_applied, 6);
+    EXPECT_EQ(h.updates_attempted, 11);
+    EXPECT_EQ(h.skips_total, 3u);
+    EXPECT_EQ(test::download(d_tg, s()), tg);
+    EXPECT_EQ(test::download(d_pr, s()), pr);  // not skipped: priorities untouched
+    set_state(7, 1);  // skipped: applied stays 7, no move, priorities become the skip priority
+    run(1.f, 1);
+    h = download_state(st, s());
+    EXPECT_EQ(h.updates_applied, 7);
+    EXPECT_EQ(h.updates_attempted, 11);
+    EXPECT_EQ(h.skips_total, 4u);
+    EXPECT_EQ(h.params_nonfinite, 0u);
+    EXPECT_EQ(test::download(d_tg, s()), tg);
+    for (float p : test::download(d_pr, s())) EXPECT_EQ(p, 7.f);
+    set_state(7, 0);  // applied becomes 8: Polyak
+    run(0.005f, 4);
+    std::vector<double> want(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) want[i] = tg[i] + 0.005 * (static_cast<double>(on[i]) - tg[i]);
+    EXPECT_TRUE(test::all_close(test::download(d_tg, s()), want, 1e-5, 1e-7));
+    set_state(0, 0);  // hard copy: bit-exact
+    run(1.f, 1);
+    EXPECT_EQ(test::download(d_tg, s()), on);
+    EXPECT_EQ(download_state(st, s()).updates_applied, 1);
+    // A NaN parameter is reported even when the target does not move.
+    test::set_elem(d_on.data(), n / 2, std::numeric_limits<float>::quiet_NaN(), s());
+    set_state(7, 1);
+    run(1.f, 1);
+    EXPECT_EQ(download_state(st, s()).params_nonfinite, 1u);
+    EXPECT_EQ(test::download(d_tg, s()), on);
+  }
+}
+
+TEST_F(DqnFusedTest, BeginAndStackEqualsBeginThenStack) {
+  SCOPED_TRACE(seed_note());
+  DqnSchedule sc;
+  sc.beta_start = 0.4f;
+  sc.beta_end = 1.f;
+  sc.beta_updates = 1000;
+  sc.lr_start = 1e-3f;
+  sc.lr_end = 1e-4f;
+  sc.lr_updates = 300;
+  DqnState h0{};
+  h0.updates_applied = 123;
+  h0.noise_counter = 9;
+  h0.skip = 1;
+  h0.dead_units = 5;
+  h0.params_nonfinite = 1;
+  gpu::DeviceBuffer<DqnState> a(1), b(1);
+  upload_state(a, h0, s());
+  upload_state(b, h0, s());
+  const std::int64_t n = 4097;
+  const auto x = test::random_uniform(static_cast<std::size_t>(n), -1.f, 1.f, rng());
+  const auto y = test::random_uniform(static_cast<std::size_t>(n), -1.f, 1.f, rng());
+  auto d_x = test::upload(x, s()), d_y = test::upload(y, s());
+  gpu::DeviceBuffer<float> out(static_cast<std::size_t>(2 * n));
+  test::poison(out, s());
+  dqn_begin_update(a.data(), sc, s());
+  dqn_begin_and_stack(b.data(), sc, out.data(), d_x.data(), d_y.data(), n, s());
+  const DqnState ha = download_state(a, s()), hb = download_state(b, s());
+  EXPECT_EQ(std::memcmp(&ha, &hb, sizeof ha), 0);
+  EXPECT_EQ(hb.skip, 0u);
+  EXPECT_EQ(hb.noise_counter, 10u);
+  auto want = x;
+  want.insert(want.end(), y.begin(), y.end());
+  EXPECT_EQ(test::download(out, s()), want);
+}
+
+TEST_F(DqnFusedTest, StackRows) {
+  SCOPED_TRACE(seed_note());
+  for (const std::int64_t n : {std::int64_t{1}, std::int64_t{6}, std::int64_t{4097}, std::int64_t{1} << 20}) {
+    const auto a = test::random_uniform(static_cast<std::size_t>(n), -1.f, 1.f, rng());
+    const auto b = test::random_uniform(static_cast<std::size_t>(n), -1.f, 1.f, rng());
+    auto d_a = test::upload(a, s()), d_b = test::upload(b, s());
+    gpu::DeviceBuffer<float> out(static_cast<std::size_t>(2 * n));
+    test::poison(out, s());
+    dqn_stack_rows(out.data(), d_a.data(), d_b.data(), n, s());
+    auto want = a;
+    want.insert(want.end(), b.begin(), b.end());
+    EXPECT_EQ(test::download(out, s()), want);
+  }
+}
+
+}  // namespace
+}  // namespace foxhunt::rl
