@@ -12,6 +12,7 @@
 #include "gpu/check.hpp"
 #include "gpu/device.hpp"
 #include "rl/envs/cartpole.hpp"
+#include "rl/envs/market.hpp"
 
 namespace foxhunt::actors {
 
@@ -69,21 +70,27 @@ rl::ReplayConfig dqn_replay_config(const RunConfig& c, std::int64_t obs_dim, std
   return rc;
 }
 
+std::unique_ptr<rl::VecEnv> make_env(const RunConfig& config, std::int64_t num_envs) {
+  if (config.env.kind == "cartpole") return std::make_unique<rl::CartPoleEnv>(num_envs);
+  if (config.env.kind == "ou_market" || config.env.kind == "market")
+    return std::make_unique<rl::MarketEnv>(market_config(config), num_envs);
+  throw std::invalid_argument("env.kind = \"" + config.env.kind + "\": must be one of cartpole | ou_market | market");
+}
+
 PipelineStages make_stages(const RunConfig& config, const std::optional<std::filesystem::path>& resume,
                            const StageOptions& options) {
-  if (config.env.kind != "cartpole")
-    throw std::runtime_error("env.kind = \"" + config.env.kind +
-                             "\": actors/stage_factory.cpp builds only the CartPole-v1 collector so far; the "
-                             "market collector (rl::MarketEnv from the [env] OU parameters) is not wired yet");
   std::string why;
   if (gpu::device_count(&why) < 1)
     throw std::runtime_error("foxhunt train needs a CUDA device: " + (why.empty() ? std::string("none found") : why));
   const int device = config.run.device;
   FH_CHECK(cudaSetDevice(device));
 
-  auto env = std::make_unique<rl::CartPoleEnv>(config.env.num_envs);
+  // Markets: one branch per asset over the config's levels (assets > 1: BDQ heads).
+  std::unique_ptr<rl::VecEnv> env = make_env(config, config.env.num_envs);
   const std::int64_t obs_dim = env->obs_dim();
   const rl::ActionSpace space = env->action_space();
+  if (space.kind != rl::ActionSpace::Kind::discrete)
+    throw std::invalid_argument("env: the DQN pipeline needs discrete actions (market action.kind = \"discrete\")");
   const rl::DqnLearnerConfig lc = dqn_learner_config(config, obs_dim, space.branches, space.choices);
   rl::validate(lc);
   const rl::ReplayConfig rc = dqn_replay_config(config, obs_dim, space.branches);
