@@ -321,6 +321,7 @@ PipelineConfig RunConfig::pipeline_config() const {
   p.ratio_slack = pipeline.ratio_slack;
   p.sync_every = pipeline.sync_every;
   p.checkpoint_every = checkpoint.every_env_steps;
+  p.deterministic = run.deterministic;
   return p;
 }
 
