@@ -193,7 +193,15 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
                                 "); the latest good checkpoint is " + (latest ? latest->string() : std::string("none"));
     } else {
       try {
-        result.final_checkpoint = hooks.store->write(result.counters, stages.learner->checkpoint_job());
+        // Learner and collector state from the same quiesced moment (periodic checkpoints, taken
+        // while collection runs, hold the learner's only).
+        auto learner_job = stages.learner->checkpoint_job();
+        auto collector_job = stages.collector->checkpoint_job();
+        result.final_checkpoint =
+            hooks.store->write(result.counters, [&learner_job, &collector_job](const std::filesystem::path& dir) {
+              if (learner_job) learner_job(dir);
+              if (collector_job) collector_job(dir);
+            });
       } catch (const std::exception& e) {
         result.checkpoint_error = e.what();
       }

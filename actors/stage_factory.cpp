@@ -1,5 +1,7 @@
 #include "actors/stage_factory.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -103,8 +105,16 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   auto collector = std::make_shared<DqnCollectorStage>(std::move(env), lc, layout, config.pipeline.slots,
                                                        config.run.seed, stats_every, device);
   const std::int64_t floats = learner->learner().online_arena().padded_count();
-  if (resume) collector->resume_at(CheckpointStore::read_counters(*resume).env_steps);
-  collector->load_policy(learner->learner().online_arena().params(), floats);
+  // A final checkpoint carries the collector's state (acting network, exploration counters, and
+  // for markets the environments): continue from it; otherwise restart the envs and act with the
+  // learner's weights from the resumed step count.
+  bool restored = false, env_restored = false;
+  if (resume) restored = collector->restore(*resume, &env_restored);
+  if (resume && !restored) collector->resume_at(CheckpointStore::read_counters(*resume).env_steps);
+  if (!restored) collector->load_policy(learner->learner().online_arena().params(), floats);
+  if (resume && !env_restored)
+    spdlog::warn("resume: the environments restart from env seed {} (the checkpoint has no {} state){}", config.run.seed,
+                 config.env.kind, restored ? "" : "; exploration continues from the step count");
   auto sync = std::make_shared<PolicyPublishStage>(learner->learner().online_arena().params(), floats, device);
 
   PipelineStages stages;
