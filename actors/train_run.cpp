@@ -127,6 +127,7 @@ TrainOutcome run_training(const TrainRequest& req) {
   hooks.store->attach("config.resolved.toml", resolved_toml(cfg));  // foxhunt eval reads it
   hooks.progress_interval = std::chrono::milliseconds(cfg.logging.progress_interval_ms);
   hooks.stop_signal = req.stop_signal;
+  hooks.low_latency_scheduler = true;  // a GPU host: message hops without CAF's 50 us sleeps
   hooks.on_progress = [&reporter, &req](const ProgressSnapshot& s) {
     reporter(s);
     if (req.observer) req.observer(s);
