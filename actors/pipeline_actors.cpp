@@ -71,6 +71,16 @@ bool due_policy_ready(CollectorSelf* self) {
   const std::int64_t due = due_version(s, s.steps_issued);
   return s.policy_version >= due || due <= s.shared->config.start.policy_version;
 }
+
+// Deterministic mode: the run ends once replay is done and the collector holds the version due
+// after its last collect (so the checkpointed acting network does not depend on timing).
+void maybe_finish_deterministic(CollectorSelf* self) {
+  auto& s = self->state;
+  if (s.finished_sent || !s.replay_done || s.steps_issued < s.shared->config.total_env_steps) return;
+  if (!due_policy_ready(self)) return;  // a policy message calls again
+  s.finished_sent = true;
+  self->send(s.supervisor, finished_atom_v);
+}
 }  // namespace
 
 caf::behavior collector_actor(caf::stateful_actor<CollectorState>* self, std::shared_ptr<CollectorStage> stage,
@@ -143,7 +153,12 @@ caf::behavior collector_actor(caf::stateful_actor<CollectorState>* self, std::sh
         }
         s.pending_policies.push_back(policy);  // used when due (versions arrive in order)
         swap_due_policies(self);
+        maybe_finish_deterministic(self);
         schedule();
+      },
+      [self](finished_atom) {  // deterministic mode: from replay, all work up to the end is done
+        self->state.replay_done = true;
+        maybe_finish_deterministic(self);
       },
       [](fault_atom, const std::string& what) -> caf::result<void> {
         throw std::runtime_error("injected fault: " + what);
@@ -220,7 +235,7 @@ void pump_deterministic(ReplaySelf* self) {
   if (!s.finished_sent && s.steps >= s.shared->config.total_env_steps && s.updates_done == s.updates_issued &&
       !update_owed(s)) {
     s.finished_sent = true;
-    self->send(s.supervisor, finished_atom_v);
+    self->send(s.collector, finished_atom_v);  // the collector ends the run once its policy is due
   }
 }
 

@@ -55,9 +55,10 @@ struct PipelineConfig {
   //   collector a collect that starts at env step s uses exactly policy version
   //            floor(allowed_updates(s - slots * steps_per_slot) / sync_every) (it waits for it);
   //            on a resumed run, versions up to start.policy_version are not waited for;
-  //   end      the run completes once every transition is inserted and every update the ratio
-  //            allows at total_env_steps has completed (replay reports it, not the collector), so
-  //            the final checkpoint holds a state that depends on the counts only.
+  //   end      the run completes once every transition is inserted, every update the ratio
+  //            allows at total_env_steps has completed (replay tells the collector) and the
+  //            collector holds the policy version due at total_env_steps (what its next collect
+  //            would use), so the final checkpoint holds a state that depends on the counts only.
   bool deterministic = false;
 };
 
@@ -111,6 +112,7 @@ struct CollectorState {
   std::deque<LocalDeviceHandle> pending_policies;  // deterministic mode: published, not yet due
   std::unique_ptr<ReplayRatio> ratio;              // deterministic mode: which version is due
   bool wired = false, tick_pending = false, finished_sent = false;
+  bool replay_done = false;  // deterministic mode: replay has done all work up to total_env_steps
   const char* name = "foxhunt.collector";
 };
 
@@ -119,7 +121,7 @@ struct ReplayState {
   std::shared_ptr<PipelineShared> shared;
   caf::actor collector, learner, supervisor;
   std::unique_ptr<ReplayRatio> ratio;
-  bool finished_sent = false;       // deterministic mode: replay reports the end (all work done)
+  bool finished_sent = false;       // deterministic mode: replay told the collector it is done
   std::int64_t steps = 0;           // transitions received (incl. a resumed run's count)
   std::int64_t stored_here = 0;     // transitions inserted by this process (the buffer's fill)
   std::int64_t updates_issued = 0;  // batches sent

@@ -43,6 +43,7 @@ class TracingCollector final : public CollectorStage {
     return in_->collect(slot, gen, reuse_after);
   }
   std::uint64_t use_policy(const LocalDeviceHandle& p) override {
+    t_->add(t_->collector, "use v" + std::to_string(p.count));
     version_ = p.count;
     return in_->use_policy(p);
   }
