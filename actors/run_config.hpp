@@ -22,7 +22,7 @@ struct RunConfig {
     std::uint64_t seed = 1;
     std::int64_t total_env_steps = 500'000;
     int device = 0;
-    bool deterministic = false;
+    bool deterministic = false;          // PipelineConfig::deterministic: operations follow the counts
   } run;
   struct Env {
     std::string kind = "cartpole";       // cartpole | ou_market | market
