@@ -3,6 +3,7 @@
 // (a later kernel on the same stream does not wait for them), and drain() returns once all ran.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -72,9 +73,11 @@ TEST_F(CompletionPollerTest, RunsAfterCompletionInStreamOrderWithoutStallingTheS
   EXPECT_EQ(flag_seen_when_run.load(), 1);
   std::lock_guard lock(m);
   ASSERT_EQ(order.size(), 3u);
-  EXPECT_EQ(order[0], 3);  // b's completed ~50 ms earlier
-  EXPECT_EQ(order[1], 1);
-  EXPECT_EQ(order[2], 2);
+  // Stream order within a; across streams no order is promised (b's usually runs first, unless
+  // kernels are serialized, e.g. under compute-sanitizer).
+  const auto pos = [&](int v) { return std::find(order.begin(), order.end(), v) - order.begin(); };
+  EXPECT_LT(pos(1), pos(2));
+  EXPECT_LT(pos(3), 3);
   FH_CHECK(cudaFreeHost(flag));
 }
 
