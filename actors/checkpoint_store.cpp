@@ -38,6 +38,7 @@ fs::path CheckpointStore::write(const Counters& c, const std::function<void(cons
   try {
     fs::create_directories(tmp_dir);
     if (job) job(tmp_dir);
+    for (const auto& [file, text] : attachments_) write_text_atomically(tmp_dir / file, text);
     nlohmann::json j = {{"env_steps", c.env_steps}, {"updates", c.updates}, {"policy_version", c.policy_version}};
     write_text_atomically(tmp_dir / "counters.json", j.dump(2) + "\n");
     fs::remove_all(final_dir, ec);  // a re-save at the same step replaces the older one
@@ -48,6 +49,11 @@ fs::path CheckpointStore::write(const Counters& c, const std::function<void(cons
     throw std::runtime_error("checkpoint " + final_dir.string() + " not written: " + e.what());
   }
   return final_dir;
+}
+
+void CheckpointStore::attach(std::string file_name, std::string text) {
+  std::lock_guard lock(mutex_);
+  attachments_.emplace_back(std::move(file_name), std::move(text));
 }
 
 std::optional<fs::path> CheckpointStore::latest(const fs::path& root) {

@@ -13,7 +13,10 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "actors/stages.hpp"
 
@@ -26,6 +29,9 @@ class CheckpointStore {
   // Runs job(tmp_dir), writes counters.json, publishes atomically; returns the final directory.
   // Throws std::runtime_error (tmp dir removed, previous checkpoint untouched) on failure.
   std::filesystem::path write(const Counters& counters, const std::function<void(const std::filesystem::path&)>& job);
+  // A small file written into every checkpoint from now on (e.g. the run's resolved config, so a
+  // checkpoint directory is self-describing); part of the atomic publication.
+  void attach(std::string file_name, std::string text);
   // The newest complete checkpoint under root (nullopt when none).
   static std::optional<std::filesystem::path> latest(const std::filesystem::path& root);
   // counters.json of a checkpoint directory; std::runtime_error naming the file when unreadable.
@@ -34,6 +40,7 @@ class CheckpointStore {
  private:
   std::filesystem::path root_;
   std::mutex mutex_;  // the worker and the final checkpoint may race at shutdown
+  std::vector<std::pair<std::string, std::string>> attachments_;
 };
 
 // One thread running posted jobs in order; the destructor finishes queued jobs and joins.

@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "actors/completion_poller.hpp"
 #include "gpu/check.hpp"
 
 namespace foxhunt::actors {
@@ -21,6 +22,13 @@ void CUDART_CB run_host_fn(void* data) {
 
 CudaLane::CudaLane(int device) : device_(set_device(device)) {}
 
+void CudaLane::synchronize() const {
+  stream_.synchronize();
+  // Polled completions run on the poll thread shortly after the stream is idle: wait for them
+  // too, so "synchronized" still means every callback has run (run_pipeline relies on it).
+  if (completion_polling()) CompletionPoller::instance().drain(stream_.get());
+}
+
 void CudaLane::make_current() const { FH_CHECK(cudaSetDevice(device_)); }
 
 void CudaLane::wait(std::uint64_t event) const {
@@ -28,6 +36,10 @@ void CudaLane::wait(std::uint64_t event) const {
 }
 
 void CudaLane::when_done(std::function<void()> fn) const {
+  if (completion_polling()) {
+    CompletionPoller::instance().add(device_, stream_.get(), std::move(fn));
+    return;
+  }
   auto* boxed = new std::function<void()>(std::move(fn));
   const cudaError_t r = cudaLaunchHostFunc(stream_.get(), run_host_fn, boxed);
   if (r != cudaSuccess) delete boxed;

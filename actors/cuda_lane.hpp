@@ -26,8 +26,9 @@ class CudaLane {
   int device() const noexcept { return device_; }
   cudaStream_t stream() const noexcept { return stream_.get(); }
   void wait(std::uint64_t event) const;                // cudaStreamWaitEvent; 0: no-op
-  void when_done(std::function<void()> fn) const;     // cudaLaunchHostFunc; fn only sends messages
-  void synchronize() const { stream_.synchronize(); }
+  // cudaLaunchHostFunc, or the CompletionPoller when completion_polling(); fn only sends messages.
+  void when_done(std::function<void()> fn) const;
+  void synchronize() const;  // the stream idle and every when_done function run
   // Actors run on pool threads: each stage call makes its device current first.
   void make_current() const;
   std::string health() const;                          // cudaStreamQuery: "" unless it reports an error

@@ -1,7 +1,13 @@
 #include "actors/dqn_stages.hpp"
 
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
+
+#include "actors/env_state.hpp"
 
 #include "gpu/check.hpp"
 #include "rl/dqn/replay_hooks.hpp"
@@ -88,6 +94,66 @@ void DqnCollectorStage::resume_at(std::int64_t env_steps) {
   lane_.synchronize();
 }
 
+namespace {
+std::vector<DeviceSpan> obs_spans(gpu::DeviceBuffer<float>& obs, gpu::DeviceBuffer<float>& final_obs) {
+  return {{"obs", obs.data(), obs.bytes()}, {"final_obs", final_obs.data(), final_obs.bytes()}};
+}
+}  // namespace
+
+std::function<void(const std::filesystem::path& dir)> DqnCollectorStage::checkpoint_job() {
+  return [this](const std::filesystem::path& dir) {
+    lane_.make_current();
+    lane_.synchronize();
+    const std::vector<DeviceSpan> env_spans = env_state_spans(*env_);
+    if (!env_spans.empty()) {
+      write_spans(dir / "collector.env.bin", env_spans, lane_.stream());
+      write_spans(dir / "collector.obs.bin", obs_spans(obs_, final_obs_), lane_.stream());
+    }
+    policy_->save(dir / "collector.policy");
+    nlohmann::json j = {{"env_steps", steps_},
+                        {"next_stats", next_stats_},
+                        {"num_envs", env_->num_envs()},
+                        {"obs_dim", env_->obs_dim()},
+                        {"env_state", !env_spans.empty()}};
+    std::ofstream out(dir / "collector.json");
+    out << j.dump(2) << "\n";
+    out.flush();
+    if (!out) throw std::runtime_error("cannot write " + (dir / "collector.json").string());
+  };
+}
+
+bool DqnCollectorStage::restore(const std::filesystem::path& dir, bool* env_restored) {
+  if (env_restored) *env_restored = false;
+  const auto file = dir / "collector.json";
+  if (!std::filesystem::exists(file)) return false;
+  nlohmann::json j;
+  try {
+    std::ifstream in(file);
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(file.string() + ": " + e.what());
+  }
+  if (j.at("num_envs").get<std::int64_t>() != env_->num_envs() || j.at("obs_dim").get<std::int64_t>() != env_->obs_dim())
+    throw std::runtime_error(file.string() + ": collector state of " + std::to_string(j.at("num_envs").get<std::int64_t>()) +
+                             " envs x " + std::to_string(j.at("obs_dim").get<std::int64_t>()) +
+                             " observations does not fit env.num_envs = " + std::to_string(env_->num_envs()) +
+                             " x obs_dim " + std::to_string(env_->obs_dim()));
+  lane_.make_current();
+  lane_.synchronize();
+  const std::vector<DeviceSpan> env_spans = env_state_spans(*env_);
+  const bool with_env = j.at("env_state").get<bool>() && !env_spans.empty();
+  if (with_env) {
+    read_spans(dir / "collector.env.bin", env_spans, lane_.stream());
+    read_spans(dir / "collector.obs.bin", obs_spans(obs_, final_obs_), lane_.stream());
+  }
+  policy_->load(dir / "collector.policy");  // acting weights, epsilon step, act/noise counters
+  steps_ = j.at("env_steps").get<std::int64_t>();
+  next_stats_ = j.at("next_stats").get<std::int64_t>();
+  lane_.synchronize();
+  if (env_restored) *env_restored = with_env;
+  return true;
+}
+
 LocalDeviceHandle DqnCollectorStage::collect(int slot, std::uint64_t generation, std::uint64_t reuse_after) {
   FH_EXPECT(slot >= 0 && slot < slots(), "DqnCollectorStage::collect: slot out of range");
   lane_.make_current();
@@ -122,7 +188,10 @@ LocalDeviceHandle DqnCollectorStage::collect(int slot, std::uint64_t generation,
     policy_->after_env_step(N);
   }
   steps_ += layout_.steps * N;
-  if (steps_ >= next_stats_ && !stats_pending_) {
+  // At every window boundary, whether or not the host has read the previous window (it reads each
+  // collect, windows are many collects apart): the accumulators are env state that a checkpoint
+  // holds, so when they are cleared must not depend on timing (deterministic mode compares them).
+  if (steps_ >= next_stats_) {
     env_->export_stats(stats_exit_, true, s);  // the window since the last export
     stats_pending_ = true;
     while (next_stats_ <= steps_) next_stats_ += stats_every_;

@@ -60,8 +60,19 @@ class DqnCollectorStage final : public CollectorStage {
   // Setup only (synchronizes): the acting network's weights from `params` (the learner's arena).
   void load_policy(const float* params, std::int64_t floats);
   // Setup only (synchronizes): continue the epsilon schedule and the statistics windows from a
-  // resumed run's env-step count. (The exploration RNG and the envs start afresh: not bit-exact.)
+  // resumed run's env-step count (a checkpoint without collector state: the exploration counters
+  // and the envs start afresh).
   void resume_at(std::int64_t env_steps);
+  // Final checkpoint (quiesced pipeline): collector.json (step counters), collector.policy.*
+  // (the acting network with its exploration state: epsilon step, act/noise counters) and, when
+  // the env's state is capturable (actors/env_state.hpp: markets), collector.env.bin and
+  // collector.obs.bin (current and last-final observations).
+  std::function<void(const std::filesystem::path& dir)> checkpoint_job() override;
+  // Setup only (synchronizes): restores what checkpoint_job wrote. False (nothing changed) when
+  // `dir` holds no collector state; std::runtime_error when it does not fit this collector.
+  // Returns true; *env_restored says whether the environment continued too (else it restarted).
+  bool restore(const std::filesystem::path& dir, bool* env_restored = nullptr);
+  rl::VecEnv& env() noexcept { return *env_; }
   rl::DqnLearner& acting() noexcept { return *policy_; }
   // The latest exported window of episode statistics (tests read it after the run).
   const gpu::ExitSlot<rl::EpisodeStats>& episode_stats() const noexcept { return stats_exit_; }

@@ -7,9 +7,15 @@
 
 namespace foxhunt::actors {
 
-void configure_actor_system(caf::actor_system_config& cfg, int scheduler_threads) {
+void configure_actor_system(caf::actor_system_config& cfg, int scheduler_threads, bool low_latency) {
   cfg.add_message_types<caf::id_block::foxhunt_actors>();
   cfg.set("scheduler.max-threads", static_cast<std::int64_t>(scheduler_threads));
+  if (low_latency) {
+    // CAF 0.17 work stealing: aggressive polling never sleeps; ~1M polls of an empty queue are
+    // some tens of ms, far longer than the pipeline's gaps between messages.
+    cfg.set("work-stealing.aggressive-poll-attempts", std::int64_t{1'000'000});
+    cfg.set("work-stealing.aggressive-steal-interval", std::int64_t{4});
+  }
 }
 
 namespace {
@@ -79,7 +85,7 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
   auto latch = std::make_shared<OutcomeLatch>();
   {
     caf::actor_system_config cfg;
-    configure_actor_system(cfg, hooks.scheduler_threads);
+    configure_actor_system(cfg, hooks.scheduler_threads, hooks.low_latency_scheduler);
     caf::actor_system sys{cfg};
 
     std::vector<ChildSpec> specs;
@@ -193,7 +199,15 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
                                 "); the latest good checkpoint is " + (latest ? latest->string() : std::string("none"));
     } else {
       try {
-        result.final_checkpoint = hooks.store->write(result.counters, stages.learner->checkpoint_job());
+        // Learner and collector state from the same quiesced moment (periodic checkpoints, taken
+        // while collection runs, hold the learner's only).
+        auto learner_job = stages.learner->checkpoint_job();
+        auto collector_job = stages.collector->checkpoint_job();
+        result.final_checkpoint =
+            hooks.store->write(result.counters, [&learner_job, &collector_job](const std::filesystem::path& dir) {
+              if (learner_job) learner_job(dir);
+              if (collector_job) collector_job(dir);
+            });
       } catch (const std::exception& e) {
         result.checkpoint_error = e.what();
       }

@@ -21,7 +21,11 @@ namespace foxhunt::actors {
 
 // The CAF configuration every foxhunt actor system uses: the message types registered and a
 // bounded scheduler (idle work-stealing workers poll; a small pool is plenty for four actors).
-void configure_actor_system(caf::actor_system_config& cfg, int scheduler_threads = 4);
+// low_latency: idle workers spin (~tens of ms of aggressive polling) before CAF 0.17's moderate
+// polling, which sleeps 50 us (more with Linux timer slack) between looks at their queue: every
+// message hop of the pipeline otherwise risks that delay. Costs busy cores while a run is
+// active; off for CPU tests on small machines.
+void configure_actor_system(caf::actor_system_config& cfg, int scheduler_threads = 4, bool low_latency = false);
 
 // Installs SIGINT/SIGTERM handlers that set the returned flag (1 = SIGINT, 2 = SIGTERM). A second
 // signal of either kind gets the default action (immediate exit).
@@ -44,6 +48,7 @@ struct RunHooks {
   std::chrono::milliseconds stall_timeout{std::chrono::seconds(120)};  // no progress for this long: failure
   const std::atomic<int>* stop_signal = nullptr;
   int scheduler_threads = 4;
+  bool low_latency_scheduler = false;  // configure_actor_system's low_latency
   SupervisorPolicy policy{0, std::chrono::seconds(10)};  // pipeline actors are not restarted
   // Timeline: stages record into it (CudaLane::set_timeline); written as Chrome trace to
   // timeline_file after the streams are synchronized (nothing when either is empty).

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "actors/supervisor.hpp"
@@ -23,6 +24,65 @@ Counters Progress::counters() const {
 }
 
 // ---------------------------------------------------------------------------------- collector
+namespace {
+using CollectorSelf = caf::stateful_actor<CollectorState>;
+
+void swap_policy(CollectorSelf* self, const LocalDeviceHandle& policy) {
+  auto& s = self->state;
+  const std::uint64_t released = s.stage->use_policy(policy);
+  const std::int32_t old = s.policy_buffer;
+  s.policy_buffer = policy.slot;
+  s.policy_version = static_cast<std::int64_t>(policy.count);
+  s.shared->progress->policy_swaps.fetch_add(1);
+  self->send(s.target_sync, released_atom_v, old, released);
+}
+
+// Deterministic mode: the policy version a collect starting at env step `steps` must use: the
+// versions the ratio has made due `lag` steps earlier, lag = min(slots * steps_per_slot,
+// sync_every / ratio) rounded down to whole slots, so the learner is never more than about one
+// version ahead of what the collector may take (with 2 policy buffers and one snapshot credit a
+// longer lag could leave both sides waiting).
+std::int64_t due_version(const CollectorState& s, std::int64_t steps) {
+  const auto& cfg = s.shared->config;
+  const std::int64_t sps = s.stage->steps_per_slot();
+  const double per_version = static_cast<double>(cfg.sync_every) / cfg.replay_ratio;
+  std::int64_t lag = static_cast<std::int64_t>(s.stage->slots()) * sps;
+  if (per_version < static_cast<double>(lag)) lag = static_cast<std::int64_t>(per_version) / sps * sps;
+  return s.ratio->allowed_updates(std::max<std::int64_t>(0, steps - lag)) / cfg.sync_every;
+}
+
+// Deterministic mode: swaps in every published version that is due by now (versions arrive in
+// order; a due one is taken at once, which also frees its buffer for the next publication).
+void swap_due_policies(CollectorSelf* self) {
+  auto& s = self->state;
+  const std::int64_t due = due_version(s, s.steps_issued);
+  while (!s.pending_policies.empty() && static_cast<std::int64_t>(s.pending_policies.front().count) <= due) {
+    const LocalDeviceHandle p = s.pending_policies.front();
+    s.pending_policies.pop_front();
+    swap_policy(self, p);
+  }
+}
+
+// Deterministic mode: false while the version due for the next collect has not arrived. On a
+// resumed run the versions up to start.policy_version are never published again: not waited for.
+bool due_policy_ready(CollectorSelf* self) {
+  swap_due_policies(self);
+  auto& s = self->state;
+  const std::int64_t due = due_version(s, s.steps_issued);
+  return s.policy_version >= due || due <= s.shared->config.start.policy_version;
+}
+
+// Deterministic mode: the run ends once replay is done and the collector holds the version due
+// after its last collect (so the checkpointed acting network does not depend on timing).
+void maybe_finish_deterministic(CollectorSelf* self) {
+  auto& s = self->state;
+  if (s.finished_sent || !s.replay_done || s.steps_issued < s.shared->config.total_env_steps) return;
+  if (!due_policy_ready(self)) return;  // a policy message calls again
+  s.finished_sent = true;
+  self->send(s.supervisor, finished_atom_v);
+}
+}  // namespace
+
 caf::behavior collector_actor(caf::stateful_actor<CollectorState>* self, std::shared_ptr<CollectorStage> stage,
                               std::shared_ptr<PipelineShared> shared) {
   report_exceptions_as(self, "collector");
@@ -32,6 +92,10 @@ caf::behavior collector_actor(caf::stateful_actor<CollectorState>* self, std::sh
   st.generation.assign(static_cast<std::size_t>(stage->slots()), 0);
   for (int k = 0; k < stage->slots(); ++k) st.free_slots.emplace_back(k, 0);
   st.steps_issued = shared->config.start.env_steps;
+  st.policy_version = shared->config.start.policy_version;
+  if (shared->config.deterministic)
+    st.ratio = std::make_unique<ReplayRatio>(shared->config.replay_ratio, shared->config.learning_starts,
+                                             shared->config.ratio_slack);
 
   // One collect message in the mailbox at a time: credits, policy swaps and exits interleave.
   auto schedule = [self] {
@@ -56,13 +120,14 @@ caf::behavior collector_actor(caf::stateful_actor<CollectorState>* self, std::sh
         if (!s.wired) return;
         const std::int64_t total = s.shared->config.total_env_steps;
         if (s.steps_issued >= total) {
-          if (!s.finished_sent) {
+          if (!s.finished_sent && !s.shared->config.deterministic) {  // deterministic: replay reports the end
             s.finished_sent = true;
             self->send(s.supervisor, finished_atom_v);
           }
           return;
         }
         if (s.free_slots.empty()) return;
+        if (s.shared->config.deterministic && !due_policy_ready(self)) return;  // a policy message resumes
         auto [slot, reuse_after] = s.free_slots.front();
         s.free_slots.pop_front();
         const std::uint64_t gen = ++s.generation[static_cast<std::size_t>(slot)];
@@ -80,13 +145,20 @@ caf::behavior collector_actor(caf::stateful_actor<CollectorState>* self, std::sh
         self->state.free_slots.emplace_back(slot, reuse_after);
         schedule();
       },
-      [self](policy_atom, const LocalDeviceHandle& policy) {
+      [self, schedule](policy_atom, const LocalDeviceHandle& policy) {
         auto& s = self->state;
-        const std::uint64_t released = s.stage->use_policy(policy);
-        const std::int32_t old = s.policy_buffer;
-        s.policy_buffer = policy.slot;
-        s.shared->progress->policy_swaps.fetch_add(1);
-        self->send(s.target_sync, released_atom_v, old, released);
+        if (!s.shared->config.deterministic) {
+          swap_policy(self, policy);
+          return;
+        }
+        s.pending_policies.push_back(policy);  // used when due (versions arrive in order)
+        swap_due_policies(self);
+        maybe_finish_deterministic(self);
+        schedule();
+      },
+      [self](finished_atom) {  // deterministic mode: from replay, all work up to the end is done
+        self->state.replay_done = true;
+        maybe_finish_deterministic(self);
       },
       [](fault_atom, const std::string& what) -> caf::result<void> {
         throw std::runtime_error("injected fault: " + what);
@@ -108,19 +180,72 @@ void release_slots(ReplaySelf* self) {
   s.shared->progress->held_slot_credits.store(static_cast<std::int64_t>(s.held_slots.size()));
 }
 
+void do_insert(ReplaySelf* self, const LocalDeviceHandle& slot) {
+  auto& s = self->state;
+  const std::uint64_t ev = s.stage->insert(slot);
+  s.steps += static_cast<std::int64_t>(slot.count);
+  s.stored_here += static_cast<std::int64_t>(slot.count);
+  s.shared->progress->env_steps.store(s.steps);
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  const std::int32_t k = slot.slot;
+  s.stage->when_done([me, k, ev] { caf::anon_send(me, insert_done_atom_v, k, ev); });
+}
+
+void issue_sample(ReplaySelf* self, int b) {
+  auto& s = self->state;
+  const std::uint64_t gen = ++s.generation[static_cast<std::size_t>(b)];
+  LocalDeviceHandle h = s.stage->sample(b, gen);
+  h.slot = b;
+  h.generation = gen;
+  h.count = static_cast<std::uint64_t>(s.updates_issued);
+  ++s.updates_issued;
+  self->send(s.learner, batch_atom_v, h);
+}
+
+bool update_owed(const ReplayState& s) {
+  return s.stored_here >= s.stage->batch_size() && s.ratio->may_update(s.steps, s.updates_issued);
+}
+
+// Deterministic mode: the replay stream's operations in an order fixed by the counts (see
+// PipelineConfig::deterministic). Returns when the next operation needs a message to arrive;
+// reports the end of the run once everything up to total_env_steps has been done.
+void pump_deterministic(ReplaySelf* self) {
+  auto& s = self->state;
+  const std::int64_t B = s.stage->batches();
+  for (;;) {
+    if (update_owed(s)) {
+      const std::int64_t local = s.updates_issued - s.shared->config.start.updates;
+      const auto b = static_cast<std::size_t>(local % B);
+      if (local >= B) {
+        if (!s.arrived_td[b]) return;  // the learner's priorities for update u - B first
+        s.stage->update_priorities(static_cast<int>(b), *s.arrived_td[b]);
+        s.arrived_td[b].reset();
+      }
+      issue_sample(self, static_cast<int>(b));
+      continue;
+    }
+    if (!s.pending_inserts.empty()) {
+      const LocalDeviceHandle h = s.pending_inserts.front();
+      s.pending_inserts.pop_front();
+      do_insert(self, h);
+      continue;
+    }
+    break;
+  }
+  if (!s.finished_sent && s.steps >= s.shared->config.total_env_steps && s.updates_done == s.updates_issued &&
+      !update_owed(s)) {
+    s.finished_sent = true;
+    self->send(s.collector, finished_atom_v);  // the collector ends the run once its policy is due
+  }
+}
+
 void try_sample(ReplaySelf* self) {
   auto& s = self->state;
   while (!s.free_batches.empty() && s.stored_here >= s.stage->batch_size() &&
          s.ratio->may_update(s.steps, s.updates_issued)) {
     const int b = s.free_batches.front();
     s.free_batches.pop_front();
-    const std::uint64_t gen = ++s.generation[static_cast<std::size_t>(b)];
-    LocalDeviceHandle h = s.stage->sample(b, gen);
-    h.slot = b;
-    h.generation = gen;
-    h.count = static_cast<std::uint64_t>(s.updates_issued);
-    ++s.updates_issued;
-    self->send(s.learner, batch_atom_v, h);
+    issue_sample(self, b);
   }
 }
 }  // namespace
@@ -136,21 +261,21 @@ caf::behavior replay_actor(ReplaySelf* self, std::shared_ptr<ReplayStage> stage,
   st.updates_issued = st.updates_done = cfg.start.updates;
   st.generation.assign(static_cast<std::size_t>(stage->batches()), 0);
   for (int b = 0; b < stage->batches(); ++b) st.free_batches.push_back(b);
+  st.arrived_td.resize(static_cast<std::size_t>(stage->batches()));
   return {
       [self](wire_atom, const caf::actor& collector, const caf::actor&, const caf::actor& learner, const caf::actor&,
-             const caf::actor&) {
+             const caf::actor& supervisor) {
         self->state.collector = collector;
         self->state.learner = learner;
+        self->state.supervisor = supervisor;
       },
       [self](insert_atom, const LocalDeviceHandle& slot) {
-        auto& s = self->state;
-        const std::uint64_t ev = s.stage->insert(slot);
-        s.steps += static_cast<std::int64_t>(slot.count);
-        s.stored_here += static_cast<std::int64_t>(slot.count);
-        s.shared->progress->env_steps.store(s.steps);
-        caf::actor me = caf::actor_cast<caf::actor>(self);
-        const std::int32_t k = slot.slot;
-        s.stage->when_done([me, k, ev] { caf::anon_send(me, insert_done_atom_v, k, ev); });
+        if (self->state.shared->config.deterministic) {
+          self->state.pending_inserts.push_back(slot);
+          pump_deterministic(self);
+          return;
+        }
+        do_insert(self, slot);
         try_sample(self);
       },
       [self](insert_done_atom, std::int32_t slot, std::uint64_t ev) {
@@ -159,6 +284,15 @@ caf::behavior replay_actor(ReplaySelf* self, std::shared_ptr<ReplayStage> stage,
       },
       [self](priorities_atom, std::int32_t batch, const LocalDeviceHandle& td) {
         auto& s = self->state;
+        if (s.shared->config.deterministic) {
+          // Counted as done now (the learner finished it: the ratio's collection credit), applied
+          // right before the buffer's next sample.
+          s.arrived_td.at(static_cast<std::size_t>(batch)) = td;
+          ++s.updates_done;
+          release_slots(self);
+          pump_deterministic(self);
+          return;
+        }
         s.stage->update_priorities(batch, td);
         ++s.updates_done;
         s.free_batches.push_back(batch);
@@ -187,6 +321,12 @@ void try_snapshot(LearnerSelf* self) {
   if (s.shared->sync_writes_learner) s.sync_outstanding = true;
   s.shared->progress->policy_version.store(s.version);
   self->send(s.target_sync, weights_atom_v, snap);
+}
+
+// Updates wait while a sync writes learner state, and (deterministic mode) while a wanted
+// snapshot cannot be taken yet (it must see exactly the updates up to its version).
+bool updates_held(const LearnerState& s) {
+  return s.sync_outstanding || (s.shared->config.deterministic && s.sync_wanted);
 }
 
 void do_update(LearnerSelf* self, const LocalDeviceHandle& batch) {
@@ -248,7 +388,7 @@ caf::behavior learner_actor(LearnerSelf* self, std::shared_ptr<LearnerStage> sta
         self->state.supervisor = supervisor;
       },
       [self](batch_atom, const LocalDeviceHandle& batch) {
-        if (self->state.sync_outstanding)
+        if (updates_held(self->state))
           self->state.queued_batches.push_back(batch);
         else
           do_update(self, batch);
@@ -265,6 +405,19 @@ caf::behavior learner_actor(LearnerSelf* self, std::shared_ptr<LearnerStage> sta
         auto& s = self->state;
         s.snapshot_free = true;
         s.snapshot_reuse_after = ev;
+        if (s.shared->config.deterministic) {
+          if (s.sync_outstanding) {
+            s.stage->wait(ev);
+            s.sync_outstanding = false;
+          }
+          try_snapshot(self);  // the wanted version first: no update may slip in before it
+          while (!s.queued_batches.empty() && !updates_held(s)) {
+            LocalDeviceHandle b = s.queued_batches.front();
+            s.queued_batches.pop_front();
+            do_update(self, b);
+          }
+          return;
+        }
         if (s.sync_outstanding) {
           s.stage->wait(ev);  // the sync wrote state the next update reads
           s.sync_outstanding = false;

@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,22 @@ struct PipelineConfig {
   std::int64_t sync_every = 1;         // updates per target-sync / policy publication
   std::int64_t checkpoint_every = 0;   // env steps between periodic checkpoints; 0: only at stop
   Counters start;                      // counts a resumed run continues from
+  // Deterministic mode: every stage's sequence of operations (and so every value on the device)
+  // is a function of the counts alone, not of timing, at the price of some overlap:
+  //   replay   inserts, samples and priority updates in a fixed order: after each insert, the
+  //            updates the ratio allows at the new step count are sampled before the next insert;
+  //            update u uses batch buffer u % B, and the priorities of update u - B are applied
+  //            right before it (so the last B priority updates of a run are never applied);
+  //   learner  the snapshot of version v is taken right after update v * sync_every (further
+  //            batches wait while the previous snapshot is still being published);
+  //   collector a collect that starts at env step s uses exactly policy version
+  //            floor(allowed_updates(s - slots * steps_per_slot) / sync_every) (it waits for it);
+  //            on a resumed run, versions up to start.policy_version are not waited for;
+  //   end      the run completes once every transition is inserted, every update the ratio
+  //            allows at total_env_steps has completed (replay tells the collector) and the
+  //            collector holds the policy version due at total_env_steps (what its next collect
+  //            would use), so the final checkpoint holds a state that depends on the counts only.
+  bool deterministic = false;
 };
 
 struct PipelineStages {
@@ -91,15 +108,20 @@ struct CollectorState {
   std::vector<std::uint64_t> generation;
   std::int64_t steps_issued = 0;
   int policy_buffer = 0;
+  std::int64_t policy_version = 0;               // version of the weights the collector acts with
+  std::deque<LocalDeviceHandle> pending_policies;  // deterministic mode: published, not yet due
+  std::unique_ptr<ReplayRatio> ratio;              // deterministic mode: which version is due
   bool wired = false, tick_pending = false, finished_sent = false;
+  bool replay_done = false;  // deterministic mode: replay has done all work up to total_env_steps
   const char* name = "foxhunt.collector";
 };
 
 struct ReplayState {
   std::shared_ptr<ReplayStage> stage;
   std::shared_ptr<PipelineShared> shared;
-  caf::actor collector, learner;
+  caf::actor collector, learner, supervisor;
   std::unique_ptr<ReplayRatio> ratio;
+  bool finished_sent = false;       // deterministic mode: replay told the collector it is done
   std::int64_t steps = 0;           // transitions received (incl. a resumed run's count)
   std::int64_t stored_here = 0;     // transitions inserted by this process (the buffer's fill)
   std::int64_t updates_issued = 0;  // batches sent
@@ -107,6 +129,10 @@ struct ReplayState {
   std::deque<std::pair<int, std::uint64_t>> held_slots;  // completed inserts the ratio holds back
   std::deque<int> free_batches;
   std::vector<std::uint64_t> generation;
+  // Deterministic mode: inserts not yet enqueued, and per batch buffer the learner's TD handle
+  // waiting to be applied right before the buffer's next sample.
+  std::deque<LocalDeviceHandle> pending_inserts;
+  std::vector<std::optional<LocalDeviceHandle>> arrived_td;
   const char* name = "foxhunt.replay";
 };
 

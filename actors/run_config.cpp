@@ -124,6 +124,20 @@ class Reader {
     }
     put(key, v);
   }
+  // A string that may be empty (an optional path: "" = not set).
+  void optional_text(const char* key, std::string& v) {
+    if (const toml::node* n = find(key)) {
+      if (!n->is_string())
+        error(path(key) + " = " + describe_node(*n) + ": must be a string");
+      else
+        v = n->as_string()->get();
+    }
+    put(key, v);
+  }
+  // A known key that must not be set here (and is not written to the resolved config).
+  void forbid(const char* key, const std::string& why) {
+    if (const toml::node* n = find(key)) error(path(key) + " = " + describe_node(*n) + ": " + why);
+  }
   void int_list(const char* key, std::vector<std::int64_t>& v, std::size_t min_len, std::size_t max_len,
                 std::int64_t lo, std::int64_t hi) {
     const std::string what = "must be a list of " + std::to_string(min_len) + " to " + std::to_string(max_len) +
@@ -218,15 +232,27 @@ void read_all(Reader& r, RunConfig& c) {
   r.boolean("deterministic", c.run.deterministic);
 
   r.section("env");
-  r.choice("kind", c.env.kind, {"cartpole", "ou_market"});
+  r.choice("kind", c.env.kind, {"cartpole", "ou_market", "market"});
   r.integer("num_envs", c.env.num_envs, 1, std::int64_t{1} << 24);
   r.integer("steps_per_slot", c.env.steps_per_slot, 1, 4096);
-  r.number("kappa", c.env.kappa, 0.0, 1e4, true);
-  r.number("theta", c.env.theta, -1e3, 1e3);
-  r.number("sigma", c.env.sigma, 0.0, 10.0, true);
-  r.number("dt", c.env.dt, 0.0, 1.0, true);
-  r.number("fee_bps", c.env.fee_bps, 0.0, 1e4);
-  r.integer("episode_length", c.env.episode_length, 2, 1'000'000);
+  r.optional_text("market", c.env.market);
+  if (!c.env.market.empty()) {
+    // The inline OU keys are left out of the resolved config: the market file says it all.
+    for (const char* k : {"kappa", "theta", "sigma", "dt", "fee_bps", "episode_length"})
+      r.forbid(k, "not allowed beside env.market (the market file sets it)");
+    r.check(c.env.kind != "cartpole", "env.market = \"" + c.env.market +
+                                          "\": only for env.kind = \"ou_market\" or \"market\", not \"cartpole\"");
+  } else {
+    r.number("kappa", c.env.kappa, 0.0, 1e4, true);
+    r.number("theta", c.env.theta, -1e3, 1e3);
+    r.number("sigma", c.env.sigma, 0.0, 10.0, true);
+    r.number("dt", c.env.dt, 0.0, 1.0, true);
+    r.number("fee_bps", c.env.fee_bps, 0.0, 1e4);
+    r.integer("episode_length", c.env.episode_length, 2, 1'000'000);
+    r.check(c.env.kind != "market",
+            "env.market: missing; env.kind = \"market\" needs a market config file (e.g. "
+            "\"markets/ou_mean_reversion.toml\", relative to this file)");
+  }
 
   r.section("replay");
   r.integer("capacity", c.replay.capacity, 1, std::int64_t{2147483647});
@@ -295,6 +321,7 @@ PipelineConfig RunConfig::pipeline_config() const {
   p.ratio_slack = pipeline.ratio_slack;
   p.sync_every = pipeline.sync_every;
   p.checkpoint_every = checkpoint.every_env_steps;
+  p.deterministic = run.deterministic;
   return p;
 }
 
@@ -325,7 +352,62 @@ RunConfig load_run_config(const std::filesystem::path& file) {
   if (!in) throw std::invalid_argument("cannot read config file " + file.string());
   std::ostringstream s;
   s << in.rdbuf();
-  return parse_run_config(s.str(), file.string());
+  RunConfig c = parse_run_config(s.str(), file.string());
+  if (!c.env.market.empty()) {
+    std::filesystem::path m(c.env.market);
+    if (m.is_relative()) m = file.parent_path() / m;
+    c.env.market = std::filesystem::absolute(m).lexically_normal().string();
+    try {
+      (void)market_config(c);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(file.string() + ": invalid configuration:\n  " + e.what());
+    }
+  }
+  return c;
+}
+
+rl::MarketConfig market_config(const RunConfig& c) {
+  if (c.env.kind != "ou_market" && c.env.kind != "market")
+    throw std::invalid_argument("env.kind = \"" + c.env.kind + "\": not a market environment");
+  rl::MarketConfig m;
+  if (c.env.market.empty()) {
+    if (c.env.kind == "market") throw std::invalid_argument("env.market: missing; env.kind = \"market\" needs a market file");
+    // The inline OU keys: configs/markets/bench_ou.toml's market (one asset, short/flat/long).
+    m.assets = 1;
+    m.dt = c.env.dt;
+    m.episode_length = static_cast<int>(c.env.episode_length);
+    m.process = rl::PriceProcess::ou;
+    m.initial_price = {1.0};
+    m.kappa = {c.env.kappa};
+    m.theta = {c.env.theta};
+    m.sigma = {c.env.sigma};
+    m.fee_bps = c.env.fee_bps;
+    m.levels = {-1.0, 0.0, 1.0};
+    m.reward = rl::RewardKind::pnl;
+    try {
+      rl::validate(m);
+    } catch (const rl::ConfigError& e) {
+      throw std::invalid_argument(std::string("env (inline OU market): ") + e.what());
+    }
+  } else {
+    if (!std::filesystem::is_regular_file(c.env.market))
+      throw std::invalid_argument("env.market = \"" + c.env.market + "\": no such file");
+    try {
+      m = rl::load_market_config(c.env.market);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument("env.market = \"" + c.env.market + "\": " + e.what());
+    }
+  }
+  if (m.action != rl::ActionMode::discrete)
+    throw std::invalid_argument("env.market = \"" + c.env.market +
+                                "\": action.kind = \"continuous\" cannot run in the DQN pipeline (needs discrete levels)");
+  if (m.process == rl::PriceProcess::replay)
+    throw std::invalid_argument("env.market = \"" + c.env.market +
+                                "\": process.kind = \"replay\" is not wired into the actor pipeline yet (OHLCV loading)");
+  if (m.extra_features != 0)
+    throw std::invalid_argument("env.market = \"" + c.env.market +
+                                "\": market.extra_features must be 0 (nothing fills the extra block in the pipeline)");
+  return m;
 }
 
 std::string resolved_toml(const RunConfig& c) {

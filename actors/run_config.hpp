@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actors/pipeline_actors.hpp"
+#include "rl/envs/market_config.hpp"
 
 namespace foxhunt::actors {
 
@@ -21,13 +22,18 @@ struct RunConfig {
     std::uint64_t seed = 1;
     std::int64_t total_env_steps = 500'000;
     int device = 0;
-    bool deterministic = false;
+    bool deterministic = false;          // PipelineConfig::deterministic: operations follow the counts
   } run;
   struct Env {
-    std::string kind = "cartpole";       // cartpole | ou_market
+    std::string kind = "cartpole";       // cartpole | ou_market | market
     std::int64_t num_envs = 64;
     std::int64_t steps_per_slot = 1;     // environment steps per transition slot (rollout length)
-    // ou_market only
+    // ou_market and market: a market config file (configs/markets/*.toml, rl/envs/market_config.hpp).
+    // load_run_config resolves a relative path against the run config's folder (and stores it
+    // absolute, so the resolved config of a run works from anywhere). Required for kind = market;
+    // for ou_market "" means the inline OU keys below (one asset, levels -1/0/1, pnl reward).
+    std::string market;
+    // ou_market without `market` only (rejected beside `market`)
     double kappa = 5.0, theta = 0.0, sigma = 0.2, dt = 1.0 / 252.0, fee_bps = 5.0;
     std::int64_t episode_length = 256;
   } env;
@@ -74,9 +80,16 @@ struct RunConfig {
 };
 
 // Parses and validates TOML text; `source` names it in messages. Throws std::invalid_argument
-// listing every problem ("<source>: <key> ...").
+// listing every problem ("<source>: <key> ..."). env.market is kept as written (relative paths
+// are then relative to the working directory) and not opened: load_run_config does both.
 RunConfig parse_run_config(const std::string& toml_text, const std::string& source = "config");
+// Reads a file: parse_run_config, then env.market resolved against the file's folder (stored
+// absolute) and checked with market_config(); problems name env.market and the market file's key.
 RunConfig load_run_config(const std::filesystem::path& file);
+// The market environment of a run (env.kind ou_market or market): the env.market file, or the
+// inline OU keys. Throws std::invalid_argument naming env.kind / env.market (and, from the market
+// file, its own key) when the market cannot run in the DQN pipeline (e.g. continuous actions).
+rl::MarketConfig market_config(const RunConfig& c);
 // The whole configuration as TOML, defaults included (parse_run_config(resolved_toml(c)) == c).
 std::string resolved_toml(const RunConfig& c);
 

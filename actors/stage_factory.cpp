@@ -1,5 +1,7 @@
 #include "actors/stage_factory.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -12,6 +14,7 @@
 #include "gpu/check.hpp"
 #include "gpu/device.hpp"
 #include "rl/envs/cartpole.hpp"
+#include "rl/envs/market.hpp"
 
 namespace foxhunt::actors {
 
@@ -69,21 +72,27 @@ rl::ReplayConfig dqn_replay_config(const RunConfig& c, std::int64_t obs_dim, std
   return rc;
 }
 
+std::unique_ptr<rl::VecEnv> make_env(const RunConfig& config, std::int64_t num_envs) {
+  if (config.env.kind == "cartpole") return std::make_unique<rl::CartPoleEnv>(num_envs);
+  if (config.env.kind == "ou_market" || config.env.kind == "market")
+    return std::make_unique<rl::MarketEnv>(market_config(config), num_envs);
+  throw std::invalid_argument("env.kind = \"" + config.env.kind + "\": must be one of cartpole | ou_market | market");
+}
+
 PipelineStages make_stages(const RunConfig& config, const std::optional<std::filesystem::path>& resume,
                            const StageOptions& options) {
-  if (config.env.kind != "cartpole")
-    throw std::runtime_error("env.kind = \"" + config.env.kind +
-                             "\": actors/stage_factory.cpp builds only the CartPole-v1 collector so far; the "
-                             "market collector (rl::MarketEnv from the [env] OU parameters) is not wired yet");
   std::string why;
   if (gpu::device_count(&why) < 1)
     throw std::runtime_error("foxhunt train needs a CUDA device: " + (why.empty() ? std::string("none found") : why));
   const int device = config.run.device;
   FH_CHECK(cudaSetDevice(device));
 
-  auto env = std::make_unique<rl::CartPoleEnv>(config.env.num_envs);
+  // Markets: one branch per asset over the config's levels (assets > 1: BDQ heads).
+  std::unique_ptr<rl::VecEnv> env = make_env(config, config.env.num_envs);
   const std::int64_t obs_dim = env->obs_dim();
   const rl::ActionSpace space = env->action_space();
+  if (space.kind != rl::ActionSpace::Kind::discrete)
+    throw std::invalid_argument("env: the DQN pipeline needs discrete actions (market action.kind = \"discrete\")");
   const rl::DqnLearnerConfig lc = dqn_learner_config(config, obs_dim, space.branches, space.choices);
   rl::validate(lc);
   const rl::ReplayConfig rc = dqn_replay_config(config, obs_dim, space.branches);
@@ -96,8 +105,16 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   auto collector = std::make_shared<DqnCollectorStage>(std::move(env), lc, layout, config.pipeline.slots,
                                                        config.run.seed, stats_every, device);
   const std::int64_t floats = learner->learner().online_arena().padded_count();
-  if (resume) collector->resume_at(CheckpointStore::read_counters(*resume).env_steps);
-  collector->load_policy(learner->learner().online_arena().params(), floats);
+  // A final checkpoint carries the collector's state (acting network, exploration counters, and
+  // for markets the environments): continue from it; otherwise restart the envs and act with the
+  // learner's weights from the resumed step count.
+  bool restored = false, env_restored = false;
+  if (resume) restored = collector->restore(*resume, &env_restored);
+  if (resume && !restored) collector->resume_at(CheckpointStore::read_counters(*resume).env_steps);
+  if (!restored) collector->load_policy(learner->learner().online_arena().params(), floats);
+  if (resume && !env_restored)
+    spdlog::warn("resume: the environments restart from env seed {} (the checkpoint has no {} state){}", config.run.seed,
+                 config.env.kind, restored ? "" : "; exploration continues from the step count");
   auto sync = std::make_shared<PolicyPublishStage>(learner->learner().online_arena().params(), floats, device);
 
   PipelineStages stages;

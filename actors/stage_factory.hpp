@@ -3,11 +3,13 @@
 // rl/ and models/ classes implement the roles. `resume` is a checkpoint directory whose learner
 // state the learner stage loads.
 #include <filesystem>
+#include <memory>
 #include <optional>
 
 #include "actors/pipeline_actors.hpp"
 #include "actors/run_config.hpp"
 #include "rl/dqn/learner.hpp"
+#include "rl/envs/vec_env.hpp"
 #include "rl/replay/config.hpp"
 
 namespace foxhunt::actors {
@@ -19,6 +21,10 @@ rl::DqnLearnerConfig dqn_learner_config(const RunConfig& c, std::int64_t obs_dim
 rl::ReplayConfig dqn_replay_config(const RunConfig& c, std::int64_t obs_dim, std::int64_t branches);
 // ceil(replay_ratio * (total_env_steps - learning_starts)), at least 1: the beta anneal length.
 std::int64_t expected_updates(const RunConfig& c);
+
+// The run's environment with num_envs copies: CartPole-v1 (env.kind cartpole) or rl::MarketEnv
+// from market_config(config) (ou_market, market). Throws std::invalid_argument naming the key.
+std::unique_ptr<rl::VecEnv> make_env(const RunConfig& config, std::int64_t num_envs);
 
 // Throws std::runtime_error naming what is missing when a configured stage cannot be built
 // (e.g. an environment kind not wired yet, or no CUDA device).

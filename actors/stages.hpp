@@ -59,6 +59,10 @@ class CollectorStage : public Stage {
   // after all queued work that read the previous buffer: target-sync may rewrite it after that.
   // At construction the collector reads policy buffer 0.
   virtual std::uint64_t use_policy(const LocalDeviceHandle& policy) = 0;
+  // The collector's part of the FINAL checkpoint (called once the pipeline is quiesced: every
+  // stream idle): a job writing what an exact resume needs (environment state, observations,
+  // acting network and exploration counters) into a directory. Empty: nothing to write.
+  virtual std::function<void(const std::filesystem::path& dir)> checkpoint_job() { return {}; }
 };
 
 class ReplayStage : public Stage {

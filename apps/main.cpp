@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   foxhunt::apps::add_devices_command(app);
   foxhunt::apps::add_train_commands(app);
+  foxhunt::apps::add_eval_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

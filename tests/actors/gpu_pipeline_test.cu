@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "actors/completion_poller.hpp"
 #include "actors/cuda_lane.hpp"
 #include "actors/gpu_replay_stage.hpp"
 #include "actors/pipeline.hpp"
@@ -198,7 +199,13 @@ TEST_F(GpuPipelineTest, ReplayStageInsertSampleUpdate) {
   EXPECT_EQ(replay.health(), "");
 }
 
-TEST_F(GpuPipelineTest, ActorsRunOnTheDeviceAndStopCleanly) {
+// `polled`: completions through the CompletionPoller and the low-latency scheduler (what
+// bench/pipeline.cu's "polled" mode runs), instead of host functions and CAF's defaults.
+void run_device_pipeline(bool polled) {
+  struct PollingGuard {
+    explicit PollingGuard(bool on) { set_completion_polling(on); }
+    ~PollingGuard() { set_completion_polling(false); }
+  } guard(polled);
   const auto cfg = small_replay(32);
   const auto layout = TransitionSlotLayout::make(1, 16, cfg.layout);
   PipelineStages stages;
@@ -216,6 +223,7 @@ TEST_F(GpuPipelineTest, ActorsRunOnTheDeviceAndStopCleanly) {
   RunHooks hooks;
   hooks.store = std::make_shared<CheckpointStore>(dir);
   hooks.stall_timeout = std::chrono::seconds(30);
+  hooks.low_latency_scheduler = polled;
   // The runtime (actors, credits, replay stage) copies nothing device-to-host; the audit is
   // unavailable under compute-sanitizer (CUPTI taken), then the run is checked without it.
   gpu::TransferAudit audit;
@@ -239,3 +247,7 @@ TEST_F(GpuPipelineTest, ActorsRunOnTheDeviceAndStopCleanly) {
   ASSERT_TRUE(r.final_checkpoint.has_value()) << r.checkpoint_error;
   std::filesystem::remove_all(dir);
 }
+
+TEST_F(GpuPipelineTest, ActorsRunOnTheDeviceAndStopCleanly) { run_device_pipeline(false); }
+
+TEST_F(GpuPipelineTest, ActorsRunWithPolledCompletionsAndLowLatencyScheduler) { run_device_pipeline(true); }

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <unistd.h>
 
 #include "actors/run_config.hpp"
 
@@ -95,6 +97,10 @@ TEST(RunConfigTest, MalformedConfigsAreRejectedNamingTheKey) {
       {"[logging]\nlevel = \"loud\"\n", {"logging.level", "trace | debug | info | warn | error"}},
       {"[logging]\nprogress_interval_ms = 1\n", {"logging.progress_interval_ms", "[50, "}},
       {"run = 5\n", {"run", "must be a table"}},
+      {"[env]\nkind = \"market\"\n", {"env.market", "missing"}},
+      {"[env]\nkind = \"cartpole\"\nmarket = \"m.toml\"\n", {"env.market", "cartpole"}},
+      {"[env]\nkind = \"market\"\nmarket = \"m.toml\"\nkappa = 2\n", {"env.kappa", "env.market"}},
+      {"[env]\nmarket = 3\n", {"env.market", "string"}},
       {"[run\nname = 1\n", {"TOML syntax error", "cfg.toml:1"}},
   };
   for (const auto& bad : table) {
@@ -132,4 +138,87 @@ TEST(RunConfigTest, ShippedConfigsAreValid) {
     ++n;
   }
   EXPECT_GE(n, 2);
+}
+
+namespace {
+// A scratch folder with a run config and a market file beside it.
+struct MarketFiles {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                              ("foxhunt_run_config_test_" + std::to_string(::getpid()));
+  MarketFiles() { std::filesystem::create_directories(dir / "markets"); }
+  ~MarketFiles() { std::filesystem::remove_all(dir); }
+  std::filesystem::path write(const std::string& name, const std::string& text) const {
+    std::ofstream(dir / name) << text;
+    return dir / name;
+  }
+};
+constexpr const char* kOuMarket = R"(
+[market]
+assets = 1
+episode_length = 64
+window = 8
+[process]
+kind = "ou"
+initial_price = 100.0
+kappa = 5.0
+sigma = 0.2
+[action]
+kind = "discrete"
+levels = [-1.0, 0.0, 1.0]
+)";
+}  // namespace
+
+TEST(RunConfigTest, MarketFileIsResolvedAgainstTheConfigFolder) {
+  MarketFiles f;
+  f.write("markets/ou.toml", kOuMarket);
+  const auto cfg = f.write("run.toml", "[env]\nkind = \"market\"\nmarket = \"markets/ou.toml\"\n");
+  RunConfig c = load_run_config(cfg);
+  EXPECT_TRUE(std::filesystem::path(c.env.market).is_absolute()) << c.env.market;
+  EXPECT_TRUE(std::filesystem::equivalent(c.env.market, f.dir / "markets" / "ou.toml"));
+  foxhunt::rl::MarketConfig m = market_config(c);
+  EXPECT_EQ(m.episode_length, 64);
+  EXPECT_EQ(m.window, 8);
+  EXPECT_EQ(m.levels.size(), 3u);
+  // The resolved config (what the run directory keeps) names the same absolute file.
+  RunConfig back = parse_run_config(resolved_toml(c), "resolved");
+  EXPECT_EQ(back.env.market, c.env.market);
+  EXPECT_EQ(market_config(back).window, 8);
+}
+
+TEST(RunConfigTest, InlineOuMarketKeysBuildTheBenchmarkMarket) {
+  RunConfig c = parse_run_config("[env]\nkind = \"ou_market\"\nkappa = 3\nsigma = 0.3\nepisode_length = 100\n");
+  foxhunt::rl::MarketConfig m = market_config(c);
+  EXPECT_EQ(m.process, foxhunt::rl::PriceProcess::ou);
+  ASSERT_EQ(m.kappa.size(), 1u);
+  EXPECT_DOUBLE_EQ(m.kappa[0], 3.0);
+  EXPECT_DOUBLE_EQ(m.sigma[0], 0.3);
+  EXPECT_EQ(m.episode_length, 100);
+  EXPECT_THROW(market_config(parse_run_config("")), std::invalid_argument);  // cartpole: not a market
+}
+
+TEST(RunConfigTest, BadMarketFilesAreRejectedNamingTheKeys) {
+  MarketFiles f;
+  std::string continuous = kOuMarket;
+  continuous.replace(continuous.find("kind = \"discrete\""), 17, "kind = \"continuous\"");
+  continuous.replace(continuous.find("levels = [-1.0, 0.0, 1.0]"), 25, "");
+  f.write("markets/cont.toml", continuous);
+  std::string bad_kappa = kOuMarket;
+  bad_kappa.replace(bad_kappa.find("kappa = 5.0"), 11, "kappa = -5.0");
+  f.write("markets/bad.toml", bad_kappa);
+  const std::vector<std::pair<std::string, std::vector<const char*>>> table = {
+      {"markets/none.toml", {"env.market", "no such file"}},
+      {"markets/cont.toml", {"env.market", "continuous"}},
+      {"markets/bad.toml", {"env.market", "process.kappa"}},
+  };
+  for (const auto& [file, mentions] : table) {
+    SCOPED_TRACE(file);
+    const auto cfg = f.write("run.toml", "[env]\nkind = \"market\"\nmarket = \"" + file + "\"\n");
+    try {
+      load_run_config(cfg);
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string msg = e.what();
+      for (const char* m : mentions) EXPECT_NE(msg.find(m), std::string::npos) << "message: " << msg;
+    }
+  }
 }

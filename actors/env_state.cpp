@@ -1,0 +1,88 @@
+#include "actors/env_state.hpp"
+
+#include <fstream>
+#include <stdexcept>
+
+#include "gpu/check.hpp"
+#include "rl/envs/market.hpp"
+
+namespace foxhunt::actors {
+
+std::vector<DeviceSpan> env_state_spans(rl::VecEnv& env) {
+  auto* market = dynamic_cast<rl::MarketEnv*>(&env);
+  if (!market) return {};
+  const rl::MarketState& st = market->state();
+  const auto n = static_cast<std::size_t>(market->num_envs());
+  const auto A = static_cast<std::size_t>(market->config().assets);
+  const auto W = static_cast<std::size_t>(market->config().window);
+  const std::size_t d = sizeof(double), i = sizeof(std::int32_t);
+  return {
+      {"log_price", st.log_price, A * n * d},
+      {"holdings", st.holdings, A * n * d},
+      {"cost_basis", st.cost_basis, A * n * d},
+      {"cash", st.cash, n * d},
+      {"peak_equity", st.peak_equity, n * d},
+      {"dsr_a", st.dsr_a, n * d},
+      {"dsr_b", st.dsr_b, n * d},
+      {"sum_ret", st.sum_ret, n * d},
+      {"sum_ret_sq", st.sum_ret_sq, n * d},
+      {"max_drawdown", st.max_drawdown, n * d},
+      {"turnover", st.turnover, n * d},
+      {"episode_reward", st.episode_reward, n * d},
+      {"trades", st.trades, n * i},
+      {"regime", st.regime, n * i},
+      {"episode_step", st.episode_step, n * i},
+      {"bar", st.bar, n * sizeof(std::int64_t)},
+      {"counter", st.counter, n * sizeof(std::uint64_t)},
+      {"ring", st.ring, n * W * A * sizeof(float)},
+      {"tail", st.tail, n * (A + 3) * sizeof(float)},
+      {"accum", st.accum, n * sizeof(rl::EpisodeAccum)},
+  };
+}
+
+void write_spans(const std::filesystem::path& file, const std::vector<DeviceSpan>& spans, cudaStream_t stream) {
+  FH_CHECK(cudaStreamSynchronize(stream));
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out << "foxhunt-env-state v1 " << spans.size() << "\n";
+  std::vector<char> host;
+  for (const DeviceSpan& s : spans) {
+    host.resize(s.bytes);
+    if (s.bytes > 0) FH_CHECK(cudaMemcpy(host.data(), s.ptr, s.bytes, cudaMemcpyDeviceToHost));
+    out << s.name << " " << s.bytes << "\n";
+    out.write(host.data(), static_cast<std::streamsize>(host.size()));
+  }
+  out.flush();
+  if (!out) throw std::runtime_error("cannot write " + file.string());
+}
+
+void read_spans(const std::filesystem::path& file, const std::vector<DeviceSpan>& spans, cudaStream_t stream) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + file.string());
+  std::string magic, version;
+  std::size_t count = 0;
+  in >> magic >> version >> count;
+  in.get();
+  if (magic != "foxhunt-env-state" || version != "v1" || count != spans.size())
+    throw std::runtime_error(file.string() + ": not an environment state of this shape (" + std::to_string(spans.size()) +
+                             " arrays expected)");
+  std::vector<std::vector<char>> host(spans.size());
+  for (std::size_t k = 0; k < spans.size(); ++k) {
+    std::string name;
+    std::size_t bytes = 0;
+    in >> name >> bytes;
+    in.get();
+    if (!in || name != spans[k].name || bytes != spans[k].bytes)
+      throw std::runtime_error(file.string() + ": array " + std::to_string(k) + " is \"" + name + "\" of " +
+                               std::to_string(bytes) + " bytes, expected \"" + spans[k].name + "\" of " +
+                               std::to_string(spans[k].bytes) + " (different env config or num_envs?)");
+    host[k].resize(bytes);
+    in.read(host[k].data(), static_cast<std::streamsize>(bytes));
+    if (!in) throw std::runtime_error(file.string() + ": truncated in \"" + name + "\"");
+  }
+  for (std::size_t k = 0; k < spans.size(); ++k)
+    if (spans[k].bytes > 0)
+      FH_CHECK(cudaMemcpyAsync(spans[k].ptr, host[k].data(), spans[k].bytes, cudaMemcpyHostToDevice, stream));
+  FH_CHECK(cudaStreamSynchronize(stream));  // the host vectors die here
+}
+
+}  // namespace foxhunt::actors

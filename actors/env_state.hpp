@@ -1,0 +1,36 @@
+#pragma once
+// The device state of a vectorized environment as a list of raw spans, for checkpoints (an exact
+// resume needs every array the step kernel reads: prices, holdings, counters, RNG counters,
+// observation rings, episode accumulators). Only what rl/envs exposes can be listed:
+//   rl::MarketEnv   every array of rl::MarketState (MarketEnv::state()), sized from its config;
+//                   the env's seed and "started" flag come from reset() with the run's seed.
+//   rl::CartPoleEnv not capturable: state() is const and the episode-step and Philox counters
+//                   are private (needs an accessor in rl/envs/cartpole.hpp); a resume restarts it.
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "rl/envs/vec_env.hpp"
+
+namespace foxhunt::actors {
+
+struct DeviceSpan {
+  std::string name;
+  void* ptr = nullptr;  // device memory
+  std::size_t bytes = 0;
+};
+
+// Empty when the environment's state cannot be captured (see above).
+std::vector<DeviceSpan> env_state_spans(rl::VecEnv& env);
+
+// Writes the spans (synchronizes `stream` first, then copies device to host: checkpoints only) as
+// one file: a header line "foxhunt-env-state v1 <count>", then per span "<name> <bytes>\n" and the
+// raw bytes. Throws std::runtime_error naming the file.
+void write_spans(const std::filesystem::path& file, const std::vector<DeviceSpan>& spans, cudaStream_t stream);
+// Reads such a file into the spans (names and sizes must match: std::runtime_error naming the
+// first mismatch) and uploads on `stream`; synchronizes before returning.
+void read_spans(const std::filesystem::path& file, const std::vector<DeviceSpan>& spans, cudaStream_t stream);
+
+}  // namespace foxhunt::actors

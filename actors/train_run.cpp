@@ -1,0 +1,161 @@
+#include "actors/train_run.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "actors/checkpoint_store.hpp"
+#include "actors/dqn_stages.hpp"
+#include "actors/gpu_replay_stage.hpp"
+#include "actors/metrics_log.hpp"
+
+namespace foxhunt::actors {
+namespace fs = std::filesystem;
+
+fs::path resolve_checkpoint(const fs::path& p) {
+  if (fs::exists(p / "counters.json")) return p;
+  if (auto latest = CheckpointStore::latest(p / "checkpoints")) return *latest;
+  if (auto latest = CheckpointStore::latest(p)) return *latest;
+  throw std::invalid_argument(p.string() + ": no checkpoint there (neither counters.json nor checkpoints/latest)");
+}
+
+std::optional<fs::path> run_config_of(const fs::path& checkpoint) {
+  for (const fs::path& f : {checkpoint / "config.resolved.toml", checkpoint.parent_path().parent_path() / "config.resolved.toml"})
+    if (fs::is_regular_file(f)) return f;
+  return std::nullopt;
+}
+
+namespace {
+
+std::string human(double v) {
+  char buf[32];
+  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", v / 1e9);
+  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", v);
+  return buf;
+}
+
+// The live progress line and the metrics files, fed by run_pipeline's progress callback.
+class ProgressReporter {
+ public:
+  ProgressReporter(const RunConfig& cfg, const fs::path& run_dir, bool console)
+      : total_(cfg.run.total_env_steps), console_(console), tty_(console && isatty(2)) {
+    if (cfg.logging.jsonl) jsonl_ = std::make_unique<JsonlWriter>(run_dir / "metrics.jsonl");
+    if (cfg.logging.tensorboard) tb_ = std::make_unique<TensorBoardWriter>(run_dir / "tensorboard");
+  }
+  void operator()(const ProgressSnapshot& s) {
+    const double dt = s.seconds - last_seconds_;
+    if (dt <= 0) return;
+    const double sps = static_cast<double>(s.counters.env_steps - last_steps_) / dt;
+    const double ups = static_cast<double>(s.updates_done - last_updates_) / dt;
+    last_seconds_ = s.seconds;
+    last_steps_ = s.counters.env_steps;
+    last_updates_ = s.updates_done;
+    Scalars scalars = s.scalars;
+    if (console_) {
+      std::string line = "steps " + human(static_cast<double>(s.counters.env_steps)) + "/" +
+                         human(static_cast<double>(total_)) + " | " + human(sps) + " steps/s | " + human(ups) + " upd/s";
+      for (const auto& [k, v] : scalars) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, " | %s %.4g", k.c_str(), v);
+        line += buf;
+      }
+      if (s.checkpoints) line += " | ckpt " + std::to_string(s.checkpoints);
+      if (tty_)
+        std::fprintf(stderr, "\r\033[K%s", line.c_str());
+      else if (s.seconds - last_line_ >= 10.0) {
+        std::fprintf(stderr, "%s\n", line.c_str());
+        last_line_ = s.seconds;
+      }
+    }
+    scalars.emplace_back("perf/env_steps_per_s", sps);
+    scalars.emplace_back("perf/updates_per_s", ups);
+    scalars.emplace_back("progress/updates", static_cast<double>(s.updates_done));
+    const double now = wall_time_now();
+    if (jsonl_) jsonl_->scalars(s.counters.env_steps, scalars, now);
+    if (tb_) tb_->scalars(s.counters.env_steps, scalars, now);
+    if (++calls_ % 10 == 0) flush();
+  }
+  void flush() {
+    if (jsonl_) jsonl_->flush();
+    if (tb_) tb_->flush();
+  }
+  void finish_line() {
+    if (tty_) std::fprintf(stderr, "\n");
+    flush();
+  }
+
+ private:
+  std::int64_t total_;
+  bool console_, tty_;
+  double last_seconds_ = 0, last_line_ = -1e9;
+  std::int64_t last_steps_ = 0, last_updates_ = 0, calls_ = 0;
+  std::unique_ptr<JsonlWriter> jsonl_;
+  std::unique_ptr<TensorBoardWriter> tb_;
+};
+
+}  // namespace
+
+TrainOutcome run_training(const TrainRequest& req) {
+  const RunConfig& cfg = req.config;
+  fs::create_directories(req.run_dir);
+  {
+    std::ofstream out(req.run_dir / "config.resolved.toml");
+    out << resolved_toml(cfg);
+    out.flush();
+    if (!out) throw std::runtime_error("cannot write " + (req.run_dir / "config.resolved.toml").string());
+  }
+  PipelineConfig pcfg = cfg.pipeline_config();
+  if (req.resume) {
+    pcfg.start = CheckpointStore::read_counters(*req.resume);
+    spdlog::info("resuming from {} at {} env steps, {} updates", req.resume->string(), pcfg.start.env_steps,
+                 pcfg.start.updates);
+  }
+  TrainOutcome out;
+  out.stages = make_stages(cfg, req.resume, req.stage_options);
+  PipelineStages& stages = out.stages;
+
+  ProgressReporter reporter(cfg, req.run_dir, req.console);
+  RunHooks hooks;
+  hooks.store = std::make_shared<CheckpointStore>(req.run_dir / "checkpoints");
+  hooks.store->attach("config.resolved.toml", resolved_toml(cfg));  // foxhunt eval reads it
+  hooks.progress_interval = std::chrono::milliseconds(cfg.logging.progress_interval_ms);
+  hooks.stop_signal = req.stop_signal;
+  hooks.low_latency_scheduler = true;  // a GPU host: message hops without CAF's 50 us sleeps
+  hooks.on_progress = [&reporter, &req](const ProgressSnapshot& s) {
+    reporter(s);
+    if (req.observer) req.observer(s);
+  };
+  if (cfg.logging.timeline) {
+    // Busy intervals of the first ~20k pieces of work (the cap bounds the timing events).
+    auto timeline = std::make_shared<StreamTimeline>(20'000);
+    if (auto c = std::dynamic_pointer_cast<DqnCollectorStage>(stages.collector)) {
+      timeline->start(c->stream());
+      c->set_timeline(timeline.get());
+      if (auto l = std::dynamic_pointer_cast<DqnLearnerStage>(stages.learner)) l->set_timeline(timeline.get());
+      if (auto t = std::dynamic_pointer_cast<PolicyPublishStage>(stages.target_sync)) t->set_timeline(timeline.get());
+      if (auto rp = std::dynamic_pointer_cast<GpuReplayStage>(stages.replay)) rp->set_timeline(timeline.get());
+      hooks.timeline = timeline;
+      hooks.timeline_file = req.run_dir / "timeline.json";
+    }
+  }
+  out.result = run_pipeline(pcfg, stages, hooks);
+  const RunResult& r = out.result;
+  if (r.overlap >= 0)
+    spdlog::info("timeline {}: overlap (>= 2 streams busy) {:.1f}% of the span", (req.run_dir / "timeline.json").string(),
+                 100.0 * r.overlap);
+  reporter.finish_line();
+  spdlog::info("run {}: {} ({} env steps, {} updates)", kind_name(r.outcome.kind), r.outcome.reason,
+               r.counters.env_steps, r.counters.updates);
+  if (r.final_checkpoint) spdlog::info("final checkpoint {}", r.final_checkpoint->string());
+  if (!r.checkpoint_error.empty()) spdlog::error("{}", r.checkpoint_error);
+  return out;
+}
+
+}  // namespace foxhunt::actors

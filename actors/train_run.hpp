@@ -1,0 +1,46 @@
+#pragma once
+// What `foxhunt train` does after parsing its arguments, as a library call (the CLI in apps/ and
+// the end-to-end GPU tests share it): builds the stages from a RunConfig, writes the resolved
+// config into the run directory, runs the pipeline with the progress line, metrics (JSONL and
+// TensorBoard), checkpoints and the timeline, and returns the outcome with the stages (so tests
+// can look at the device state after the run).
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <optional>
+
+#include "actors/pipeline.hpp"
+#include "actors/run_config.hpp"
+#include "actors/stage_factory.hpp"
+
+namespace foxhunt::actors {
+
+// --resume / --checkpoint accept a checkpoint directory (it holds counters.json) or a run
+// directory (its checkpoints/latest) or a checkpoint root (its latest). std::invalid_argument
+// naming the path when there is none.
+std::filesystem::path resolve_checkpoint(const std::filesystem::path& p);
+
+// The resolved config of the run a checkpoint belongs to: <checkpoint>/config.resolved.toml, else
+// <run>/config.resolved.toml for <run>/checkpoints/<step>; nullopt when neither exists.
+std::optional<std::filesystem::path> run_config_of(const std::filesystem::path& checkpoint);
+
+struct TrainRequest {
+  RunConfig config;
+  std::filesystem::path run_dir;                  // created; config.resolved.toml, metrics, checkpoints/
+  std::optional<std::filesystem::path> resume;    // a checkpoint directory (resolve_checkpoint)
+  StageOptions stage_options;
+  const std::atomic<int>* stop_signal = nullptr;  // nonzero: stop gracefully (SIGINT/SIGTERM flag)
+  bool console = true;                            // the live progress line on stderr
+  std::function<void(const ProgressSnapshot&)> observer;  // called after each progress report (tests)
+};
+
+struct TrainOutcome {
+  RunResult result;
+  PipelineStages stages;  // quiesced (every stream synchronized)
+};
+
+// Throws (before anything runs) std::invalid_argument / std::runtime_error for a configuration
+// or checkpoint that cannot run; otherwise the run's outcome (failures are in result.outcome).
+TrainOutcome run_training(const TrainRequest& request);
+
+}  // namespace foxhunt::actors
