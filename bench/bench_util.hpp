@@ -16,6 +16,39 @@
 namespace foxhunt::bench {
 
 // Median milliseconds of `fn` (which enqueues work on `stream`) over `reps` timed runs.
+namespace detail {
+// Spins for `ns` nanoseconds of GPU time (the global timer).
+__global__ void busy_wait_kernel(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+}  // namespace detail
+
+// Median stream time of fn: a busy-wait kernel queued first keeps the stream occupied while the
+// host enqueues start event, fn and stop event, so the timing excludes the host's launch latency
+// and measures what an asynchronous pipeline pays per operation (the host runs ahead of the GPU).
+// median_ms below includes that latency (the stream is idle when fn is launched).
+inline double median_stream_ms(const std::function<void(int rep)>& fn, cudaStream_t stream, int warmup = 5,
+                               int reps = 25, unsigned long long busy_ns = 100000) {
+  for (int i = 0; i < warmup; ++i) fn(i);
+  gpu::Event start(true), stop(true);
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    detail::busy_wait_kernel<<<1, 1, 0, stream>>>(busy_ns);
+    FH_CHECK_LAUNCH();
+    start.record(stream);
+    fn(i);
+    stop.record(stream);
+    stop.synchronize();
+    times.push_back(gpu::Event::elapsed_ms(start, stop));
+  }
+  std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
+  return times[reps / 2];
+}
+
 inline double median_ms(const std::function<void(int rep)>& fn, cudaStream_t stream, int warmup = 5,
                         int reps = 25) {
   for (int i = 0; i < warmup; ++i) fn(i);

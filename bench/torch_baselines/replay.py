@@ -21,9 +21,12 @@ GAMMA = 0.99
 ALPHA = 0.6
 BETA = 0.4
 EPS = 1e-6
+SLEEP_CYCLES = 200_000  # ~100 us at the H200's ~2 GHz SM clock
 
 
 def median_us(torch, fn, warmup, reps):
+    """Median stream time of fn: a GPU sleep queued first keeps the stream busy while Python
+    enqueues the operation, as bench/replay.cu measures its own (bench::median_stream_ms)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -31,6 +34,7 @@ def median_us(torch, fn, warmup, reps):
     stop = torch.cuda.Event(enable_timing=True)
     times = []
     for _ in range(reps):
+        torch.cuda._sleep(SLEEP_CYCLES)
         start.record()
         fn()
         stop.record()

@@ -1,5 +1,5 @@
 // Learning by outcome (suite DqnLearning; filter with --gtest_filter=-DqnLearning.* to skip):
-// CartPole-v1, mean return of the episodes finished over the last 50k of 500k environment steps
+// CartPole-v1, mean return of the episodes finished over the last 60k of 500k environment steps
 // (>= 100 episodes when the policy is good) must be >= 475, for plain DQN with CleanRL's
 // hyper-parameters and for Rainbow, 3 fixed seeds each. The OU market (configs/markets/
 // ou_mean_reversion.toml, whose observation carries the price level): the greedy policy's mean
@@ -122,7 +122,9 @@ TEST_F(DqnLearning, CartPolePlainDqnCleanRlSettings) {
     c.seed = seed;
     c.act_rows = 8;
     const Outcome o = train_cartpole(c, cartpole_replay(10000, 128, 1, false, seed), 8,
-                                     DqnTrainSchedule{10000, 10, 1}, 500000, 50000, seed, lane());
+                                     // 60k steps: a window of 50k holds at most 100 perfect
+                                     // episodes, so >= 100 would need luck
+                                     DqnTrainSchedule{10000, 10, 1}, 500000, 60000, seed, lane());
     EXPECT_GE(o.episodes, 100) << "seed " << seed;
     EXPECT_GE(o.mean_return, 475.0) << "seed " << seed;
   }

@@ -26,7 +26,7 @@ ReplayConfig stress_config(std::int64_t capacity) {
   ReplayConfig c;
   c.capacity = capacity;
   c.layout.obs_dim = 4;
-  c.batch_size = 1024;
+  c.batch_size = std::min<std::int64_t>(1024, capacity / 2);  // a batch must fit the ring
   c.n_step = 3;
   c.alpha = 1.0f;   // leaf = |td| + eps: the extremes reach the tree unchanged
   c.eps = 1e-37f;   // td = 0 gives a priority a few times FLT_MIN
@@ -118,13 +118,13 @@ TEST_F(ReplayStressTest, ExtremePrioritiesOnPartlyFilledTreesSampleOnlyStoredSlo
       ReplayBuffer rb(cfg, stream());
       const int p = rb.add_producer(1);
       std::uniform_int_distribution<std::int64_t> fill(C / 5, C - 1);  // partly filled, never full
-      insert_rows(rb, p, std::max<std::int64_t>(fill(rng()), 1024), rng(), stream());
+      insert_rows(rb, p, std::max<std::int64_t>(fill(rng()), cfg.batch_size), rng(), stream());
       const std::int64_t size = rb.size();
       std::vector<std::int32_t> all(static_cast<std::size_t>(size));
       for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int32_t>(i);
       update(rb, all, extreme_td(all.size(), rng(), overflow), stream());
 
-      SampledBatch out = rb.allocate_batch(std::min<std::int64_t>(1024, size));
+      SampledBatch out = rb.allocate_batch(std::min<std::int64_t>(cfg.batch_size, size));
       std::vector<std::int64_t> counts(static_cast<std::size_t>(C), 0);
       std::uniform_int_distribution<std::int32_t> any(0, static_cast<std::int32_t>(size - 1));
       for (int call = 0; call < 40; ++call) {
