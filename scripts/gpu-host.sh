@@ -2,7 +2,7 @@
 # Runs on the GPU host over a packaged folder (scripts/package.sh): the benchmarks first, alone on
 # GPU 0; then, side by side, the GPU suite, each learning test, the CPU suite, and
 # compute-sanitizer memcheck and racecheck over the GPU suite in gtest shards. With a second GPU
-# the sanitizers run there from the start, beside the benchmarks. Logs go to $FOXHUNT_LOGS
+# the sanitizers and the learning tests run there from the start, beside the benchmarks. Logs go to $FOXHUNT_LOGS
 # (default ./gpu-logs); the summary is last.
 #   usage: scripts/gpu-host.sh <dist folder> [gtest filter] [sanitizer tools...]
 #   FOXHUNT_BENCHES="scan_variants replay" picks benchmarks (default all; "none" skips them),
@@ -28,7 +28,7 @@ sanitizer_gpu=$(( gpus >= 2 ? 1 : 0 ))
 # Not under the sanitizers: two graph tests provoke CUDA API errors on purpose (a sync inside a
 # capture must throw), which the sanitizer counts; the learning suites train for minutes and
 # would take hours under instrumentation (their kernels are the ones the other tests exercise).
-learning="DqnLearning.*:ActorTraining.*"
+learning="DqnLearning.*:ActorTraining.*:ActorMarket.*:ActorResume.*"
 sanitizer_filter="$filter-GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest.UncheckedSyncInvalidatesCaptureAndThrows:$learning"
 
 # One sanitizer run over the whole suite takes longer than a device call allows: gtest shards,
@@ -42,7 +42,14 @@ run_sanitizers() {
     done
   done
 }
-[ "$sanitizer_gpu" = 1 ] && run_sanitizers
+# Each learning test in its own process: a slow or stuck one cannot cost the summary of the rest.
+run_learning() {
+  for t in $("$dist/bin/foxhunt_gpu_tests" --gtest_list_tests --gtest_filter="$learning" | awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
+    CUDA_VISIBLE_DEVICES=$sanitizer_gpu timeout "$limit" "$dist/bin/foxhunt_gpu_tests" --gtest_filter="$t" \
+      >"$out/gpu_learning_${t//[^A-Za-z0-9]/_}.txt" 2>&1 &
+  done
+}
+if [ "$sanitizer_gpu" = 1 ]; then run_sanitizers; run_learning; fi
 
 # Benchmarks alone on GPU 0: nothing else may share it while they time.
 for b in "$dist"/bin/foxhunt_bench_*; do
@@ -54,14 +61,10 @@ for b in "$dist"/bin/foxhunt_bench_*; do
   echo "$(basename "$b") rc=$? $((SECONDS - t0))s" >>"$out/bench_rc.txt"
 done
 
-# Each learning test in its own process: a slow or stuck one cannot cost the summary of the rest.
-export CUDA_VISIBLE_DEVICES=0
-timeout "$limit" "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$filter-$learning" >"$out/gpu_tests.txt" 2>&1 &
-for t in $("$dist/bin/foxhunt_gpu_tests" --gtest_list_tests --gtest_filter="$learning" | awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
-  timeout "$limit" "$dist/bin/foxhunt_gpu_tests" --gtest_filter="$t" >"$out/gpu_learning_${t//[^A-Za-z0-9]/_}.txt" 2>&1 &
-done
+CUDA_VISIBLE_DEVICES=0 timeout "$limit" "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$filter-$learning" \
+  >"$out/gpu_tests.txt" 2>&1 &
 timeout "$limit" "$dist/bin/foxhunt_cpu_tests" --gtest_brief=1 >"$out/cpu_tests.txt" 2>&1 &
-[ "$sanitizer_gpu" = 0 ] && run_sanitizers
+if [ "$sanitizer_gpu" = 0 ]; then run_sanitizers; run_learning; fi
 wait
 
 verdict() { grep -E '^\[  (PASSED|FAILED|SKIPPED) \]|^\[==========\]|ERROR SUMMARY|RACECHECK SUMMARY' "$1" | tail -4 | tr '\n' ' '; }
