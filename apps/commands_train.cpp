@@ -13,6 +13,7 @@
 
 #include "actors/train_run.hpp"
 #include "apps/commands.hpp"
+#include "gpu/device.hpp"
 
 namespace foxhunt::apps {
 namespace fs = std::filesystem;
@@ -50,6 +51,12 @@ int train(const TrainArgs& a) {
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "foxhunt train: %s\n", e.what());
     return 2;
+  }
+  // Before anything is written: without a device there is no run, so no run directory either.
+  std::string why;
+  if (gpu::device_count(&why) == 0) {
+    std::fprintf(stderr, "foxhunt train: needs a CUDA device: %s\n", why.empty() ? "none found" : why.c_str());
+    return 1;
   }
   req.run_dir = a.run_dir.empty() ? fs::path("runs") / (req.config.run.name + "-" + timestamp()) : fs::path(a.run_dir);
   fs::create_directories(req.run_dir);

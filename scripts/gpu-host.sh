@@ -6,8 +6,8 @@
 # (default ./gpu-logs); the summary is last.
 #   usage: scripts/gpu-host.sh <dist folder> [gtest filter] [sanitizer tools...]
 #   FOXHUNT_BENCHES="scan_variants replay" picks benchmarks (default all; "none" skips them),
-#   FOXHUNT_BENCH_TIMEOUT (120 s each), FOXHUNT_SANITIZER_TIMEOUT (420 s per process),
-#   FOXHUNT_SANITIZER_SHARDS (6).
+#   FOXHUNT_BENCH_TIMEOUT (120 s each), FOXHUNT_SANITIZER_TIMEOUT (420 s per process; also the
+#   default of FOXHUNT_SUITE_TIMEOUT and FOXHUNT_LEARNING_TIMEOUT), FOXHUNT_SANITIZER_SHARDS (6).
 set -uo pipefail
 dist=$(cd "${1:?usage: gpu-host.sh <dist> [filter] [tools...]}" && pwd)
 filter=${2:-*}
@@ -15,6 +15,8 @@ shift $(( $# >= 2 ? 2 : 1 ))
 tools=("$@"); [ ${#tools[@]} -gt 0 ] || tools=(memcheck racecheck)
 out=${FOXHUNT_LOGS:-$PWD/gpu-logs}
 limit=${FOXHUNT_SANITIZER_TIMEOUT:-420}
+suite_limit=${FOXHUNT_SUITE_TIMEOUT:-$limit}
+learning_limit=${FOXHUNT_LEARNING_TIMEOUT:-$limit}
 shards=${FOXHUNT_SANITIZER_SHARDS:-6}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$dist/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
@@ -45,7 +47,7 @@ run_sanitizers() {
 # Each learning test in its own process: a slow or stuck one cannot cost the summary of the rest.
 run_learning() {
   for t in $("$dist/bin/foxhunt_gpu_tests" --gtest_list_tests --gtest_filter="$learning" | awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
-    CUDA_VISIBLE_DEVICES=$sanitizer_gpu timeout "$limit" "$dist/bin/foxhunt_gpu_tests" --gtest_filter="$t" \
+    CUDA_VISIBLE_DEVICES=$sanitizer_gpu timeout "$learning_limit" "$dist/bin/foxhunt_gpu_tests" --gtest_filter="$t" \
       >"$out/gpu_learning_${t//[^A-Za-z0-9]/_}.txt" 2>&1 &
   done
 }
@@ -61,7 +63,7 @@ for b in "$dist"/bin/foxhunt_bench_*; do
   echo "$(basename "$b") rc=$? $((SECONDS - t0))s" >>"$out/bench_rc.txt"
 done
 
-CUDA_VISIBLE_DEVICES=0 timeout "$limit" "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$filter-$learning" \
+CUDA_VISIBLE_DEVICES=0 timeout "$suite_limit" "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$filter-$learning" \
   >"$out/gpu_tests.txt" 2>&1 &
 timeout "$limit" "$dist/bin/foxhunt_cpu_tests" --gtest_brief=1 >"$out/cpu_tests.txt" 2>&1 &
 if [ "$sanitizer_gpu" = 0 ]; then run_sanitizers; run_learning; fi
