@@ -135,13 +135,14 @@ TEST_F(ActorMarket, ShortMarketRunWritesMetricsAndCheckpointWithNoDeviceToHostCo
     for (const auto& e : fs::directory_iterator(req.run_dir / "tensorboard"))
       events = events || (e.path().filename().string().rfind("events.out.tfevents", 0) == 0 && fs::file_size(e) > 0);
   EXPECT_TRUE(events) << "no TensorBoard events file under " << (req.run_dir / "tensorboard");
-  // The collector's last window has market statistics (episodes of 256 steps finished).
+  // The collector's last statistics window is readable and finite. It may hold no finished
+  // episode: the window is cleared at each export and can end less than one 256-step episode
+  // after the last one (seen on an H200); the JSONL above proves episodes were reported.
   auto collector = std::dynamic_pointer_cast<DqnCollectorStage>(out.stages.collector);
   ASSERT_NE(collector, nullptr);
   rl::EpisodeStats st{};
   ASSERT_TRUE(collector->episode_stats().try_read(st));
-  EXPECT_GT(st.episodes, 0);
-  EXPECT_TRUE(std::isfinite(st.mean_return) && std::isfinite(st.mean_sharpe));
+  EXPECT_TRUE(std::isfinite(st.mean_return) && std::isfinite(st.mean_sharpe));  // 0 with no episode
 
   if (!audit_possible) {
     std::printf("  transfer audit skipped: %s\n", audit_why.c_str());
