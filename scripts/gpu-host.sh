@@ -3,7 +3,7 @@
 # GPU 0; then, side by side, the GPU suite, each learning test, the CPU suite, and
 # compute-sanitizer memcheck and racecheck over the GPU suite in gtest shards. With a second GPU
 # the sanitizers and the learning tests run there from the start, beside the benchmarks. Logs go to $FOXHUNT_LOGS
-# (default ./gpu-logs); the summary is last.
+# (default ./gpu-logs; tar it to bring it back whole); the summary is last.
 #   usage: scripts/gpu-host.sh <dist folder> [gtest filter] [sanitizer tools...]
 #   FOXHUNT_BENCHES="scan_variants replay" picks benchmarks (default all; "none" skips them),
 #   FOXHUNT_BENCH_TIMEOUT (120 s each), FOXHUNT_SANITIZER_TIMEOUT (420 s per process; also the
@@ -69,7 +69,7 @@ timeout "$limit" "$dist/bin/foxhunt_cpu_tests" --gtest_brief=1 >"$out/cpu_tests.
 if [ "$sanitizer_gpu" = 0 ]; then run_sanitizers; run_learning; fi
 wait
 
-verdict() { grep -E '^\[  (PASSED|FAILED|SKIPPED) \]|^\[==========\]|ERROR SUMMARY|RACECHECK SUMMARY' "$1" | tail -4 | tr '\n' ' '; }
+verdict() { grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\]|^\[==========\]|ERROR SUMMARY|RACECHECK SUMMARY' "$1" | tail -4 | tr '\n' ' '; }
 {
   cat "$out/bench_rc.txt" 2>/dev/null
   grep -h -E 'TARGET|BEST ' "$out"/foxhunt_bench_*.txt 2>/dev/null
