@@ -42,17 +42,11 @@
 #include <thread>
 #include <vector>
 
-#include "gpu/buffer.hpp"
 #include "gpu/check.hpp"
 #include "gpu/context.hpp"
-#include "gpu/exit.hpp"
-#include "rl/dqn/learner.hpp"
-#include "rl/dqn/replay_hooks.hpp"
-#include "rl/dqn/trainer.hpp"
-#include "rl/envs/market.hpp"
+#include "rl/dqn/market_run.hpp"
 #include "rl/envs/market_config.hpp"
 #include "rl/envs/market_policies.hpp"
-#include "rl/replay/replay_buffer.hpp"
 
 namespace foxhunt::rl {
 namespace {
@@ -167,167 +161,62 @@ struct Result {
   std::string error;
 };
 
-constexpr std::int64_t kEnvs = 64;
+MarketLearning learning(const Recipe& r) {
+  MarketLearning l;
+  l.hidden = r.hidden;
+  l.lr = r.lr;
+  l.gamma = r.gamma;
+  l.n_step = r.n_step;
+  l.batch = r.batch;
+  l.updates_per_vector_step = r.updates;
+  l.eps_fraction = r.eps_fraction;
+  l.eps_end = r.eps_end;
+  l.tau = r.tau;
+  return l;
+}
 
 // Everything a run owns, built on the main thread (allocations, pinned exits), used by one worker.
 struct Run {
   Recipe recipe;
   std::uint64_t seed;
   std::int64_t total_steps;
-  gpu::BlasLane lane;
-  MarketConfig mc;
-  MarketEnv env, eval;
-  std::int64_t O, D, A;
-  ReplayBuffer rb;
-  SampledBatch out;
-  DqnLearner learner;
-  gpu::DeviceBuffer<float> eval_obs, eval_reward, eval_final;
-  gpu::DeviceBuffer<std::uint8_t> eval_term, eval_trunc;
-  gpu::DeviceBuffer<std::int32_t> eval_act;
-  gpu::ExitSlot<EpisodeStats> exit;
-  std::unique_ptr<DqnTrainer> trainer;
+  MarketDqnRun run;
   Result res;
   std::atomic<std::int64_t> progress{0};  // transitions so far (read by the progress printer)
   std::atomic<bool> done{false};
 
-  static DqnLearnerConfig learner_config(const Recipe& r, const MarketEnv& env, std::uint64_t seed,
-                                         std::int64_t total_steps) {
-    DqnLearnerConfig c;
-    c.net.obs_dim = env.obs_dim();
-    c.net.hidden = r.hidden;
-    c.net.branches = env.action_space().branches;
-    c.net.actions = env.action_space().choices;
-    c.net.dueling = true;
-    c.batch = r.batch;
-    c.double_q = true;
-    c.adam.eps = 1.5e-4f;
-    c.schedule.lr_start = c.schedule.lr_end = r.lr;
-    c.schedule.epsilon_start = 1.f;
-    c.schedule.epsilon_end = r.eps_end;
-    c.schedule.epsilon_steps = static_cast<std::int64_t>(r.eps_fraction * static_cast<double>(total_steps));
-    c.max_grad_norm = 10.f;
-    c.tau = r.tau;
-    c.priority_eps = 0.f;
-    c.seed = seed;
-    c.act_rows = env.num_envs();
-    return c;
-  }
-  static ReplayConfig replay_config(const Recipe& r, const MarketEnv& env, std::uint64_t seed, std::int64_t total_steps) {
-    ReplayConfig rc;
-    rc.capacity = std::min<std::int64_t>(std::int64_t{1} << 20, std::max<std::int64_t>(total_steps, 65536));
-    rc.layout.obs_dim = env.obs_dim();
-    const std::int64_t D = env.action_space().branches;
-    rc.layout.action_kind = D > 1 ? ActionKind::multi_discrete : ActionKind::discrete;
-    rc.layout.action_dim = D;
-    rc.batch_size = r.batch;
-    rc.n_step = r.n_step;
-    rc.gamma = r.gamma;
-    rc.alpha = 0.6f;
-    rc.beta = 0.4f;
-    rc.beta_final = 1.f;
-    rc.beta_anneal_steps = 30000;
-    rc.seed = seed;
-    return rc;
-  }
-
-  Run(const Recipe& r, std::uint64_t sd, std::int64_t steps, gpu::BlasLane ln, const std::filesystem::path& dir)
-      : recipe(r),
-        seed(sd),
-        total_steps(steps),
-        lane(ln),
-        mc(market_config(r, dir)),
-        env(mc, kEnvs),
-        eval(mc, kEnvs),
-        O(env.obs_dim()),
-        D(env.action_space().branches),
-        A(env.action_space().choices),
-        rb(replay_config(r, env, sd, steps), ln.stream),
-        out(rb.allocate_batch(r.batch)),
-        learner(learner_config(r, env, sd, steps), ln),
-        eval_obs(static_cast<std::size_t>(kEnvs * O)),
-        eval_reward(static_cast<std::size_t>(kEnvs)),
-        eval_final(static_cast<std::size_t>(kEnvs * O)),
-        eval_term(static_cast<std::size_t>(kEnvs)),
-        eval_trunc(static_cast<std::size_t>(kEnvs)),
-        eval_act(static_cast<std::size_t>(kEnvs * D)) {
-    const cudaStream_t s = lane.stream;
-    DqnEnvHooks hooks;
-    hooks.num_envs = kEnvs;
-    hooks.obs_dim = O;
-    hooks.reset = [this](float* obs, std::uint64_t sd2, cudaStream_t cs) {
-      env.reset(obs, gpu::DType::f32, sd2, cs);
-    };
-    hooks.step = [this](float* next_obs, float* reward, std::uint8_t* term, std::uint8_t* trunc, float* final_obs,
-                        const std::int32_t* actions, cudaStream_t cs) {
-      StepOutputs o;
-      o.obs = next_obs;
-      o.reward = reward;
-      o.terminated = term;
-      o.truncated = trunc;
-      o.final_obs = final_obs;
-      ActionInput in;
-      in.discrete = actions;
-      env.step(o, in, 1, cs);
-    };
-    trainer = std::make_unique<DqnTrainer>(learner, hooks, make_replay_hooks(rb, out, kEnvs),
-                                           DqnTrainSchedule{20000, kEnvs, r.updates});
-    FH_CHECK(cudaStreamSynchronize(s));
-  }
-
-  // Mean episode Sharpe and turnover over 4 episodes of every environment (fresh seed, the same
-  // for every policy). policy < 0: the learner's greedy policy.
-  EpisodeStats evaluate(int policy) {
-    const cudaStream_t s = lane.stream;
-    const std::uint64_t eval_seed = 1000 + seed;
-    eval.reset(eval_obs.data(), gpu::DType::f32, eval_seed, s);
-    const std::int64_t steps = static_cast<std::int64_t>(mc.episode_length) * 4;
-    for (std::int64_t t = 0; t < steps; ++t) {
-      if (policy < 0)
-        learner.act(eval_act.data(), eval_obs.data(), kEnvs, true);
-      else
-        market_policy_actions(eval_act.data(), nullptr, eval, static_cast<BaselinePolicy>(policy), eval_seed,
-                              static_cast<std::uint64_t>(t), s);
-      StepOutputs o;
-      o.obs = eval_obs.data();
-      o.reward = eval_reward.data();
-      o.terminated = eval_term.data();
-      o.truncated = eval_trunc.data();
-      o.final_obs = eval_final.data();
-      ActionInput in;
-      in.discrete = eval_act.data();
-      eval.step(o, in, 1, s);
-    }
-    eval.export_stats(exit, true, s);
-    return exit.wait();
-  }
+  Run(const Recipe& r, std::uint64_t sd, std::int64_t steps, gpu::BlasLane lane, const std::filesystem::path& dir)
+      : recipe(r), seed(sd), total_steps(steps), run(market_config(r, dir), learning(r), sd, steps, lane) {}
 
   void work(Clock::time_point t0, double train_deadline_s) {
     const Clock::time_point start = Clock::now();
-    const cudaStream_t s = lane.stream;
-    trainer->reset(seed);
-    const std::int64_t chunk = kEnvs * 64;
-    while (trainer->transitions() < total_steps) {
-      trainer->run(std::min(chunk, total_steps - trainer->transitions()));
+    const cudaStream_t s = run.stream();
+    DqnTrainer& trainer = run.trainer();
+    trainer.reset(seed);
+    const std::int64_t chunk = MarketDqnRun::kEnvs * 64;
+    while (trainer.transitions() < total_steps) {
+      trainer.run(std::min(chunk, total_steps - trainer.transitions()));
       FH_CHECK(cudaStreamSynchronize(s));  // keeps the host within one chunk of the device
-      progress.store(trainer->transitions(), std::memory_order_relaxed);
+      progress.store(trainer.transitions(), std::memory_order_relaxed);
       if (seconds_since(t0) > train_deadline_s) break;
     }
-    res.steps = trainer->transitions();
-    res.updates = trainer->updates();
+    res.steps = trainer.transitions();
+    res.updates = trainer.updates();
     res.train_s = seconds_since(start);
-    learner.publish_metrics();
-    const DqnState m = learner.metrics().wait();
+    run.learner().publish_metrics();
+    const DqnState m = run.learner().metrics().wait();
     res.q_mean = m.q_mean;
     res.loss = m.loss;
-    const EpisodeStats g = evaluate(-1);
+    const EpisodeStats g = run.evaluate(-1);
     res.greedy = g.mean_sharpe;
     res.greedy_turnover = g.mean_turnover;
-    if (mc.process == PriceProcess::ou) res.oracle = evaluate(static_cast<int>(BaselinePolicy::ou_oracle)).mean_sharpe;
-    res.hold = evaluate(static_cast<int>(BaselinePolicy::buy_and_hold)).mean_sharpe;
-    const EpisodeStats rnd = evaluate(static_cast<int>(BaselinePolicy::random));
+    if (run.market().process == PriceProcess::ou)
+      res.oracle = run.evaluate(static_cast<int>(BaselinePolicy::ou_oracle)).mean_sharpe;
+    res.hold = run.evaluate(static_cast<int>(BaselinePolicy::buy_and_hold)).mean_sharpe;
+    const EpisodeStats rnd = run.evaluate(static_cast<int>(BaselinePolicy::random));
     res.random = rnd.mean_sharpe;
     res.random_turnover = rnd.mean_turnover;
-    res.flat = evaluate(static_cast<int>(BaselinePolicy::flat)).mean_sharpe;
+    res.flat = run.evaluate(static_cast<int>(BaselinePolicy::flat)).mean_sharpe;
     res.wall_s = seconds_since(start);
   }
 };
@@ -392,7 +281,7 @@ int sweep_main(int argc, char** argv) {
   const int parallel = args.parallel > 0 ? std::min(args.parallel, jobs) : jobs;
   std::printf("learning sweep: %d runs (%zu recipes x %d seeds), %lld steps each, %lld envs, %d at once, budget %.0f s, "
               "configs %s\n",
-              jobs, recipes.size(), args.seeds, static_cast<long long>(args.steps), static_cast<long long>(kEnvs),
+              jobs, recipes.size(), args.seeds, static_cast<long long>(args.steps), static_cast<long long>(MarketDqnRun::kEnvs),
               parallel, args.budget, dir.string().c_str());
   std::fflush(stdout);
 

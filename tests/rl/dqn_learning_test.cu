@@ -21,6 +21,7 @@
 
 #include "gpu/exit.hpp"
 #include "rl/dqn/config.hpp"
+#include "rl/dqn/market_run.hpp"
 #include "rl/dqn/replay_hooks.hpp"
 #include "rl/dqn/trainer.hpp"
 #include "rl/envs/cartpole.hpp"
@@ -178,18 +179,15 @@ std::filesystem::path market_config_path(const std::string& name) {
 }
 
 // A learning recipe for a market (bench/learning_sweep.cu trains these and others side by side):
-// a config file plus MarketConfig fields, nothing the product cannot say in a TOML file.
+// a config file plus MarketConfig fields, nothing the product cannot say in a TOML file, and the
+// learner's settings.
 struct MarketRecipe {
   std::string config;              // configs/markets/<config>
   int window = 0;                  // > 0: market.window
   bool log_return = false;         // reward.kind = "log_return" (instead of the config's reward) ...
   double reward_scale = 0.0;       // ... > 0: reward.scale (0 keeps the config's)
   double turnover_penalty = 0.0;   // added to reward.turnover_penalty (the Sharpe is always from equity returns)
-  std::vector<std::int64_t> hidden{128, 128};
-  float lr = 2.5e-4f;
-  float gamma = 0.99f;
-  int n_step = 3;
-  std::int64_t updates_per_vector_step = 1;  // 64 transitions per vector step
+  MarketLearning learning;
 };
 
 MarketConfig recipe_market(const MarketRecipe& r) {
@@ -209,109 +207,21 @@ struct MarketOutcome {
 // Trains the recipe for `total_steps` transitions on 64 environments, then evaluates the greedy
 // policy and the baselines on the same fresh episodes (4 per environment, another seed).
 MarketOutcome train_market(const MarketRecipe& r, std::uint64_t seed, std::int64_t total_steps, gpu::BlasLane lane) {
-  const MarketConfig mc = recipe_market(r);
-  const std::int64_t N = 64;
-  const cudaStream_t st = lane.stream;
-  MarketEnv env(mc, N);
-  const std::int64_t O = env.obs_dim(), D = env.action_space().branches, A = env.action_space().choices;
-  DqnLearnerConfig c;
-  c.net.obs_dim = O;
-  c.net.hidden = r.hidden;
-  c.net.branches = D;
-  c.net.actions = A;
-  c.net.dueling = true;
-  c.batch = 256;
-  c.double_q = true;
-  c.adam.eps = 1.5e-4f;
-  c.schedule.lr_start = c.schedule.lr_end = r.lr;
-  c.schedule.epsilon_start = 1.f;
-  c.schedule.epsilon_end = 0.02f;
-  c.schedule.epsilon_steps = total_steps / 2;
-  c.max_grad_norm = 10.f;
-  c.tau = 0.005f;
-  c.priority_eps = 0.f;
-  c.seed = seed;
-  c.act_rows = N;
-  ReplayConfig rc;
-  rc.capacity = 1 << 20;
-  rc.layout.obs_dim = O;
-  rc.layout.action_kind = D > 1 ? ActionKind::multi_discrete : ActionKind::discrete;
-  rc.layout.action_dim = D;
-  rc.batch_size = c.batch;
-  rc.n_step = r.n_step;
-  rc.gamma = r.gamma;
-  rc.alpha = 0.6f;
-  rc.beta = 0.4f;
-  rc.beta_final = 1.f;
-  rc.beta_anneal_steps = 30000;
-  rc.seed = seed;
-  ReplayBuffer rb(rc, st);
-  SampledBatch out = rb.allocate_batch(c.batch);
-  DqnLearner learner(c, lane);
-  DqnEnvHooks hooks;
-  hooks.num_envs = N;
-  hooks.obs_dim = O;
-  hooks.reset = [&](float* obs, std::uint64_t sd, cudaStream_t cs) {
-    env.reset(obs, gpu::DType::f32, sd, cs);
-  };
-  hooks.step = [&](float* next_obs, float* reward, std::uint8_t* term, std::uint8_t* trunc, float* final_obs,
-                   const std::int32_t* actions, cudaStream_t cs) {
-    StepOutputs o;
-    o.obs = next_obs;
-    o.reward = reward;
-    o.terminated = term;
-    o.truncated = trunc;
-    o.final_obs = final_obs;
-    ActionInput in;
-    in.discrete = actions;
-    env.step(o, in, 1, cs);
-  };
-  DqnTrainer trainer(learner, hooks, make_replay_hooks(rb, out, N),
-                     DqnTrainSchedule{20000, N, r.updates_per_vector_step});
-  trainer.reset(seed);
-  trainer.run(total_steps);
-
-  // Evaluation on fresh episodes (another seed), the same for every policy.
-  MarketEnv eval(mc, N);
-  gpu::DeviceBuffer<float> obs(N * O), reward(N), final_obs(N * O);
-  gpu::DeviceBuffer<std::uint8_t> term(N), trunc(N);
-  gpu::DeviceBuffer<std::int32_t> act(N * D);
-  const std::uint64_t eval_seed = 1000 + seed;
-  // policy < 0: the learner's greedy policy; else a BaselinePolicy.
-  auto evaluate = [&](int policy) {
-    eval.reset(obs.data(), gpu::DType::f32, eval_seed, st);
-    const std::int64_t steps = static_cast<std::int64_t>(mc.episode_length) * 4;
-    for (std::int64_t t = 0; t < steps; ++t) {
-      if (policy < 0)
-        learner.act(act.data(), obs.data(), N, true);
-      else
-        market_policy_actions(act.data(), nullptr, eval, static_cast<BaselinePolicy>(policy), eval_seed,
-                              static_cast<std::uint64_t>(t), st);
-      StepOutputs o;
-      o.obs = obs.data();
-      o.reward = reward.data();
-      o.terminated = term.data();
-      o.truncated = trunc.data();
-      o.final_obs = final_obs.data();
-      ActionInput in;
-      in.discrete = act.data();
-      eval.step(o, in, 1, st);
-    }
-    gpu::ExitSlot<EpisodeStats> exit;
-    eval.export_stats(exit, true, st);
-    return exit.wait();
-  };
+  MarketDqnRun run(recipe_market(r), r.learning, seed, total_steps, lane);
+  run.trainer().reset(seed);
+  run.trainer().run(total_steps);
   MarketOutcome res;
-  const EpisodeStats g = evaluate(-1);
+  const EpisodeStats g = run.evaluate(-1);
   res.greedy = g.mean_sharpe;
   res.greedy_turnover = g.mean_turnover;
-  if (mc.process == PriceProcess::ou) res.oracle = evaluate(static_cast<int>(BaselinePolicy::ou_oracle)).mean_sharpe;
-  res.hold = evaluate(static_cast<int>(BaselinePolicy::buy_and_hold)).mean_sharpe;
-  const EpisodeStats rnd = evaluate(static_cast<int>(BaselinePolicy::random));
+  if (run.market().process == PriceProcess::ou)
+    res.oracle = run.evaluate(static_cast<int>(BaselinePolicy::ou_oracle)).mean_sharpe;
+  res.hold = run.evaluate(static_cast<int>(BaselinePolicy::buy_and_hold)).mean_sharpe;
+  const EpisodeStats rnd = run.evaluate(static_cast<int>(BaselinePolicy::random));
   res.random = rnd.mean_sharpe;
   res.random_turnover = rnd.mean_turnover;
-  learner.publish_metrics();
-  const DqnState m = learner.metrics().wait();
+  run.learner().publish_metrics();
+  const DqnState m = run.learner().metrics().wait();
   std::printf("  seed %llu: greedy Sharpe %.3f (turnover %.1f / episode), oracle %.3f, buy-and-hold %.3f, random %.3f "
               "(turnover %.1f); updates %lld, loss %.4g, q_mean %.4g\n",
               static_cast<unsigned long long>(seed), res.greedy, res.greedy_turnover, res.oracle, res.hold, res.random,
@@ -333,7 +243,7 @@ TEST_F(DqnLearning, OuMarketBeatsHalfOracleAndBuyAndHold) {
   r.config = "ou_mean_reversion.toml";
   r.log_return = true;
   r.reward_scale = 100.f;
-  r.updates_per_vector_step = 2;
+  r.learning.updates_per_vector_step = 2;
   for (std::uint64_t seed : {1ull, 2ull, 3ull}) {
     const MarketOutcome o = train_market(r, seed, 2000000, lane());
     EXPECT_GT(o.oracle, 0.0) << "seed " << seed;
@@ -356,8 +266,8 @@ TEST_F(DqnLearning, OuMarketBeatsHalfOracleAndBuyAndHold) {
 TEST_F(DqnLearning, BdqMultiAssetMarketPositiveSharpe) {
   MarketRecipe r;
   r.config = "ou8_correlated.toml";
-  r.hidden = {256, 256};
-  r.updates_per_vector_step = 2;
+  r.learning.hidden = {256, 256};
+  r.learning.updates_per_vector_step = 2;
   for (std::uint64_t seed : {1ull, 2ull, 3ull}) {
     const MarketOutcome o = train_market(r, seed, 2000000, lane());
     EXPECT_GT(o.greedy, 0.0) << "seed " << seed;
