@@ -27,18 +27,21 @@ __global__ void busy_wait_kernel(unsigned long long ns) {
 }
 }  // namespace detail
 
-// Median stream time of fn: a busy-wait kernel queued first keeps the stream occupied while the
-// host enqueues start event, fn and stop event, so the timing excludes the host's launch latency
-// and measures what an asynchronous pipeline pays per operation (the host runs ahead of the GPU).
-// median_ms below includes that latency (the stream is idle when fn is launched).
-inline double median_stream_ms(const std::function<void(int rep)>& fn, cudaStream_t stream, int warmup = 5,
-                               int reps = 25, unsigned long long busy_ns = 100000) {
+// Median time of fn between two events on `stream`. With busy_ns > 0 a busy-wait kernel queued
+// first keeps the stream occupied while the host enqueues start event, fn and stop event, so the
+// timing excludes the host's launch latency: the stream time an asynchronous pipeline pays per
+// operation (the host runs ahead). With busy_ns = 0 the stream is idle when fn is launched and
+// the time includes that latency.
+inline double median_ms(const std::function<void(int rep)>& fn, cudaStream_t stream, int warmup = 5,
+                        int reps = 25, unsigned long long busy_ns = 0) {
   for (int i = 0; i < warmup; ++i) fn(i);
   gpu::Event start(true), stop(true);
   std::vector<double> times;
   for (int i = 0; i < reps; ++i) {
-    detail::busy_wait_kernel<<<1, 1, 0, stream>>>(busy_ns);
-    FH_CHECK_LAUNCH();
+    if (busy_ns > 0) {
+      detail::busy_wait_kernel<<<1, 1, 0, stream>>>(busy_ns);
+      FH_CHECK_LAUNCH();
+    }
     start.record(stream);
     fn(i);
     stop.record(stream);
@@ -49,20 +52,10 @@ inline double median_stream_ms(const std::function<void(int rep)>& fn, cudaStrea
   return times[reps / 2];
 }
 
-inline double median_ms(const std::function<void(int rep)>& fn, cudaStream_t stream, int warmup = 5,
-                        int reps = 25) {
-  for (int i = 0; i < warmup; ++i) fn(i);
-  gpu::Event start(true), stop(true);
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    start.record(stream);
-    fn(i);
-    stop.record(stream);
-    stop.synchronize();
-    times.push_back(gpu::Event::elapsed_ms(start, stop));
-  }
-  std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
-  return times[reps / 2];
+// The stream time of fn (median_ms with 100 us of queued GPU work before each repetition).
+inline double median_stream_ms(const std::function<void(int rep)>& fn, cudaStream_t stream, int warmup = 5,
+                               int reps = 25) {
+  return median_ms(fn, stream, warmup, reps, 100000);
 }
 
 // Device-to-device copy bandwidth (bytes read + bytes written per second) over `bytes`-sized
