@@ -1,8 +1,12 @@
 #include "actors/env_state.hpp"
 
+#include <cstddef>
 #include <fstream>
+#include <span>
 #include <stdexcept>
+#include <string>
 
+#include "gpu/atomic_file.hpp"
 #include "gpu/check.hpp"
 #include "rl/envs/market.hpp"
 
@@ -42,17 +46,24 @@ std::vector<DeviceSpan> env_state_spans(rl::VecEnv& env) {
 
 void write_spans(const std::filesystem::path& file, const std::vector<DeviceSpan>& spans, cudaStream_t stream) {
   FH_CHECK(cudaStreamSynchronize(stream));
-  std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  out << "foxhunt-env-state v1 " << spans.size() << "\n";
-  std::vector<char> host;
-  for (const DeviceSpan& s : spans) {
-    host.resize(s.bytes);
-    if (s.bytes > 0) FH_CHECK(cudaMemcpy(host.data(), s.ptr, s.bytes, cudaMemcpyDeviceToHost));
-    out << s.name << " " << s.bytes << "\n";
-    out.write(host.data(), static_cast<std::streamsize>(host.size()));
+  // Checkpoint I/O: the arrays come to the host, then the whole file is replaced atomically
+  // (temp file, fsync, rename), so a failed save keeps the previous one.
+  std::vector<std::string> headers;
+  std::vector<std::vector<std::byte>> host(spans.size());
+  headers.reserve(spans.size() + 1);
+  headers.push_back("foxhunt-env-state v1 " + std::to_string(spans.size()) + "\n");
+  for (std::size_t k = 0; k < spans.size(); ++k) {
+    host[k].resize(spans[k].bytes);
+    if (spans[k].bytes > 0)
+      FH_CHECK(cudaMemcpy(host[k].data(), spans[k].ptr, spans[k].bytes, cudaMemcpyDeviceToHost));
+    headers.push_back(spans[k].name + " " + std::to_string(spans[k].bytes) + "\n");
   }
-  out.flush();
-  if (!out) throw std::runtime_error("cannot write " + file.string());
+  std::vector<std::span<const std::byte>> pieces{std::as_bytes(std::span<const char>(headers[0]))};
+  for (std::size_t k = 0; k < spans.size(); ++k) {
+    pieces.push_back(std::as_bytes(std::span<const char>(headers[k + 1])));
+    pieces.push_back(std::span<const std::byte>(host[k]));
+  }
+  gpu::write_file_atomically(file, pieces, "environment state");
 }
 
 void read_spans(const std::filesystem::path& file, const std::vector<DeviceSpan>& spans, cudaStream_t stream) {
