@@ -4,23 +4,19 @@
 
 #include <cstdio>
 #include <fstream>
+#include <span>
 #include <stdexcept>
 #include <system_error>
+
+#include "gpu/atomic_file.hpp"
 
 namespace foxhunt::actors {
 namespace fs = std::filesystem;
 
 namespace {
+// Temp file, fsync, rename (gpu/atomic_file): a crash leaves the old file or the new one.
 void write_text_atomically(const fs::path& path, const std::string& text) {
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write " + tmp.string());
-  }
-  fs::rename(tmp, path);  // atomic replace on POSIX
+  gpu::write_file_atomically(path, {std::as_bytes(std::span<const char>(text))}, "checkpoint file");
 }
 }  // namespace
 

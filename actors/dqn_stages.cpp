@@ -9,6 +9,7 @@
 
 #include "actors/env_state.hpp"
 
+#include "gpu/atomic_file.hpp"
 #include "gpu/check.hpp"
 #include "rl/dqn/replay_hooks.hpp"
 #include "rl/dqn/state.hpp"
@@ -115,10 +116,8 @@ std::function<void(const std::filesystem::path& dir)> DqnCollectorStage::checkpo
                         {"num_envs", env_->num_envs()},
                         {"obs_dim", env_->obs_dim()},
                         {"env_state", !env_spans.empty()}};
-    std::ofstream out(dir / "collector.json");
-    out << j.dump(2) << "\n";
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write " + (dir / "collector.json").string());
+    const std::string text = j.dump(2) + "\n";
+    gpu::write_file_atomically(dir / "collector.json", {std::as_bytes(std::span<const char>(text))}, "collector state");
   };
 }
 
