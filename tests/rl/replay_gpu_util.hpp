@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "rl/replay/replay_buffer.hpp"
@@ -92,6 +93,26 @@ inline std::vector<float> download_leaves(const ReplayBuffer& rb, cudaStream_t s
 
 inline ReplayState download_state(const ReplayBuffer& rb, cudaStream_t stream) {
   return test::download(rb.device_state(), 1, stream)[0];
+}
+
+// One single-env producer inserting `rows` random rows in blocks of at most 50021, synchronously.
+inline void insert_rows(ReplayBuffer& rb, int producer, std::int64_t rows, std::mt19937_64& rng, cudaStream_t stream) {
+  while (rows > 0) {
+    const std::int64_t steps = std::min<std::int64_t>(rows, 50021);
+    const HostBlock h = random_block(steps, 1, rb.config().layout.obs_dim, 1, rng);
+    DeviceBlock d(h, rb.config().layout, stream);
+    rb.insert(producer, d.batch, stream);
+    FH_CHECK(cudaStreamSynchronize(stream));
+    rows -= steps;
+  }
+}
+
+// Priority update from host indices and TD errors, synchronously.
+inline void update(ReplayBuffer& rb, const std::vector<std::int32_t>& idx, const std::vector<float>& td, cudaStream_t stream) {
+  auto d_idx = test::upload(idx, stream);
+  auto d_td = test::upload(td, stream);
+  rb.update_priorities(d_idx.data(), d_td.data(), static_cast<std::int64_t>(idx.size()), stream);
+  FH_CHECK(cudaStreamSynchronize(stream));
 }
 
 // Every node of levels 1..top equals the (double) sum and the min of its children; padding

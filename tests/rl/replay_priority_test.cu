@@ -29,24 +29,6 @@ ReplayConfig priority_config(std::int64_t capacity) {
   return c;
 }
 
-void insert_rows(ReplayBuffer& rb, int producer, std::int64_t rows, std::mt19937_64& rng, cudaStream_t stream) {
-  while (rows > 0) {
-    const std::int64_t steps = std::min<std::int64_t>(rows, 50021);
-    const HostBlock h = random_block(steps, 1, rb.config().layout.obs_dim, 1, rng);
-    DeviceBlock d(h, rb.config().layout, stream);
-    rb.insert(producer, d.batch, stream);
-    FH_CHECK(cudaStreamSynchronize(stream));
-    rows -= steps;
-  }
-}
-
-void update(ReplayBuffer& rb, const std::vector<std::int32_t>& idx, const std::vector<float>& td, cudaStream_t stream) {
-  auto d_idx = test::upload(idx, stream);
-  auto d_td = test::upload(td, stream);
-  rb.update_priorities(d_idx.data(), d_td.data(), static_cast<std::int64_t>(idx.size()), stream);
-  FH_CHECK(cudaStreamSynchronize(stream));
-}
-
 double leaf_of(double td, const ReplayConfig& c) {
   return std::max(std::pow(std::fabs(td) + static_cast<double>(c.eps), static_cast<double>(c.alpha)), double{FLT_MIN});
 }

@@ -36,18 +36,6 @@ ReplayConfig stress_config(std::int64_t capacity) {
   return c;
 }
 
-// One single-env producer inserting `rows` rows in blocks of at most 50021.
-void insert_rows(ReplayBuffer& rb, int producer, std::int64_t rows, std::mt19937_64& rng, cudaStream_t stream) {
-  while (rows > 0) {
-    const std::int64_t steps = std::min<std::int64_t>(rows, 50021);
-    const HostBlock h = random_block(steps, 1, rb.config().layout.obs_dim, 1, rng);
-    DeviceBlock d(h, rb.config().layout, stream);
-    rb.insert(producer, d.batch, stream);
-    FH_CHECK(cudaStreamSynchronize(stream));
-    rows -= steps;
-  }
-}
-
 // TD errors: 30% exact zeros, 10% 1e30, the rest +-10^U(-30, 30); with `overflow` about 0.1% are
 // 3e38 (two of them in one node already overflow its float sum).
 std::vector<float> extreme_td(std::size_t n, std::mt19937_64& rng, bool overflow) {
@@ -61,13 +49,6 @@ std::vector<float> extreme_td(std::size_t n, std::mt19937_64& rng, bool overflow
     else x = static_cast<float>(std::pow(10.0, expo(rng))) * (coin(rng) < 0.5 ? -1.0f : 1.0f);
   }
   return td;
-}
-
-void update(ReplayBuffer& rb, const std::vector<std::int32_t>& idx, const std::vector<float>& td, cudaStream_t stream) {
-  auto d_idx = test::upload(idx, stream);
-  auto d_td = test::upload(td, stream);
-  rb.update_priorities(d_idx.data(), d_td.data(), static_cast<std::int64_t>(idx.size()), stream);
-  FH_CHECK(cudaStreamSynchronize(stream));
 }
 
 // Every index a stored slot, every weight finite in [0, 1], every gathered value finite (a gather
