@@ -7,7 +7,9 @@
 #   usage: scripts/gpu-host.sh <dist folder> [gtest filter] [sanitizer tools...]
 #   FOXHUNT_BENCHES="scan_variants replay" picks benchmarks (default all; "none" skips them),
 #   FOXHUNT_BENCH_TIMEOUT (120 s each), FOXHUNT_SANITIZER_TIMEOUT (420 s per process; also the
-#   default of FOXHUNT_SUITE_TIMEOUT and FOXHUNT_LEARNING_TIMEOUT), FOXHUNT_SANITIZER_SHARDS (6).
+#   default of FOXHUNT_SUITE_TIMEOUT and FOXHUNT_LEARNING_TIMEOUT), FOXHUNT_SANITIZER_SHARDS (6),
+#   FOXHUNT_SANITIZER_GPUS ("0 1": shards round-robin over those GPUs), FOXHUNT_LEARNING (a gtest
+#   filter: which learning tests run).
 set -uo pipefail
 dist=$(cd "${1:?usage: gpu-host.sh <dist> [filter] [tools...]}" && pwd)
 filter=${2:-*}
@@ -24,6 +26,8 @@ export NCCL_NVLS_ENABLE=0
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 sanitizer_gpu=$(( gpus >= 2 ? 1 : 0 ))
+# FOXHUNT_SANITIZER_GPUS="0 1" spreads the shards round-robin over those GPUs (default: the sanitizer GPU).
+read -r -a sanitizer_gpus <<<"${FOXHUNT_SANITIZER_GPUS:-$sanitizer_gpu}"
 
 "$dist/bin/foxhunt" devices | tee "$out/devices.txt"
 
@@ -31,27 +35,41 @@ sanitizer_gpu=$(( gpus >= 2 ? 1 : 0 ))
 # capture must throw), which the sanitizer counts; the learning suites train for minutes and
 # would take hours under instrumentation (their kernels are the ones the other tests exercise).
 learning="DqnLearning.*:ActorTraining.*:ActorMarket.*:ActorResume.*"
+learning_run=${FOXHUNT_LEARNING:-$learning}  # which of them run (a gtest filter)
 sanitizer_filter="$filter-GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest.UncheckedSyncInvalidatesCaptureAndThrows:$learning"
+# Tests that take minutes under instrumentation (the end-to-end actor runs, short trainings): each
+# gets its own sanitizer process per tool, so a shard never waits behind them.
+solo=${FOXHUNT_SANITIZER_SOLO:-GpuPipelineTest.*:DqnTrainerTest.LearnsContextualBandit:DqnLearnerTest.EveryVariantFitsFixedTargets:DqnLearnerTest.GraphReplayEqualsEagerBitwise:LayerNormTest.BackwardMatchesFiniteDifferences}
+learning_gpu=${FOXHUNT_LEARNING_GPU:-$sanitizer_gpu}  # 0: after the benchmarks, beside the suite
 
 # One sanitizer run over the whole suite takes longer than a device call allows: gtest shards,
 # side by side.
 run_sanitizers() {
+  local k=0
+  local solos
+  solos=$("$dist/bin/foxhunt_gpu_tests" --gtest_list_tests --gtest_filter="$solo" | awk '/^[^ ]/{s=$1} /^  /{print s $1}')
   for tool in "${tools[@]}"; do
-    for ((i = 0; i < shards; ++i)); do
-      CUDA_VISIBLE_DEVICES=$sanitizer_gpu GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$limit" \
+    for t in $solos; do
+      CUDA_VISIBLE_DEVICES=${sanitizer_gpus[$((k++ % ${#sanitizer_gpus[@]}))]} timeout "$limit" \
         "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 "$dist/bin/foxhunt_gpu_tests" \
-        --gtest_brief=1 --gtest_filter="$sanitizer_filter" >"$out/sanitizer_${tool}_$i.txt" 2>&1 &
+        --gtest_filter="$t" >"$out/sanitizer_${tool}_${t//[^A-Za-z0-9]/_}.txt" 2>&1 &
+    done
+    for ((i = 0; i < shards; ++i)); do
+      CUDA_VISIBLE_DEVICES=${sanitizer_gpus[$((k++ % ${#sanitizer_gpus[@]}))]} GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$limit" \
+        "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 "$dist/bin/foxhunt_gpu_tests" \
+        --gtest_filter="$sanitizer_filter:$solo" >"$out/sanitizer_${tool}_$i.txt" 2>&1 &
     done
   done
 }
 # Each learning test in its own process: a slow or stuck one cannot cost the summary of the rest.
 run_learning() {
-  for t in $("$dist/bin/foxhunt_gpu_tests" --gtest_list_tests --gtest_filter="$learning" | awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
-    CUDA_VISIBLE_DEVICES=$sanitizer_gpu timeout "$learning_limit" "$dist/bin/foxhunt_gpu_tests" --gtest_filter="$t" \
+  for t in $("$dist/bin/foxhunt_gpu_tests" --gtest_list_tests --gtest_filter="$learning_run" | awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
+    CUDA_VISIBLE_DEVICES=$learning_gpu timeout "$learning_limit" "$dist/bin/foxhunt_gpu_tests" --gtest_filter="$t" \
       >"$out/gpu_learning_${t//[^A-Za-z0-9]/_}.txt" 2>&1 &
   done
 }
-if [ "$sanitizer_gpu" = 1 ]; then run_sanitizers; run_learning; fi
+if [ "$sanitizer_gpu" = 1 ]; then run_sanitizers; fi
+if [ "$learning_gpu" != 0 ]; then run_learning; fi
 
 # Benchmarks alone on GPU 0: nothing else may share it while they time.
 for b in "$dist"/bin/foxhunt_bench_*; do
@@ -66,7 +84,8 @@ done
 CUDA_VISIBLE_DEVICES=0 timeout "$suite_limit" "$dist/bin/foxhunt_gpu_tests" --gtest_brief=1 --gtest_filter="$filter-$learning" \
   >"$out/gpu_tests.txt" 2>&1 &
 timeout "$limit" "$dist/bin/foxhunt_cpu_tests" --gtest_brief=1 >"$out/cpu_tests.txt" 2>&1 &
-if [ "$sanitizer_gpu" = 0 ]; then run_sanitizers; run_learning; fi
+if [ "$sanitizer_gpu" = 0 ]; then run_sanitizers; fi
+if [ "$learning_gpu" = 0 ]; then run_learning; fi
 wait
 
 verdict() { grep -E '^\[  (PASSED  |FAILED  |SKIPPED )\]|^\[==========\]|ERROR SUMMARY|RACECHECK SUMMARY' "$1" | tail -4 | tr '\n' ' '; }
