@@ -40,7 +40,10 @@
 //          blocks look back or store. The arithmetic is that of the register kernel with the same
 //          tile shape, group size and group readers: same bits (the tests compare them);
 //   _bst   the outputs go back to shared memory and leave in one bulk store
-//          (cp.async.bulk.global.shared::cta), instead of float4 stores by every thread.
+//          (cp.async.bulk.global.shared::cta), instead of float4 stores by every thread;
+//   _pfidx (_tma with the counter) an L2 prefetch of tile blockIdx.x before the counter atomic, so
+//          the tile's reads start without waiting for the counter and without relying on _bidx's
+//          dispatch order (the counter hands tiles out in about blockIdx order).
 // None of these changes which values are added in which order.
 //
 // Not done: a deeper total tree (tile -> group -> super-group) to cut look-back reads: with
@@ -104,18 +107,23 @@ constexpr Word kReady = Word{1} << 32;
 //   kBidx       tile index = blockIdx.x instead of the atomic tile counter (see scan_f32_kernel);
 //   kSmem       the tile is loaded into shared memory by a bulk copy (scan_f32_smem_kernel, "_tma");
 //               kNc, kPf and kCs do not apply to it;
-//   kBst        (kSmem only) the outputs leave through one bulk store from shared memory.
+//   kBst        (kSmem only) the outputs leave through one bulk store from shared memory;
+//   kPfIdx      (kSmem, counter order only) before taking a tile from the counter, thread 0 asks for
+//               an L2 prefetch of tile blockIdx.x: the counter hands tiles out in about dispatch
+//               order, so that tile is about to be taken (by this or a neighbouring block), and its
+//               HBM reads start one counter round trip earlier, without relying on dispatch order.
 // Which values are added, and in which order, depends only on kThreads, kSegs, kGroupMul, kBlockG
 // and n, never on timing: every configuration is bitwise reproducible, and configurations that
 // agree in those four give the same bits.
 template <int kThreads_, int kSegs_, int kGroupMul_, int kMinBlocks_, bool kBlockG_, bool kEarly_, bool kNc_,
-          int kPf_ = 0, bool kCs_ = false, bool kBidx_ = false, bool kSmem_ = false, bool kBst_ = false>
+          int kPf_ = 0, bool kCs_ = false, bool kBidx_ = false, bool kSmem_ = false, bool kBst_ = false,
+          bool kPfIdx_ = false>
 struct ScanCfg {
   static constexpr int kThreads = kThreads_, kWarps = kThreads / 32, kSegs = kSegs_, kGroupMul = kGroupMul_;
   static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr bool kBlockG = kBlockG_, kEarly = kEarly_, kNc = kNc_;
   static constexpr int kPf = kPf_;
-  static constexpr bool kCs = kCs_, kBidx = kBidx_, kSmem = kSmem_, kBst = kBst_;
+  static constexpr bool kCs = kCs_, kBidx = kBidx_, kSmem = kSmem_, kBst = kBst_, kPfIdx = kPfIdx_;
   static constexpr std::int64_t kWarpElems = kSegs * 128;           // consecutive elements per warp
   static constexpr std::int64_t kTileElems = kWarps * kWarpElems;   // per block
   static constexpr std::int64_t kGroup = 32 * kGroupMul;            // tiles per group total
@@ -126,6 +134,7 @@ struct ScanCfg {
   static_assert(kPf >= 0 && (kPf == 0 || kMinBlocks >= 1), "kPf >= 0; the prefetch distance needs kMinBlocks");
   static_assert(!kSmem || (kPf == 0 && !kNc && !kCs), "kSmem: no kPf, kNc or kCs");
   static_assert(!kBst || kSmem, "kBst needs kSmem");
+  static_assert(!kPfIdx || (kSmem && !kBidx), "kPfIdx needs kSmem and the tile counter");
   // Static shared memory (< 48 KB) and one bulk copy per tile (the mbarrier tx-count is < 2^20).
   static_assert(!kSmem || kTileElems * sizeof(float) <= 40 * 1024, "kSmem: tile too large for static shared memory");
   static std::int64_t tiles(std::int64_t n) { return (n + kTileElems - 1) / kTileElems; }
@@ -143,6 +152,7 @@ struct ScanCfg {
     if (kPf > 0) s += "_pf" + std::to_string(kPf);
     if (kCs) s += "_cs";
     if (kSmem) s += "_tma";
+    if (kPfIdx) s += "_pfidx";
     if (kBidx) s += "_bidx";
     if (kBst) s += "_bst";
     return s;
@@ -161,10 +171,11 @@ using ScanCfgs = std::tuple<ScanCfg<256, 8, 1, 3, false, false, false>,   // 819
                             ScanCfg<256, 8, 1, 3, true, true, true, 1>,   // config 2 + L2 prefetch 1 wave ahead
                             // Shared-memory tiles through bulk copies (same bits as configs 1, 2, 4):
                             ScanCfg<256, 8, 1, 6, true, true, false, 0, false, false, true, false>,  // counter
+                            ScanCfg<256, 8, 1, 6, true, true, false, 0, false, false, true, false, true>,  // + L2 pf
                             ScanCfg<256, 8, 1, 6, true, true, false, 0, false, true, true, false>,   // blockIdx
                             ScanCfg<256, 8, 1, 6, true, true, false, 0, false, true, true, true>,    // + bulk store
                             // 4096-element shared-memory tiles, 12 blocks/SM, 64-tile groups:
-                            ScanCfg<128, 8, 2, 12, true, true, false, 0, false, false, true, false>>;
+                            ScanCfg<128, 8, 2, 12, true, true, false, 0, false, false, true, false, true>>;
 // What inclusive_scan / exclusive_scan use: the measured best on an H200 (bench/scan_variants.cu),
 // t256_s8_g32_mb3_blockG_early_nc: 60.8% of copy at 1e8 (the _tma configurations not yet measured).
 constexpr int kDefaultCfg = 2;
@@ -511,6 +522,22 @@ __device__ __forceinline__ void bulk_store(float* dst, unsigned src, unsigned by
 #endif
 }
 
+// L2 prefetch of tile `tile` (cut at n down to whole 16-byte chunks; nothing at or past n), as one
+// bulk prefetch by the calling thread; in: 16-byte aligned. A hint only: it changes no value.
+template <class C>
+__device__ __forceinline__ void prefetch_tile_l2(const float* in, std::int64_t n, std::int64_t tile) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const std::int64_t begin = tile * C::kTileElems;
+  if (begin >= n) return;
+  const std::int64_t left = n - begin;
+  const std::int64_t count = (left < C::kTileElems ? left : C::kTileElems) & ~std::int64_t{3};
+  if (count > 0)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(in + begin)),
+                 "r"(static_cast<unsigned>(count * sizeof(float)))
+                 : "memory");
+#endif
+}
+
 // Orders this thread's generic-proxy shared-memory writes before later async-proxy (bulk) reads.
 __device__ __forceinline__ void fence_to_async() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -521,10 +548,11 @@ __device__ __forceinline__ void fence_to_async() {
 // As scan_f32_kernel (same element ownership, same additions in the same order, so the same bits
 // as a register configuration with equal kThreads, kSegs, kGroupMul, kBlockG), but the tile lives
 // in shared memory:
-//   - thread 0 takes the tile index (counter, or blockIdx with kBidx) and, for a full tile with
-//     kVec, issues its bulk copy at once; other tiles (the partial last one, unaligned data) are
-//     loaded by every thread into its own slots of s_x (element-wise, zeros past n), which only
-//     that thread reads again, so no barrier is needed there;
+//   - thread 0 (kPfIdx: after an L2 prefetch of tile blockIdx.x) takes the tile index (counter,
+//     or blockIdx with kBidx) and, for a full tile with kVec, issues its bulk copy at once; other
+//     tiles (the partial last one, unaligned data) are loaded by every thread into its own slots
+//     of s_x (element-wise, zeros past n), which only that thread reads again, so no barrier is
+//     needed there;
 //   - pass 1 reads the thread's float4s from s_x and computes the per-lane totals and segment
 //     offsets (segment_offset, as warp_local_scan); pass 2 reads them again and forms the outputs
 //     (p0, p0 + x1, ... as warp_local_scan), so a thread never holds its 32 elements at once;
@@ -548,6 +576,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks > 0 ? C::kMinBlocks
 
   if (threadIdx.x == 0) {
     std::int64_t t = 0;
+    if constexpr (kVec && C::kPfIdx) {
+      if (tiles > 1) prefetch_tile_l2<C>(in, n, blockIdx.x);
+    }
     if (tiles > 1) t = C::kBidx ? static_cast<std::int64_t>(blockIdx.x) : static_cast<std::int64_t>(atomicAdd(status, Word{1}));
     if (kVec && (t + 1) * C::kTileElems <= n) bulk_load(bar, tile_smem, in + t * C::kTileElems, kTileBytes);
     s_tile = t;
