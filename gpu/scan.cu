@@ -159,23 +159,28 @@ struct ScanCfg {
   }
 };
 
+// Shared-memory ("_tma") configurations: block-wide early group-total readers; no nc, pf or cs.
+template <int kThreads, int kSegs, int kGroupMul, int kMinBlocks, bool kBidx, bool kBst, bool kPfIdx>
+using SmemCfg = ScanCfg<kThreads, kSegs, kGroupMul, kMinBlocks, true, true, false, 0, false, kBidx, true, kBst, kPfIdx>;
+
 // The configurations the bench compares (detail::scan_f32_config_*).
 // Registers (ptxas, sm_90): the register tile needs 112 in its aligned path uncapped, so only 2
 // blocks fit per SM; the minimum-blocks caps below were chosen so that nothing spills. The _tma
 // configurations are limited by shared memory: 6 blocks of 32 KB (+ 1 KB reserved each) or 12 of
-// 16 KB fit in the 228 KB of an H100/H200 SM, and their caps (40 registers) match that.
+// 16 KB fit in the 228 KB of an H100/H200 SM, and their caps (40 registers) match that (no spills
+// in the inclusive kernels; the aligned exclusive ones spill 4-20 bytes per thread).
 using ScanCfgs = std::tuple<ScanCfg<256, 8, 1, 3, false, false, false>,   // 8192-element register tiles, 3 blocks/SM
                             ScanCfg<256, 8, 1, 3, true, true, false>,     // + block-wide early group totals
                             ScanCfg<256, 8, 1, 3, true, true, true>,      // + nc loads (default)
                             ScanCfg<256, 6, 1, 4, true, true, true>,      // 6144-element tiles, 4 blocks/SM
                             ScanCfg<256, 8, 1, 3, true, true, true, 1>,   // config 2 + L2 prefetch 1 wave ahead
-                            // Shared-memory tiles through bulk copies (same bits as configs 1, 2, 4):
-                            ScanCfg<256, 8, 1, 6, true, true, false, 0, false, false, true, false>,  // counter
-                            ScanCfg<256, 8, 1, 6, true, true, false, 0, false, false, true, false, true>,  // + L2 pf
-                            ScanCfg<256, 8, 1, 6, true, true, false, 0, false, true, true, false>,   // blockIdx
-                            ScanCfg<256, 8, 1, 6, true, true, false, 0, false, true, true, true>,    // + bulk store
-                            // 4096-element shared-memory tiles, 12 blocks/SM, 64-tile groups:
-                            ScanCfg<128, 8, 2, 12, true, true, false, 0, false, false, true, false, true>>;
+                            // Shared-memory tiles through bulk copies (t256_s8: same bits as configs 1, 2, 4):
+                            SmemCfg<256, 8, 1, 6, false, false, false>,   // tile counter
+                            SmemCfg<256, 8, 1, 6, false, false, true>,    // + L2 prefetch of tile blockIdx
+                            SmemCfg<256, 8, 1, 6, true, false, false>,    // blockIdx tile order
+                            SmemCfg<256, 8, 1, 6, true, true, false>,     // blockIdx order + bulk stores
+                            SmemCfg<256, 8, 1, 6, false, true, true>,     // counter + L2 prefetch + bulk stores
+                            SmemCfg<128, 8, 2, 12, false, false, true>>;  // 4096-element tiles, 64-tile groups
 // What inclusive_scan / exclusive_scan use: the measured best on an H200 (bench/scan_variants.cu),
 // t256_s8_g32_mb3_blockG_early_nc: 60.8% of copy at 1e8 (the _tma configurations not yet measured).
 constexpr int kDefaultCfg = 2;
@@ -579,7 +584,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks > 0 ? C::kMinBlocks
     if constexpr (kVec && C::kPfIdx) {
       if (tiles > 1) prefetch_tile_l2<C>(in, n, blockIdx.x);
     }
-    if (tiles > 1) t = C::kBidx ? static_cast<std::int64_t>(blockIdx.x) : static_cast<std::int64_t>(atomicAdd(status, Word{1}));
+    if (tiles > 1) {
+      if constexpr (C::kBidx) t = blockIdx.x;
+      else t = static_cast<std::int64_t>(atomicAdd(status, Word{1}));
+    }
     if (kVec && (t + 1) * C::kTileElems <= n) bulk_load(bar, tile_smem, in + t * C::kTileElems, kTileBytes);
     s_tile = t;
   }
