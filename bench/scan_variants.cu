@@ -1,5 +1,6 @@
 // Compares the configurations of the deterministic f32 scan (gpu/scan.cu, ScanCfgs: one tile per
-// block; "_pf": L2 prefetch ahead, "_cs": streaming stores, "_bidx": blockIdx tile order) with
+// block; "_pf": L2 prefetch ahead, "_bidx": blockIdx tile order, "_tma": the tile bulk-copied into
+// shared memory, 6 or 12 blocks per SM, "_bst": bulk stores from shared memory) with
 // each other and with cub::DeviceScan::InclusiveSum on float (faster to write, but NOT bitwise
 // reproducible for floats: its look-back order depends on timing), at 1e7 and 1e8 elements.
 //
@@ -154,7 +155,7 @@ int main() {
       fg::detail::scan_f32_config(tmp.data(), tmp.data(), n, true, c, ws.data(), bytes, stream);  // in place
       worst = std::max(worst, worst_ratio(to_host(tmp.data(), n, stream), excl[0], abs_excl[0]));
       v.ok = worst <= 1.0 && same;
-      std::printf("  %-40s random: worst err %.3f of tolerance, repeat %s\n", v.name.c_str(), worst,
+      std::printf("  %-44s random: worst err %.3f of tolerance, repeat %s\n", v.name.c_str(), worst,
                   same ? "bitwise equal" : "DIFFERS");
     }
   }
@@ -181,7 +182,7 @@ int main() {
       FH_CHECK_LAUNCH();
       const unsigned long long mismatches = to_host(bad.data(), 1, stream)[0];
       v.ok = v.ok && mismatches == 0;
-      std::printf("  %-40s 1e8 integers: %llu mismatches   => %s\n", v.name.c_str(), mismatches, v.ok ? "OK" : "FAIL");
+      std::printf("  %-44s 1e8 integers: %llu mismatches   => %s\n", v.name.c_str(), mismatches, v.ok ? "OK" : "FAIL");
     }
   }
 
@@ -211,14 +212,14 @@ int main() {
     }
   }
 
-  fb::print_rule(110);
-  std::printf("%-40s %5s", "config (inclusive f32, out of place)", "check");
+  fb::print_rule(114);
+  std::printf("%-44s %5s", "config (inclusive f32, out of place)", "check");
   for (std::int64_t n : kTimedSizes) std::printf(" | n=%-9.0e %8s %7s", static_cast<double>(n), "GB/s", "% copy");
   std::printf("\n");
-  fb::print_rule(110);
+  fb::print_rule(114);
   const Variant* best[2] = {nullptr, nullptr};
   for (const Variant& v : variants) {
-    std::printf("%-40s %5s", v.name.c_str(), v.config < 0 ? "-" : v.ok ? "OK" : "FAIL");
+    std::printf("%-44s %5s", v.name.c_str(), v.config < 0 ? "-" : v.ok ? "OK" : "FAIL");
     for (int s = 0; s < 2; ++s) {
       const double gbs = 8.0 * kTimedSizes[s] / (v.ms[s] * 1e-3) / 1e9;
       std::printf(" | %8.1fus %8.1f %6.1f%%", v.ms[s] * 1e3, gbs, 100.0 * gbs / copy_gbs);
@@ -226,7 +227,7 @@ int main() {
     }
     std::printf("%s\n", v.config == fg::detail::scan_f32_default_config() ? "  (current default)" : "");
   }
-  fb::print_rule(110);
+  fb::print_rule(114);
   bool all_ok = true;
   for (const Variant& v : variants) all_ok = all_ok && v.ok;
   std::printf("ALL CONFIGS CORRECT: %s\n", all_ok ? "yes" : "NO");

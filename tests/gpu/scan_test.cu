@@ -160,11 +160,14 @@ TEST_F(ScanTest, InPlaceAndRepeatedRunsAreBitwiseEqual) {
 }
 
 // ---- every configuration of the f32 scan (detail::scan_f32_config) ---------------------------
-// Tile sizes are 2048, 4096, 6144 or 8192 elements and groups span up to 32 * 8192 elements: these
+// Tile sizes are 4096, 6144 or 8192 elements and groups span 32 * 8192 or 64 * 4096 elements: these
 // sizes hit one tile, exact tiles, one element past a tile, partial last tiles and many groups.
 // The L2-prefetching ("_pf") configurations prefetch their own tile (first resident wave, the
-// partial last tile cut to whole 16-byte chunks) and, at (1 << 22) + 1 (513 tiles), tiles one or
-// two waves ahead up to the last one; offset 1 (misaligned) takes the path without prefetch.
+// partial last tile cut to whole 16-byte chunks) and, at (1 << 22) + 1 (513 tiles), tiles one
+// wave ahead up to the last one; offset 1 (misaligned) takes the path without prefetch. The
+// shared-memory ("_tma") configurations bulk-copy full tiles only when aligned (offset 0): a single
+// full tile (4096, 8192), full tiles before a partial last one (4097, 8193, 1000003, ...), and the
+// element-wise path for the partial tile and for offset 1; "_bst" stores full tiles in bulk too.
 const std::int64_t kConfigSizes[] = {1, 7, 2048, 2049, 4096, 4097, 6144, 6145, 8192, 8193, 1000003, (1 << 22) + 1};
 
 std::string config_note(int config) {
@@ -218,8 +221,8 @@ TEST_F(ScanTest, EveryConfigIsExactOnSmallIntegers) {
   }
 }
 
-// As FloatMatchesDoublePrefixSums (same tolerance and reasoning; with 2048-element tiles and
-// 128-tile groups the tree is no deeper than with the default), for every configuration.
+// As FloatMatchesDoublePrefixSums (same tolerance and reasoning; with 4096-element tiles and
+// 64-tile groups the tree is no deeper than with the default), for every configuration.
 TEST_F(ScanTest, EveryConfigMatchesDoublePrefixSums) {
   SCOPED_TRACE(seed_note());
   for (int config = 0; config < detail::scan_f32_config_count(); ++config) {
@@ -265,11 +268,12 @@ TEST_F(ScanTest, EveryConfigIsBitwiseReproducibleAndInPlaceSafe) {
 }
 
 // Configurations that differ only in how memory is accessed (register caps, early group-total
-// loads, nc loads, L2 prefetch, streaming stores, tile counter vs blockIdx tile order) add the same
-// values in the same order: same tile shape and group size ("t256_s8_g32"), and the same group-total
-// readers ("_blockG": every thread, "_warpG": warp 0), so they must agree bit for bit. Any element
-// read from a wrong tile, a tile prefix taken from the wrong totals or a block given the wrong tile
-// breaks it. Pairs are found by name.
+// loads, nc loads, L2 prefetch, streaming stores, tile counter vs blockIdx tile order, register vs
+// shared-memory tiles with bulk copies) add the same values in the same order: same tile shape and
+// group size ("t256_s8_g32"), and the same group-total readers ("_blockG": every thread, "_warpG":
+// warp 0), so they must agree bit for bit. Any element read from a wrong tile, a tile prefix taken
+// from the wrong totals, a block given the wrong tile or a bulk copy of the wrong bytes breaks it.
+// Pairs are found by name; at least one pair must compare a "_tma" configuration with a register one.
 TEST_F(ScanTest, ConfigsWithTheSameArithmeticAgreeBitwise) {
   SCOPED_TRACE(seed_note());
   auto arithmetic = [](int c) {  // "t256_s8_g32_" + "blockG" or "warpG"
@@ -284,11 +288,13 @@ TEST_F(ScanTest, ConfigsWithTheSameArithmeticAgreeBitwise) {
   };
   const std::int64_t n = (1 << 22) + 1;
   const auto host = test::random_normal(n + 1, 0.1f, 1.f, rng());
-  int pairs = 0;
+  auto tma = [](int c) { return std::string(detail::scan_f32_config_name(c)).find("_tma") != std::string::npos; };
+  int pairs = 0, mixed_pairs = 0;
   for (int a = 0; a < detail::scan_f32_config_count(); ++a) {
     for (int b = a + 1; b < detail::scan_f32_config_count(); ++b) {
       if (arithmetic(a) != arithmetic(b)) continue;
       ++pairs;
+      mixed_pairs += tma(a) != tma(b);
       SCOPED_TRACE(config_note(a) + " vs " + config_note(b));
       for (std::int64_t offset : {0, 1})
         for (bool exclusive : {false, true}) {
@@ -299,6 +305,7 @@ TEST_F(ScanTest, ConfigsWithTheSameArithmeticAgreeBitwise) {
     }
   }
   EXPECT_GE(pairs, 1) << "no two configurations share their arithmetic";
+  EXPECT_GE(mixed_pairs, 1) << "no shared-memory configuration shares its arithmetic with a register one";
 }
 
 TEST_F(ScanTest, EmptyInputAndWorkspaceChecks) {
@@ -323,6 +330,13 @@ TEST_F(ScanTest, EmptyInputAndWorkspaceChecks) {
   const std::size_t ibytes = scan_workspace_bytes<std::int32_t>(n);
   EXPECT_THROW(exclusive_scan(ibig.data(), ibig.data(), n, ws.data(), ibytes > 0 ? ibytes - 1 : 0, stream()),
                std::invalid_argument);
+  for (int c = 0; c < detail::scan_f32_config_count(); ++c) {  // n = 0: nothing launched, output untouched
+    SCOPED_TRACE(config_note(c));
+    EXPECT_EQ(detail::scan_f32_config_workspace_bytes(c, 0), 0u);
+    detail::scan_f32_config(f.data(), f.data(), 0, false, c, nullptr, 0, stream());
+    detail::scan_f32_config(f.data(), f.data(), 0, true, c, nullptr, 0, stream());
+  }
+  for (float v : test::download(f, stream())) EXPECT_TRUE(std::isnan(v));
   for (int c = 0; c < detail::scan_f32_config_count(); ++c) {
     const std::size_t cbytes = detail::scan_f32_config_workspace_bytes(c, n);
     ASSERT_GT(cbytes, 0u);
