@@ -15,10 +15,8 @@ namespace foxhunt::rl {
 
 namespace {
 
-constexpr int kInsertBlock = 256;                // 8 warps; warp 0 walks the tree when there is one
-constexpr int kTile = static_cast<int>(TreeShape::kFanout);  // slots per tile: one level-1 node
-constexpr int kUnroll = 8;                       // element groups in flight per thread (row copy)
-constexpr int kPrefetch = 4;                     // n-step window steps loaded at once
+constexpr int kInsertBlock = 256;  // 8 warps
+constexpr int kPrefetch = 4;       // n-step window steps loaded at once
 
 struct InsertParams {
   const void* obs;
@@ -32,9 +30,13 @@ struct InsertParams {
   std::int64_t filled_after;
   // The new slots: [s0, a_end) and, when the insert wraps, [0, b_end) (b_end = 0 otherwise).
   std::int64_t s0, a_end, b_end;
-  // Tiles: the level-1 nodes (128-slot groups) holding new slots, those of [s0, a_end) first,
-  // then those of [0, b_end) that [s0, a_end) does not already cover.
-  std::int64_t tiles_a, tiles;
+  // Touched nodes of levels 1 and 2 (nodes2 = 0 below a 2-level tree): those of [s0, a_end)
+  // first (nodes*_a of them), then those of [0, b_end) that [s0, a_end) does not already reach.
+  std::int64_t nodes1_a, nodes1, nodes2_a, nodes2;
+  int tree_blocks;         // blocks [0, tree_blocks) walk the tree, a warp per touched node
+  bool copy32;             // copy_items < 2^32: the (row, group) split divides in 32 bits
+  std::int64_t copy_items;    // rows * obs element groups
+  std::int64_t action_items;  // rows * action_dim
   std::int64_t old_items;  // (step, env) pairs of older steps whose n-step windows reach in
   NStepWindow window;
   double gamma;
@@ -138,20 +140,43 @@ __device__ __forceinline__ std::uint32_t touched_children(const InsertParams& p,
   return static_cast<std::uint32_t>(n);
 }
 
-// Warp 0 of the tile's block, for level-1 node q (slots first .. first + 127): stamps the tile's
-// new leaves and computes q from registers (the old leaves, loaded at once, with the new ones
-// replaced by the stamp: no store-then-reload), then walks up: at each parent the last of its
-// expected arrivals (a count known from the slot ranges) rebuilds it and walks on; the others
-// stop. The arrival is one acq_rel atomic: it publishes the node this lane just wrote and, for
-// the last arriver, makes the other arrivals' nodes visible (read from L2 with __ldcg). The last
-// arriver resets the counter, so every counter is 0 again when the kernel ends; a parent with
-// one expected arrival skips the counter altogether.
-__device__ void tile_path(const TreeView& t, const InsertParams& p, std::int64_t q, std::int64_t C,
-                          std::uint64_t stamp, int lane) {
+// Slots of level-1 node c (slots c*128 .. c*128+127) that this insert writes. The two ranges are
+// disjoint (b_end <= s0), so the counts add; 128 means the node holds only new leaves.
+__device__ __forceinline__ std::int64_t fresh_in_node(const InsertParams& p, std::int64_t c) {
+  const std::int64_t lo = c << tree::kLog2, hi = lo + TreeShape::kFanout - 1;
+  std::int64_t n = overlap(lo, hi, p.s0, p.a_end - 1);
+  if (p.b_end > 0) n += overlap(lo, hi, 0, p.b_end - 1);
+  return n;
+}
+
+// The t-th touched node of level k (nodes of [s0, a_end) first, then those of [0, b_end) that
+// the first range does not reach); tiles_a and the total are counted by the host the same way.
+__device__ __forceinline__ std::int64_t touched_node(const InsertParams& p, int k, std::int64_t t, std::int64_t tiles_a) {
+  return t < tiles_a ? (p.s0 >> (tree::kLog2 * k)) + t : t - tiles_a;
+}
+
+// Level-1 node q, by one warp: stamps its new leaves and writes its sum and min. A node made only
+// of new leaves needs no read: its 128 leaves all equal p, so its double sum is exactly 128 p
+// (what store_node computes: every partial sum k*p, k <= 128, is exact in double) and its min is
+// p. A partial node (at most three: the ends of the ranges) reads its old leaves once, replaces
+// the new ones in registers (no store-then-reload) and reduces them as store_node does.
+__device__ void level1_node(const TreeView& t, const InsertParams& p, std::int64_t q, std::int64_t C,
+                            std::uint64_t stamp, int lane) {
   const std::int64_t first = (q << tree::kLog2) + 4 * lane;  // this lane's 4 leaves (padded past C)
-  const auto* src = reinterpret_cast<const ulonglong2*>(t.leaves + first);  // 32-byte aligned
-  const ulonglong2 a = __ldcg(src);
-  const ulonglong2 b = __ldcg(src + 1);
+  auto* dst = reinterpret_cast<ulonglong2*>(t.leaves + first);  // 32-byte aligned
+  if (fresh_in_node(p, q) == TreeShape::kFanout) {
+    const ulonglong2 v = make_ulonglong2(stamp, stamp);
+    __stcg(dst, v);
+    __stcg(dst + 1, v);
+    if (lane == 0) {
+      const float pv = tree::leaf_value(stamp);
+      __stcg(t.sums[1] + q, static_cast<float>(128.0 * static_cast<double>(pv)));
+      __stcg(t.mins[1] + q, pv);
+    }
+    return;
+  }
+  const ulonglong2 a = __ldcg(dst);
+  const ulonglong2 b = __ldcg(dst + 1);
   const std::uint64_t old[4] = {a.x, a.y, b.x, b.y};
   float c[4];
 #pragma unroll
@@ -162,13 +187,87 @@ __device__ void tile_path(const TreeView& t, const InsertParams& p, std::int64_t
     c[i] = tree::leaf_value(fresh ? stamp : old[i]);
   }
   tree::store_node(t, 1, q, lane, c);
-  std::int64_t node = q;
-  for (int k = 2; k <= t.top; ++k) {
+}
+
+// Level-2 node P, by one warp, WITHOUT waiting for the level-1 writers: each of its 128 children
+// is either untouched by this insert (its stored sum and min are read: nobody writes them now),
+// made only of new leaves (128 p, p: no read), or one of the at most three partial nodes at the
+// range ends, whose leaves this warp reads itself and reduces exactly as the level-1 writer does
+// (same values, same order: the same float). So the level-2 node costs one round of loads, all
+// issued together. Levels >= 3 then follow by last arrival (counts known from the ranges, counters
+// in the tree reset by their last arriver; a parent with one expected arrival skips the counter).
+__device__ void level2_path(const TreeView& t, const InsertParams& p, std::int64_t P, std::int64_t C,
+                            std::uint64_t stamp, int lane) {
+  const std::int64_t c0 = (P << tree::kLog2) + 4 * lane;  // this lane's 4 children (level 1)
+  const float4 sums = __ldcg(reinterpret_cast<const float4*>(t.sums[1] + c0));
+  const float4 mins = __ldcg(reinterpret_cast<const float4*>(t.mins[1] + c0));
+  // The partial candidates: the level-1 nodes holding s0, a_end - 1 and b_end - 1 (warp-uniform).
+  std::int64_t cand[3] = {p.s0 >> tree::kLog2, (p.a_end - 1) >> tree::kLog2,
+                          p.b_end > 0 ? (p.b_end - 1) >> tree::kLog2 : -1};
+#pragma unroll
+  for (int j = 0; j < 3; ++j) {
+    bool use = cand[j] >= 0 && (cand[j] >> tree::kLog2) == P && fresh_in_node(p, cand[j]) < TreeShape::kFanout;
+    for (int i = 0; i < j; ++i) use = use && cand[i] != cand[j];
+    if (!use) cand[j] = -1;
+  }
+  ulonglong2 la[3], lb[3];
+#pragma unroll
+  for (int j = 0; j < 3; ++j) {  // all loads first: one round trip
+    if (cand[j] >= 0) {
+      const auto* src = reinterpret_cast<const ulonglong2*>(t.leaves + (cand[j] << tree::kLog2) + 4 * lane);
+      la[j] = __ldcg(src);
+      lb[j] = __ldcg(src + 1);
+    }
+  }
+  const float pv = tree::leaf_value(stamp);
+  float part_sum[3] = {0.0f, 0.0f, 0.0f}, part_min[3] = {0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int j = 0; j < 3; ++j) {
+    if (cand[j] < 0) continue;
+    const std::int64_t first = (cand[j] << tree::kLog2) + 4 * lane;
+    const std::uint64_t old[4] = {la[j].x, la[j].y, lb[j].x, lb[j].y};
+    float c[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const std::int64_t s = first + i;
+      const bool fresh = s < C && row_of(s, p.s0, C) < p.rows;
+      c[i] = fresh ? pv : tree::leaf_value(old[i]);
+    }
+    part_sum[j] = tree::node_sum(c);  // every lane gets the node's value
+    part_min[j] = tree::leaf_min(c);
+  }
+  float cs[4] = {sums.x, sums.y, sums.z, sums.w};
+  float cm[4] = {mins.x, mins.y, mins.z, mins.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const std::int64_t child = c0 + i;
+    const std::int64_t n = fresh_in_node(p, child);
+    if (n == TreeShape::kFanout) {
+      cs[i] = static_cast<float>(128.0 * static_cast<double>(pv));
+      cm[i] = pv;
+    } else if (n > 0) {
+#pragma unroll
+      for (int j = 0; j < 3; ++j)
+        if (cand[j] == child) {
+          cs[i] = part_sum[j];
+          cm[i] = part_min[j];
+        }
+    }
+  }
+  const float s2 = tree::node_sum(cs);
+  const float m2 = tree::warp_min(fminf(fminf(cm[0], cm[1]), fminf(cm[2], cm[3])));
+  if (lane == 0) {
+    __stcg(t.sums[2] + P, s2);
+    __stcg(t.mins[2] + P, m2);
+  }
+  std::int64_t node = P;
+  for (int k = 3; k <= t.top; ++k) {
     const std::int64_t parent = node >> tree::kLog2;
     unsigned last = 1u;
     if (lane == 0) {
       const std::uint32_t expected = touched_children(p, parent, k - 1);
       if (expected > 1u) {
+        // acq_rel: publishes the node lane 0 just wrote; the last arriver sees the others' nodes
         cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> arrivals(t.dirty[k][parent]);
         last = arrivals.fetch_add(1u, cuda::memory_order_acq_rel) + 1u == expected ? 1u : 0u;
         if (last) arrivals.store(0u, cuda::memory_order_relaxed);
@@ -181,104 +280,84 @@ __device__ void tile_path(const TreeView& t, const InsertParams& p, std::int64_t
   }
 }
 
-// One launch, no barrier: a block per tile (grid-stride) copies the tile's rows and assembles
-// their n-step fields while its warp 0 stamps the tile's leaves and rebuilds the tree path above
-// it (warp 0 copies too when there is no tree); then every block takes a share of the older steps
-// whose n-step windows now reach into the new block.
+// One launch, no barrier, two kinds of blocks:
+//  - blocks [0, tree_blocks): a warp per touched tree node: the level-1 nodes (stamps, sum, min)
+//    and, independently, the level-2 nodes (see level2_path), then levels >= 3 by last arrival;
+//  - the other blocks: a flat grid-stride loop over every per-row item, one thread per item, so
+//    the copy is spread over the whole GPU: (row, obs element group) pairs (obs and next obs),
+//    (row, action word) pairs, rows (reward, flags, n-step fields; the stamp when the tree is only
+//    leaves), then the older steps whose n-step windows now reach into the new block.
 template <class In, class Store, int VEC>
 __global__ void __launch_bounds__(kInsertBlock)
     insert_kernel(const __grid_constant__ RingView ring, const __grid_constant__ TreeView tree, ReplayState* state,
                   const __grid_constant__ InsertParams p) {
   const int tid = threadIdx.x;
   const std::int64_t C = ring.capacity;
+  if (static_cast<int>(blockIdx.x) < p.tree_blocks) {
+    const std::int64_t w = (static_cast<std::int64_t>(blockIdx.x) * kInsertBlock + tid) >> 5;
+    const int lane = tid & 31;
+    if (w >= p.nodes1 + p.nodes2) return;
+    const std::uint64_t stamp = tree::make_stamp(state->epoch, state->max_priority);
+    if (w < p.nodes1) level1_node(tree, p, touched_node(p, 1, w, p.nodes1_a), C, stamp, lane);
+    else level2_path(tree, p, touched_node(p, 2, w - p.nodes1, p.nodes2_a), C, stamp, lane);
+    return;
+  }
+
   const std::int64_t D = ring.obs_dim;
   const std::int64_t A = ring.action_dim;
-  const bool build = p.prioritized && tree.top >= 1;
-  const std::uint64_t stamp = p.prioritized ? tree::make_stamp(state->epoch, state->max_priority) : 0;
-  const int w0 = build ? 32 : 0;  // first copying thread: warp 0 walks the tree
-  const int workers = kInsertBlock - w0;
-  const int groups = static_cast<int>(D / VEC);  // host-checked: kTile * D <= 2^30
+  const std::int64_t groups = D / VEC;
   const auto* obs_in = static_cast<const In*>(p.obs);
   const auto* next_in = static_cast<const In*>(p.next_obs);
   auto* obs_out = static_cast<Store*>(ring.obs);
   auto* next_out = static_cast<Store*>(ring.next_obs);
+  const std::int64_t fb = static_cast<std::int64_t>(blockIdx.x) - p.tree_blocks;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x - p.tree_blocks) * kInsertBlock;
+  const std::int64_t end_copy = p.copy_items, end_act = end_copy + p.action_items, end_rows = end_act + p.rows;
+  const std::int64_t end_all = end_rows + p.old_items;
+  const bool stamp_rows = p.prioritized && tree.top == 0;
+  const std::uint64_t stamp = stamp_rows ? tree::make_stamp(state->epoch, state->max_priority) : 0;
+  const NStepWindow& w = p.window;
 
-  for (std::int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
-    const std::int64_t q = t < p.tiles_a ? (p.s0 >> tree::kLog2) + t : t - p.tiles_a;
-    const std::int64_t first = q << tree::kLog2;
-    const int width = static_cast<int>(C - first < kTile ? C - first : kTile);
-    if (build) {
-      if (tid < 32) {
-        tile_path(tree, p, q, C, stamp, tid);  // stamps included
-        continue;
+  for (std::int64_t j = fb * kInsertBlock + tid; j < end_all; j += stride) {
+    if (j < end_copy) {  // obs and next obs: one element group of one row, both loads in flight
+      std::int64_t r, g;
+      if (p.copy32) {  // 32-bit division when the item count allows it (the usual case)
+        const auto r32 = static_cast<std::uint32_t>(j) / static_cast<std::uint32_t>(groups);
+        r = r32;
+        g = j - r * groups;
+      } else {
+        r = j / groups;
+        g = j - r * groups;
       }
-    } else if (p.prioritized && tid < width && row_of(first + tid, p.s0, C) < p.rows) {
-      tree.leaves[first + tid] = stamp;
-    }
-
-    // obs and next obs: flat over (row, element group), kUnroll groups in flight per thread
-    const int total = width * groups;
-    for (int base = tid - w0; base < total; base += workers * kUnroll) {
-      float a[kUnroll][VEC], b[kUnroll][VEC];
-      std::int64_t dst[kUnroll];
-      bool ok[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int e = base + u * workers;
-        ok[u] = false;
-        dst[u] = 0;
-        if (e < total) {
-          const int row_in_tile = e / groups;
-          const int g = e - row_in_tile * groups;
-          const std::int64_t r = row_of(first + row_in_tile, p.s0, C);
-          if (r < p.rows) {
-            ok[u] = true;
-            obs_io::load<In, VEC>(obs_in + r * D, static_cast<std::int64_t>(g) * VEC, a[u]);
-            obs_io::load<In, VEC>(next_in + r * D, static_cast<std::int64_t>(g) * VEC, b[u]);
-            dst[u] = (first + row_in_tile) * D + static_cast<std::int64_t>(g) * VEC;
-          }
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (ok[u]) {
-          obs_io::store<Store, VEC>(obs_out, dst[u], a[u]);
-          obs_io::store<Store, VEC>(next_out, dst[u], b[u]);
-        }
-      }
-    }
-    // action words, flat over (row, word)
-    const int words = width * static_cast<int>(A);
-    for (int e = tid - w0; e < words; e += workers) {
-      const int row_in_tile = e / static_cast<int>(A);
-      const std::int64_t r = row_of(first + row_in_tile, p.s0, C);
-      if (r < p.rows) ring.actions[(first + row_in_tile) * A + (e - row_in_tile * A)] = p.actions[r * A + (e - row_in_tile * A)];
-    }
-    // reward, flags and the n-step fields of the new rows (steps of the new block: batch reads)
-    for (int i = tid - w0; i < width; i += workers) {
-      const std::int64_t s = first + i;
-      const std::int64_t r = row_of(s, p.s0, C);
-      if (r >= p.rows) continue;
+      const std::int64_t s = p.s0 + r < C ? p.s0 + r : p.s0 + r - C;
+      float a[VEC], b[VEC];
+      obs_io::load<In, VEC>(obs_in + r * D, g * VEC, a);
+      obs_io::load<In, VEC>(next_in + r * D, g * VEC, b);
+      obs_io::store<Store, VEC>(obs_out, s * D + g * VEC, a);
+      obs_io::store<Store, VEC>(next_out, s * D + g * VEC, b);
+    } else if (j < end_act) {  // one action word
+      const std::int64_t e = j - end_copy;
+      const std::int64_t r = e / A;
+      const std::int64_t s = p.s0 + r < C ? p.s0 + r : p.s0 + r - C;
+      ring.actions[s * A + (e - r * A)] = p.actions[e];
+    } else if (j < end_rows) {  // reward, flags, n-step fields of one new row
+      const std::int64_t r = j - end_act;
+      const std::int64_t s = p.s0 + r < C ? p.s0 + r : p.s0 + r - C;
       ring.rewards[s] = p.rewards[r];
       ring.flags[s] = static_cast<std::uint8_t>((p.terminated[r] != 0 ? kTerminatedBit : 0) |
                                                 (p.truncated[r] != 0 ? kTruncatedBit : 0));
-      const std::int64_t tau = p.window.new_first_step + r / p.window.envs;
-      assemble_nstep(ring, p, tau, r % p.window.envs, p.first_global + r);
+      if (stamp_rows) tree.leaves[s] = stamp;
+      assemble_nstep(ring, p, w.new_first_step + r / w.envs, r % w.envs, p.first_global + r);
+    } else {  // an older step of this producer whose window reaches into the new block
+      const std::int64_t o = j - end_rows;
+      const std::int64_t tau = w.step_begin + o / w.envs;
+      const std::int64_t e = o % w.envs;
+      const std::int64_t g = global_of(w, tau, e);
+      if (g < w.oldest_stored_global) continue;  // overwritten since: nothing to complete
+      assemble_nstep(ring, p, tau, e, g);
     }
   }
-
-  // Older steps of this producer whose windows reach into the new block: recomputed now.
-  const NStepWindow& w = p.window;
-  for (std::int64_t j = blockIdx.x * static_cast<std::int64_t>(kInsertBlock) + tid; j < p.old_items;
-       j += static_cast<std::int64_t>(gridDim.x) * kInsertBlock) {
-    const std::int64_t tau = w.step_begin + j / w.envs;
-    const std::int64_t e = j % w.envs;
-    const std::int64_t g = global_of(w, tau, e);
-    if (g < w.oldest_stored_global) continue;  // overwritten since: nothing to complete
-    assemble_nstep(ring, p, tau, e, g);
-  }
-
-  if (blockIdx.x == 0 && tid == 0) state->size = p.filled_after;
+  if (fb == 0 && tid == 0) state->size = p.filled_after;
 }
 
 template <class In, class Store>
@@ -299,7 +378,7 @@ void insert_transitions(const RingView& ring, const TreeView* tree, ReplayState*
                         const TransitionBatch& batch, const Reservation& r, int n_step, float gamma,
                         cudaStream_t stream) {
   FH_EXPECT(r.rows > 0 && r.rows <= ring.capacity, "insert_transitions: reservation rows must be in [1, capacity]");
-  // A tile's element indices (128 rows x obs_dim or action_dim, plus a stride) are 32-bit.
+  // Sanity limits on the row widths (element indices are 64-bit; rows * width stays far below 2^62).
   FH_EXPECT(ring.obs_dim >= 1 && ring.obs_dim <= (std::int64_t{1} << 23),
             "insert_transitions: obs_dim must be in [1, 2^23]");
   FH_EXPECT(ring.action_dim >= 1 && ring.action_dim <= (std::int64_t{1} << 23),
@@ -325,10 +404,20 @@ void insert_transitions(const RingView& ring, const TreeView* tree, ReplayState*
   const std::int64_t end = p.s0 + r.rows;
   p.a_end = std::min(end, C);
   p.b_end = end > C ? end - C : 0;
-  p.tiles_a = ((p.a_end - 1) >> log2) - (p.s0 >> log2) + 1;
-  // [0, b_end) ends at or before s0's tile (rows <= C); that tile is already one of A's.
-  const std::int64_t tiles_b = p.b_end > 0 ? std::min((p.b_end - 1) >> log2, (p.s0 >> log2) - 1) + 1 : 0;
-  p.tiles = p.tiles_a + tiles_b;
+  // Touched nodes of level k: those of [s0, a_end), then those of [0, b_end) below s0's node
+  // ([0, b_end) ends at or before s0, since rows <= C, so only s0's own node can be shared).
+  const auto touched = [&](int k, std::int64_t& in_a) {
+    const std::int64_t sh = log2 * k;
+    in_a = ((p.a_end - 1) >> sh) - (p.s0 >> sh) + 1;
+    const std::int64_t in_b = p.b_end > 0 ? std::min((p.b_end - 1) >> sh, (p.s0 >> sh) - 1) + 1 : 0;
+    return in_a + in_b;
+  };
+  const int top = tree ? tree->top : 0;
+  if (top >= 1) p.nodes1 = touched(1, p.nodes1_a);
+  if (top >= 2) p.nodes2 = touched(2, p.nodes2_a);
+  const std::int64_t tree_blocks = ((p.nodes1 + p.nodes2) * 32 + kInsertBlock - 1) / kInsertBlock;
+  FH_EXPECT(tree_blocks < (std::int64_t{1} << 30), "insert_transitions: too many tree nodes for one grid");
+  p.tree_blocks = static_cast<int>(tree_blocks);
   p.old_items = (r.window.new_first_step - r.window.step_begin) * r.window.envs;
 
   const bool in_bf16 = batch.layout.obs_dtype == gpu::DType::bf16;
@@ -339,8 +428,11 @@ void insert_transitions(const RingView& ring, const TreeView* tree, ReplayState*
                    aligned(ring.obs, store_align) && aligned(ring.next_obs, store_align))
                       ? 4
                       : 1;
-  const std::int64_t old_blocks = (p.old_items + kInsertBlock - 1) / kInsertBlock;
-  const int blocks = gpu::grid_stride_blocks(std::max(p.tiles, old_blocks) * kInsertBlock, kInsertBlock, 8);
+  p.copy_items = r.rows * (ring.obs_dim / vec);
+  p.copy32 = p.copy_items < (std::int64_t{1} << 32);
+  p.action_items = r.rows * ring.action_dim;
+  const std::int64_t flat = p.copy_items + p.action_items + r.rows + p.old_items;
+  const int blocks = p.tree_blocks + gpu::grid_stride_blocks(flat, kInsertBlock, 8);
   const TreeView t = tree ? *tree : TreeView{};
   using bf16 = __nv_bfloat16;
   if (in_bf16) {

@@ -23,7 +23,7 @@ __global__ void fill_inf_kernel(float* out, std::int64_t n) {
 }
 
 constexpr int kUpdateBlock = 1024;  // 32 warps: about one node per warp per level at batch 4096
-constexpr int kTodoCap = 1024;      // nodes rebuilt per round of a level (more: another round)
+constexpr int kTodoCap = 1024;      // listed nodes per level (more: the level drains its bitmap in rounds)
 constexpr int kLeafUnroll = 4;      // entries in flight per thread (batch 4096: one round)
 constexpr std::size_t kUpdateSmemBudget = 40 * 1024;
 
@@ -47,7 +47,7 @@ UpdatePlan plan_update(const TreeView& t, int sms) {
   std::int64_t bytes_per_top = 0;
   for (int k = 1; k <= t.top; ++k) bytes_per_top += ((std::int64_t{1} << (tree::kLog2 * (t.top - k))) + 31) / 32 * 4;
   const std::int64_t max_per_block =
-      std::max<std::int64_t>(1, static_cast<std::int64_t>(kUpdateSmemBudget - kTodoCap * 4) / bytes_per_top);
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(kUpdateSmemBudget - 2 * kTodoCap * 4) / bytes_per_top);
   std::int64_t owners = std::min<std::int64_t>(tops, sms);
   owners = std::max<std::int64_t>(owners, (tops + max_per_block - 1) / max_per_block);
   p.owners = static_cast<int>(owners);
@@ -63,28 +63,49 @@ UpdatePlan plan_update(const TreeView& t, int sms) {
   return p;
 }
 
-__device__ __forceinline__ void mark_dirty(std::uint32_t* bitmaps, const UpdatePlan& plan, int k, std::int64_t node,
+// Sets node's bit in the level-k bitmap; true for the one caller that set it first.
+__device__ __forceinline__ bool mark_dirty(std::uint32_t* bitmaps, const UpdatePlan& plan, int k, std::int64_t node,
                                            int top) {
-  const std::int64_t q_top = node >> (tree::kLog2 * (top - k));
-  const std::int64_t j = q_top / plan.owners;
+  const auto q_top = static_cast<std::uint32_t>(node >> (tree::kLog2 * (top - k)));  // a top node: < 1024
+  const std::int64_t j = q_top / static_cast<std::uint32_t>(plan.owners);
   const std::int64_t local = (j << plan.span_log2[k]) + (node & ((std::int64_t{1} << plan.span_log2[k]) - 1));
-  atomicOr(bitmaps + plan.word_offset[k] + (local >> 5), 1u << (local & 31));
+  const std::uint32_t bit = 1u << (local & 31);
+  return (atomicOr(bitmaps + plan.word_offset[k] + (local >> 5), bit) & bit) == 0u;
+}
+
+// Appends node to a level's list (the first marker of each node does it, so each node is listed
+// once); past kTodoCap the list is incomplete and the level drains its bitmap instead.
+__device__ __forceinline__ void list_node(std::uint32_t* list, int* count, std::int64_t node) {
+  const int pos = atomicAdd(count, 1);
+  if (pos < kTodoCap) list[pos] = static_cast<std::uint32_t>(node);
+}
+
+// Brings a level-1 node's 128 leaves (1 KB, 8 lines) towards L2 while the block is still
+// scanning: the rebuild that reads them comes two barriers later.
+__device__ __forceinline__ void prefetch_node_leaves(const std::uint64_t* leaves, std::int64_t slot) {
+  const std::uint64_t* first = leaves + ((slot >> tree::kLog2) << tree::kLog2);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) asm volatile("prefetch.global.L2 [%0];" ::"l"(first + 16 * i));
 }
 
 // One launch per priority update (see priority_tree.hpp): the block scans every entry, keeps the
 // ones below its top nodes, stamps their leaves (atomicMax: the largest priority of this epoch
 // wins over repeats and over any older epoch), then rebuilds the dirty nodes level by level.
+// Each level's dirty nodes are listed while they are marked (the first marker appends the node),
+// so a level costs one barrier; only a level with more than kTodoCap dirty nodes below one block
+// falls back to draining its bitmap in rounds.
 __global__ void __launch_bounds__(kUpdateBlock, 1)
     update_kernel(const __grid_constant__ TreeView t, const __grid_constant__ UpdatePlan plan, ReplayState* state,
                   const std::int32_t* indices, const float* td_errors, std::int64_t n, float alpha, float eps) {
-  extern __shared__ std::uint32_t smem[];  // bitmaps of levels 1..top, then the to-do list
+  extern __shared__ std::uint32_t smem[];  // bitmaps of levels 1..top, then two node lists
   __shared__ std::uint32_t s_max_bits;
-  __shared__ int s_todo_n[2];
+  __shared__ int s_todo_n[2];  // drain rounds (fallback)
+  __shared__ int s_list_n[3];  // level k's list length is s_list_n[k % 3]
   __shared__ std::uint32_t s_epoch;
-  std::uint32_t* todo = smem + plan.total_words;
+  std::uint32_t* const lists = smem + plan.total_words;  // level k's list: lists + (k & 1) * kTodoCap
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
   const int top = t.top;
-  const int owners = plan.owners;
+  const auto owners = static_cast<std::uint32_t>(plan.owners);
   const int b = blockIdx.x;
 
   // The first entries are fetched before anything waits (their loads overlap the state reads).
@@ -104,6 +125,7 @@ __global__ void __launch_bounds__(kUpdateBlock, 1)
   if (tid == 0) {
     s_max_bits = 0u;
     s_todo_n[0] = s_todo_n[1] = 0;
+    s_list_n[0] = s_list_n[1] = s_list_n[2] = 0;
     s_epoch = state->epoch;
   }
   __syncthreads();
@@ -121,14 +143,19 @@ __global__ void __launch_bounds__(kUpdateBlock, 1)
 #pragma unroll
     for (int u = 0; u < kLeafUnroll; ++u) {
       if (idx[u] < 0 || idx[u] >= stored || !isfinite(td[u])) continue;
-      const std::int64_t q_top = static_cast<std::int64_t>(idx[u]) >> top_shift;
-      if (q_top % owners != b) continue;
+      // 32-bit ownership test: idx < 2^31, so its top node fits
+      const auto q_top = static_cast<std::uint32_t>(idx[u]) >> top_shift;
+      if (q_top % owners != static_cast<std::uint32_t>(b)) continue;
       const float p = fmaxf(powf(fabsf(td[u]) + eps, alpha), FLT_MIN);  // alpha applied here, once
       if (!isfinite(p)) continue;
       atomicMax(reinterpret_cast<unsigned long long*>(t.leaves + idx[u]),
                 static_cast<unsigned long long>(tree::make_stamp(epoch, p)));
       my_max = max(my_max, __float_as_uint(p));  // p > 0: bit patterns order like the values
-      if (top >= 1) mark_dirty(smem, plan, 1, static_cast<std::int64_t>(idx[u]) >> tree::kLog2, top);
+      if (top >= 1) {
+        prefetch_node_leaves(t.leaves, idx[u]);
+        const std::int64_t node = static_cast<std::int64_t>(idx[u]) >> tree::kLog2;
+        if (mark_dirty(smem, plan, 1, node, top)) list_node(lists + kTodoCap, &s_list_n[1], node);
+      }
     }
   }
   my_max = __reduce_max_sync(tree::kFull, my_max);
@@ -136,13 +163,30 @@ __global__ void __launch_bounds__(kUpdateBlock, 1)
   __syncthreads();
   if (tid == 0 && s_max_bits != 0u) gpu::atomic_max_nonneg(&state->max_priority, __uint_as_float(s_max_bits));
 
-  // ---- levels 1..top: drain each level's bitmap into the to-do list, a warp per node ------------
-  int round = 0;
+  // ---- levels 1..top: a warp per listed node; the node's first marker lists its parent ---------
+  int round = 0;  // drain rounds so far, over all levels: the parity picks the drain counter
   for (int k = 1; k <= top; ++k) {
+    std::uint32_t* list = lists + (k & 1) * kTodoCap;
+    std::uint32_t* next_list = lists + ((k + 1) & 1) * kTodoCap;
+    const int listed = s_list_n[k % 3];
+    // Nobody touches level k + 2's counter in this phase (level k - 1's, read before the last
+    // barrier); it is zero again before level k + 1 appends to it (after the next barrier).
+    if (tid == 0) s_list_n[(k + 2) % 3] = 0;
+    if (listed <= kTodoCap) {
+      for (int j = warp; j < listed; j += nwarps) {
+        const std::int64_t q = list[j];
+        tree::rebuild_node(t, k, q, lane);
+        if (k < top && lane == 0 && mark_dirty(smem, plan, k + 1, q >> tree::kLog2, top))
+          list_node(next_list, &s_list_n[(k + 1) % 3], q >> tree::kLog2);
+      }
+      __syncthreads();  // level k written before level k + 1 reads it
+      continue;
+    }
+    // More dirty nodes than the list holds: drain the level's bitmap into the list, in rounds.
     std::uint32_t* bits_k = smem + plan.word_offset[k];
     const int span_log2 = plan.span_log2[k];
     const std::int64_t span_mask = (std::int64_t{1} << span_log2) - 1;
-    for (;;) {
+    for (;; ++round) {
       int* counter = &s_todo_n[round & 1];
       for (int w = tid; w < plan.words[k]; w += blockDim.x) {
         std::uint32_t bits = bits_k[w];
@@ -153,22 +197,25 @@ __global__ void __launch_bounds__(kUpdateBlock, 1)
           bits &= bits - 1u;
           const std::int64_t local = static_cast<std::int64_t>(w) * 32 + bit;
           const std::int64_t q_top = (local >> span_log2) * owners + b;
-          todo[pos] = static_cast<std::uint32_t>((q_top << span_log2) + (local & span_mask));
+          list[pos] = static_cast<std::uint32_t>((q_top << span_log2) + (local & span_mask));
         }
         bits_k[w] = bits;  // this thread alone touches word w in this phase
       }
       __syncthreads();
-      const int listed = *counter;
+      const int drained = *counter;
       if (tid == 0) s_todo_n[(round + 1) & 1] = 0;  // everyone read the other counter a round ago
-      const int m = min(listed, kTodoCap);
+      const int m = min(drained, kTodoCap);
       for (int j = warp; j < m; j += nwarps) {
-        const std::int64_t q = todo[j];
+        const std::int64_t q = list[j];
         tree::rebuild_node(t, k, q, lane);
-        if (k < top && lane == 0) mark_dirty(smem, plan, k + 1, q >> tree::kLog2, top);
+        if (k < top && lane == 0 && mark_dirty(smem, plan, k + 1, q >> tree::kLog2, top))
+          list_node(next_list, &s_list_n[(k + 1) % 3], q >> tree::kLog2);
       }
-      __syncthreads();  // level k (this round) written before level k + 1 reads it
-      ++round;
-      if (listed <= kTodoCap) break;
+      __syncthreads();  // level k (this round) written, and the list read, before it is refilled
+      if (drained <= kTodoCap) {
+        ++round;
+        break;
+      }
     }
   }
   if (tid == 0 && arrived == gridDim.x) {
@@ -210,7 +257,7 @@ void update_priorities(const TreeView& tree, ReplayState* state, const std::int3
   FH_EXPECT(indices != nullptr && td_errors != nullptr, "update_priorities: indices and td_errors must be device pointers");
   FH_EXPECT(tree.top >= 0 && tree.top < TreeShape::kMaxLevels, "update_priorities: tree.top out of range");
   const UpdatePlan plan = plan_update(tree, gpu::sm_count());
-  const std::size_t smem = static_cast<std::size_t>(plan.total_words + kTodoCap) * sizeof(std::uint32_t);
+  const std::size_t smem = static_cast<std::size_t>(plan.total_words + 2 * kTodoCap) * sizeof(std::uint32_t);
   FH_EXPECT(smem <= 48 * 1024, "update_priorities: tree bitmaps exceed the shared-memory budget");
   update_kernel<<<plan.owners, kUpdateBlock, smem, stream>>>(tree, plan, state, indices, td_errors, n, alpha, eps);
   FH_CHECK_LAUNCH();

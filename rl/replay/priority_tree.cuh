@@ -52,22 +52,33 @@ __device__ __forceinline__ void load_children(const TreeView& t, int k, std::int
   }
 }
 
+// Sum of a node's 128 children, of which each lane holds c[0..4): in double, in one fixed order,
+// rounded once to float. Every lane gets the same value (the xor butterfly is symmetric), and
+// every writer of a node (update, insert) goes through here, so they all agree bit for bit.
+__device__ __forceinline__ float node_sum(const float c[4]) {
+  const double s = (static_cast<double>(c[0]) + c[1]) + (static_cast<double>(c[2]) + c[3]);
+  return static_cast<float>(warp_sum(s));
+}
+// Min over a level-1 node's stored leaves (values c[0..4) per lane; empty leaves do not count).
+__device__ __forceinline__ float leaf_min(const float c[4]) {
+  return warp_min(
+      fminf(fminf(min_candidate(c[0]), min_candidate(c[1])), fminf(min_candidate(c[2]), min_candidate(c[3]))));
+}
+
 // Node q of level k >= 1 from its 128 children, of which lane `lane` holds c[0..4): sum (double,
 // fixed order) and min (from the values at level 1, from the children's mins above).
 // The whole warp calls it (all 32 lanes active); lane 0 writes.
 __device__ __forceinline__ void store_node(const TreeView& t, int k, std::int64_t q, int lane, const float c[4]) {
-  double s = (static_cast<double>(c[0]) + c[1]) + (static_cast<double>(c[2]) + c[3]);
   float m;
   if (k == 1) {
-    m = fminf(fminf(min_candidate(c[0]), min_candidate(c[1])), fminf(min_candidate(c[2]), min_candidate(c[3])));
+    m = leaf_min(c);
   } else {
     const float4 a = __ldcg(reinterpret_cast<const float4*>(t.mins[k - 1] + (q << kLog2) + 4 * lane));
-    m = fminf(fminf(a.x, a.y), fminf(a.z, a.w));
+    m = warp_min(fminf(fminf(a.x, a.y), fminf(a.z, a.w)));
   }
-  s = warp_sum(s);
-  m = warp_min(m);
+  const float s = node_sum(c);
   if (lane == 0) {  // to L2 (st.cg): other blocks and later levels read it with __ldcg
-    __stcg(t.sums[k] + q, static_cast<float>(s));
+    __stcg(t.sums[k] + q, s);
     __stcg(t.mins[k] + q, m);
   }
 }

@@ -13,9 +13,11 @@
 //
 // Priority update: ONE launch. Block b owns the top-level nodes Q with Q % blocks == b, so every
 // node below Q is touched by its owner block only: the block scans all entries, stamps the leaves
-// it owns, marks their parents in a shared-memory bitmap and rebuilds level by level with a
-// __syncthreads between levels (each dirty node exactly once). No grid-wide barrier, no counts
-// computed in advance; the epoch advances in the last block to arrive (a counter in the state).
+// it owns, marks their parents in a shared-memory bitmap (the first marker of a node also appends
+// it to the level's list) and rebuilds level by level with one __syncthreads per level (each
+// dirty node exactly once; a level with more than 1024 dirty nodes in one block drains its bitmap
+// in rounds instead). No grid-wide barrier, no counts computed in advance; the epoch advances in
+// the last block to arrive (a counter in the state).
 // The per-node u32 words (`dirty`) are the insert's arrival counters (insert.cu); they are zero
 // between calls.
 #include <cuda_runtime.h>

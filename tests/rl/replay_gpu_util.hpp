@@ -4,10 +4,12 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -113,6 +115,29 @@ inline void update(ReplayBuffer& rb, const std::vector<std::int32_t>& idx, const
   auto d_td = test::upload(td, stream);
   rb.update_priorities(d_idx.data(), d_td.data(), static_cast<std::int64_t>(idx.size()), stream);
   FH_CHECK(cudaStreamSynchronize(stream));
+}
+
+// The CPU reference of a priority update on reference leaves `ref` (double): stored indices only,
+// p = max((|td| + eps)^alpha, FLT_MIN), the largest of repeated indices wins.
+inline void apply_update(std::vector<double>& ref, const std::vector<std::int32_t>& idx, const std::vector<float>& td,
+                         const ReplayConfig& c, std::int64_t size) {
+  std::map<std::int32_t, double> best;
+  for (std::size_t i = 0; i < idx.size(); ++i) {
+    if (idx[i] < 0 || idx[i] >= size) continue;
+    const double pr = std::max(std::pow(std::fabs(static_cast<double>(td[i])) + static_cast<double>(c.eps),
+                                        static_cast<double>(c.alpha)),
+                               double{FLT_MIN});
+    auto [it, fresh] = best.emplace(idx[i], pr);
+    if (!fresh) it->second = std::max(it->second, pr);
+  }
+  for (const auto& [i, pr] : best) ref[static_cast<std::size_t>(i)] = pr;
+}
+
+// The device leaves equal the reference ones (float rounding of p^alpha).
+inline void expect_leaves(const ReplayBuffer& rb, const std::vector<double>& ref, cudaStream_t stream) {
+  const auto leaves = download_leaves(rb, stream);
+  for (std::size_t j = 0; j < ref.size(); ++j)
+    ASSERT_NEAR(leaves[j], ref[j], 1e-6 * ref[j]) << "slot " << j;
 }
 
 // Every node of levels 1..top equals the (double) sum and the min of its children; padding

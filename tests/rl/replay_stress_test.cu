@@ -212,26 +212,6 @@ TEST_F(ReplayStressTest, LyingTopNodesStillYieldOnlyStoredSlots) {
 
 // CPU mirror of the update: entries outside [0, size) are skipped; among repeated indices the
 // largest priority wins.
-void apply_update(std::vector<double>& ref, const std::vector<std::int32_t>& idx, const std::vector<float>& td,
-                  const ReplayConfig& c, std::int64_t size) {
-  std::map<std::int32_t, double> best;
-  for (std::size_t i = 0; i < idx.size(); ++i) {
-    if (idx[i] < 0 || idx[i] >= size) continue;
-    const double pr = std::max(std::pow(std::fabs(static_cast<double>(td[i])) + static_cast<double>(c.eps),
-                                        static_cast<double>(c.alpha)),
-                               double{FLT_MIN});
-    auto [it, fresh] = best.emplace(idx[i], pr);
-    if (!fresh) it->second = std::max(it->second, pr);
-  }
-  for (const auto& [i, pr] : best) ref[static_cast<std::size_t>(i)] = pr;
-}
-
-void expect_leaves(const ReplayBuffer& rb, const std::vector<double>& ref, cudaStream_t stream) {
-  const auto leaves = download_leaves(rb, stream);
-  for (std::size_t j = 0; j < ref.size(); ++j)
-    ASSERT_NEAR(leaves[j], ref[j], 1e-6 * ref[j]) << "slot " << j;
-}
-
 // Capacity 2^24 + 4099: three levels above the leaves (131105, 1025, 9 nodes), so the update's
 // shared bitmaps are large and an update clustered below one top node (~4000 distinct level-1
 // nodes) drains its level in several rounds.
