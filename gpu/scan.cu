@@ -7,7 +7,8 @@
 // aggregates between, and which predecessor has published depends on timing, so its float
 // results vary in the last bits from run to run. Here each block (one tile, 8192 elements in
 // the default configuration; groups of G = 32 tiles):
-//   1. loads its tile (coalesced float4) and scans it locally (fixed shuffle trees);
+//   1. loads its tile (the default: one bulk copy into shared memory, see _tma below; the register
+//      configurations: coalesced float4) and scans it locally (fixed shuffle trees);
 //   2. publishes its tile total A[t] (value and ready flag in one 64-bit word);
 //   3. if it is the last tile of a group of G, waits for the group's A's and publishes the
 //      group total G[g] = fixed tree sum of A[Gg .. Gg+G-1];
@@ -22,7 +23,8 @@
 // in ScanCfgs are reachable through detail::scan_f32_config for tests and bench/scan_variants.
 //
 // Where the time goes (H200, 1e8 elements, bench/scan_variants.cu): the register-tile kernel
-// reaches ~61% of copy, CUB's (non-reproducible) float scan ~71%. A block's life is
+// reaches ~61% of copy, CUB's (non-reproducible) float scan 69-72%, the _tma shared-memory
+// configurations 73-78% (the default, _tma_pfidx_bst, 78.2%). A block's life is
 // [tile-counter atomic] -> [tile loads] -> [local scan] -> [look-back round trips] -> [stores];
 // HBM reads are in flight only in the second phase. Its 8192-element tile sits in registers
 // (112 per thread uncapped), so only 2-3 blocks fit per SM: at most 2-3 tiles of reads in flight
@@ -171,7 +173,7 @@ using SmemCfg = ScanCfg<kThreads, kSegs, kGroupMul, kMinBlocks, true, true, fals
 // in the inclusive kernels; the aligned exclusive ones spill 4-20 bytes per thread).
 using ScanCfgs = std::tuple<ScanCfg<256, 8, 1, 3, false, false, false>,   // 8192-element register tiles, 3 blocks/SM
                             ScanCfg<256, 8, 1, 3, true, true, false>,     // + block-wide early group totals
-                            ScanCfg<256, 8, 1, 3, true, true, true>,      // + nc loads (default)
+                            ScanCfg<256, 8, 1, 3, true, true, true>,      // + nc loads
                             ScanCfg<256, 6, 1, 4, true, true, true>,      // 6144-element tiles, 4 blocks/SM
                             ScanCfg<256, 8, 1, 3, true, true, true, 1>,   // config 2 + L2 prefetch 1 wave ahead
                             // Shared-memory tiles through bulk copies (t256_s8: same bits as configs 1, 2, 4):
@@ -179,11 +181,12 @@ using ScanCfgs = std::tuple<ScanCfg<256, 8, 1, 3, false, false, false>,   // 819
                             SmemCfg<256, 8, 1, 6, false, false, true>,    // + L2 prefetch of tile blockIdx
                             SmemCfg<256, 8, 1, 6, true, false, false>,    // blockIdx tile order
                             SmemCfg<256, 8, 1, 6, true, true, false>,     // blockIdx order + bulk stores
-                            SmemCfg<256, 8, 1, 6, false, true, true>,     // counter + L2 prefetch + bulk stores
+                            SmemCfg<256, 8, 1, 6, false, true, true>,     // counter + L2 prefetch + bulk stores (default)
                             SmemCfg<128, 8, 2, 12, false, false, true>>;  // 4096-element tiles, 64-tile groups
-// What inclusive_scan / exclusive_scan use: the measured best on an H200 (bench/scan_variants.cu),
-// t256_s8_g32_mb3_blockG_early_nc: 60.8% of copy at 1e8 (the _tma configurations not yet measured).
-constexpr int kDefaultCfg = 2;
+// What inclusive_scan / exclusive_scan use: the measured best on an H200 (bench/scan_variants.cu,
+// 2026-11-29), t256_s8_g32_mb6_blockG_early_tma_pfidx_bst: 78.2% of copy at 1e8 (CUB 69.0%, the
+// best register configuration 61.0%, in the same run). It does not rely on dispatch order.
+constexpr int kDefaultCfg = 9;
 using DefaultCfg = std::tuple_element_t<kDefaultCfg, ScanCfgs>;
 
 __device__ __forceinline__ Word load_word(Word* p) {
