@@ -1,8 +1,9 @@
 // The actor pipeline against the same work run serially on one stream, in the same run.
 // Until the learning stages land, every stage is a calibrated spin kernel (one block, so stages
 // on different streams can run side by side): this measures the runtime itself — credits,
-// completion callbacks, event waits — not the RL kernels. Prints env steps/s, updates/s, each
-// stream's busy time from the timeline, the overlap (time with >= 2 streams busy / wall), and
+// completion callbacks, event waits — not the RL kernels. Prints env steps/s, updates/s, the
+// actor system's start-up and shutdown times, each stream's busy time (its kernels' own device
+// clocks, and the timeline's events), the overlap (time with >= 2 streams busy / wall), and
 // TARGET pipeline wall <= 1.15 x the slowest stream's busy time. The pipeline runs three times:
 // CAF's default scheduler with host-function completions, the low-latency scheduler, and the
 // low-latency scheduler with polled completions (actors/completion_poller.hpp).
