@@ -4,16 +4,19 @@
 // (make_actor_system_config in actors/pipeline.hpp does it).
 //
 // Who sends what (each arrow carries handles or counts, never tensor data):
-//   collector  --(insert_atom, handle{slot, event_C})-->           replay
-//   replay     --(slot_free_atom, slot, event_R)-->                 collector   credit: slot reusable
+//   collector  --(insert_atom, handle{slot, event_C})-->           replay      once the collect COMPLETED
+//   replay     --(slot_free_atom, slot, event_R)-->                 collector   credit: slot reusable after
+//                                                                               event_R (sent when the insert
+//                                                                               is ENQUEUED)
 //   replay     --(batch_atom, handle{batch, event_R})-->            learner
 //   learner    --(priorities_atom, batch, handle{td, event_L})-->   replay      credit: batch reusable
 //   learner    --(weights_atom, handle{snapshot, event_L})-->       target_sync
 //   target_sync--(synced_atom, event_T)-->                          learner     credit: snapshot reusable
 //   target_sync--(policy_atom, handle{buffer, event_T})-->          collector
 //   collector  --(released_atom, buffer, event_C)-->                target_sync credit: buffer reusable
-// Completion messages (*_done_atom) are sent to an actor by its own stage's host callback
-// (cudaLaunchHostFunc) once the GPU has finished the work: they bound how far the host runs ahead.
+// Completion messages (collected_atom, *_done_atom) are sent to an actor by its own stage's
+// completion callback (Stage::when_done) once the GPU has finished the work: they bound how far
+// the host runs ahead. Credits that only order device work travel with an event instead.
 #include <caf/atom.hpp>
 #include <caf/type_id.hpp>
 
@@ -27,7 +30,7 @@ CAF_END_TYPE_ID_BLOCK(foxhunt_actors)
 CAF_ADD_ATOM(foxhunt_actors, foxhunt::actors, wire_atom, "wire")
 CAF_ADD_ATOM(foxhunt_actors, foxhunt::actors, collect_atom, "collect")
 CAF_ADD_ATOM(foxhunt_actors, foxhunt::actors, insert_atom, "insert")
-CAF_ADD_ATOM(foxhunt_actors, foxhunt::actors, insert_done_atom, "insdone")
+CAF_ADD_ATOM(foxhunt_actors, foxhunt::actors, collected_atom, "collected")
 CAF_ADD_ATOM(foxhunt_actors, foxhunt::actors, slot_free_atom, "slotfree")
 CAF_ADD_ATOM(foxhunt_actors, foxhunt::actors, batch_atom, "batch")
 CAF_ADD_ATOM(foxhunt_actors, foxhunt::actors, update_done_atom, "upddone")

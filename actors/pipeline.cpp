@@ -66,6 +66,11 @@ ProgressSnapshot snapshot_of(const Progress& p, std::chrono::steady_clock::time_
 }  // namespace
 
 RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stages, const RunHooks& hooks) {
+  using Clock = std::chrono::steady_clock;
+  const auto entry = Clock::now();
+  auto ms_since = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
   validate(config, stages);
   auto shared = std::make_shared<PipelineShared>();
   shared->config = config;
@@ -83,6 +88,7 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
   if (hooks.timeline) hooks.timeline->start(nullptr);  // the origin every interval is measured from
   const auto t0 = std::chrono::steady_clock::now();
   auto latch = std::make_shared<OutcomeLatch>();
+  Clock::time_point outcome_at;
   {
     caf::actor_system_config cfg;
     configure_actor_system(cfg, hooks.scheduler_threads, hooks.low_latency_scheduler);
@@ -102,7 +108,9 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
                        return sup->spawn(target_sync_actor, s, shared);
                      }});
     auto on_started = hooks.on_started;
-    WireFn wire = [on_started](caf::local_actor* sup, const std::map<std::string, caf::actor>& ch) {
+    auto wired_at = std::make_shared<std::atomic<Clock::rep>>(0);
+    WireFn wire = [on_started, wired_at](caf::local_actor* sup, const std::map<std::string, caf::actor>& ch) {
+      wired_at->store(Clock::now().time_since_epoch().count());
       const caf::actor &c = ch.at("collector"), &r = ch.at("replay"), &l = ch.at("learner"),
                        &t = ch.at("target_sync");
       caf::actor me = caf::actor_cast<caf::actor>(sup);
@@ -164,6 +172,9 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
       }
     }
     result.outcome = *latch->get();
+    outcome_at = Clock::now();
+    if (const auto w = wired_at->load(); w != 0)
+      result.startup_ms = ms_since(entry, Clock::time_point(Clock::duration(w)));
     sys.await_all_actors_done();
     if (shared->worker) shared->worker->drain();
     // Quiesce the device: all enqueued work done and every host callback run (they send to
@@ -181,7 +192,9 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
       } catch (const std::exception&) {
       }
     }
-  }
+  }  // ~actor_system: its scheduler threads joined
+  const auto down_at = Clock::now();
+  result.shutdown_ms = ms_since(outcome_at, down_at);
   if (hooks.timeline && !hooks.timeline_file.empty() && sync_error.empty()) {
     try {
       auto intervals = hooks.timeline->resolve();
@@ -215,6 +228,7 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
   }
   if (!sync_error.empty() && result.outcome.ok())
     result.outcome = {RunOutcome::Kind::failed, "device error at shutdown: " + sync_error};
+  result.after_ms = ms_since(down_at, Clock::now());
   return result;
 }
 

@@ -64,6 +64,11 @@ struct RunResult {
   std::optional<std::filesystem::path> final_checkpoint;
   std::string checkpoint_error;                       // why the final checkpoint is missing, if it is
   double overlap = -1;                                // timeline: time with >= 2 streams busy / span (-1: none)
+  // Where the wall time went (host clock, ms): start-up = entry until every actor is spawned and
+  // wired (the collector starts on its wire message); shutdown = the outcome known until every
+  // actor is gone, every stream drained and the actor system destroyed; after_ms = the timeline
+  // file and the final checkpoint after that.
+  double startup_ms = 0, shutdown_ms = 0, after_ms = 0;
   int exit_code() const { return outcome.ok() && checkpoint_error.empty() ? 0 : 1; }
 };
 

@@ -120,7 +120,8 @@ caf::behavior collector_actor(caf::stateful_actor<CollectorState>* self, std::sh
         if (!s.wired) return;
         const std::int64_t total = s.shared->config.total_env_steps;
         if (s.steps_issued >= total) {
-          if (!s.finished_sent && !s.shared->config.deterministic) {  // deterministic: replay reports the end
+          // Finished once every collected slot has gone to replay (deterministic: replay reports the end).
+          if (!s.finished_sent && !s.shared->config.deterministic && s.collects_in_flight == 0) {
             s.finished_sent = true;
             self->send(s.supervisor, finished_atom_v);
           }
@@ -136,10 +137,21 @@ caf::behavior collector_actor(caf::stateful_actor<CollectorState>* self, std::sh
         h.generation = gen;
         h.count = static_cast<std::uint64_t>(s.stage->steps_per_slot());
         s.steps_issued += s.stage->steps_per_slot();
-        self->send(s.replay, insert_atom_v, h);
+        // The insert goes to replay once the collect has completed: queued earlier, its wait on
+        // the collect would hold the replay stream (and the learner's next sample) for up to a
+        // whole collect. The collector's own stream runs on with the other slots meanwhile.
+        ++s.collects_in_flight;
+        caf::actor me = caf::actor_cast<caf::actor>(self);
+        s.stage->when_done([me, h] { caf::anon_send(me, collected_atom_v, h); });
         Scalars scalars;
         if (s.stage->poll_metrics(scalars)) s.shared->progress->put_scalars(scalars);
         if (!s.free_slots.empty() || s.steps_issued >= total) schedule();
+      },
+      [self, schedule](collected_atom, const LocalDeviceHandle& h) {
+        auto& s = self->state;
+        --s.collects_in_flight;
+        self->send(s.replay, insert_atom_v, h);
+        if (s.steps_issued >= s.shared->config.total_env_steps) schedule();  // may finish now
       },
       [self, schedule](slot_free_atom, std::int32_t slot, std::uint64_t reuse_after) {
         self->state.free_slots.emplace_back(slot, reuse_after);
@@ -180,15 +192,17 @@ void release_slots(ReplaySelf* self) {
   s.shared->progress->held_slot_credits.store(static_cast<std::int64_t>(s.held_slots.size()));
 }
 
+// The slot goes back (ratio permitting) as soon as the insert is enqueued: the collector's next
+// collect into it waits on the insert's event on the device, so no host round trip through the
+// insert's completion sits in the slot cycle. The host stays bounded: a slot reaches replay only
+// after its collect completed, which (on the device) waited for the slot's previous insert.
 void do_insert(ReplaySelf* self, const LocalDeviceHandle& slot) {
   auto& s = self->state;
   const std::uint64_t ev = s.stage->insert(slot);
   s.steps += static_cast<std::int64_t>(slot.count);
   s.stored_here += static_cast<std::int64_t>(slot.count);
   s.shared->progress->env_steps.store(s.steps);
-  caf::actor me = caf::actor_cast<caf::actor>(self);
-  const std::int32_t k = slot.slot;
-  s.stage->when_done([me, k, ev] { caf::anon_send(me, insert_done_atom_v, k, ev); });
+  s.held_slots.emplace_back(slot.slot, ev);
 }
 
 void issue_sample(ReplaySelf* self, int b) {
@@ -232,6 +246,7 @@ void pump_deterministic(ReplaySelf* self) {
     }
     break;
   }
+  release_slots(self);  // the slots of the inserts just enqueued
   if (!s.finished_sent && s.steps >= s.shared->config.total_env_steps && s.updates_done == s.updates_issued &&
       !update_owed(s)) {
     s.finished_sent = true;
@@ -276,11 +291,8 @@ caf::behavior replay_actor(ReplaySelf* self, std::shared_ptr<ReplayStage> stage,
           return;
         }
         do_insert(self, slot);
-        try_sample(self);
-      },
-      [self](insert_done_atom, std::int32_t slot, std::uint64_t ev) {
-        self->state.held_slots.emplace_back(slot, ev);
         release_slots(self);
+        try_sample(self);
       },
       [self](priorities_atom, std::int32_t batch, const LocalDeviceHandle& td) {
         auto& s = self->state;

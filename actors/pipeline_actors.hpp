@@ -3,16 +3,22 @@
 //
 // Resources and their credits: nothing is written while queued work still reads it, and every
 // mailbox holds at most a fixed number of messages.
-//   transition slots  collector -> replay   K = collector.slots(); a slot returns to the collector
-//                                           when replay's insert has COMPLETED (host callback) and
-//                                           the replay ratio allows more collection.
+//   transition slots  collector -> replay   K = collector.slots(); the collector hands a slot to
+//                                           replay once its collect has COMPLETED (completion
+//                                           callback), so the replay stream never queues an insert
+//                                           behind a collect still running (its samples would wait
+//                                           too); replay returns the slot as soon as the insert is
+//                                           ENQUEUED, with the insert's event (the next collect into
+//                                           the slot waits on it on the device), once the replay
+//                                           ratio allows more collection.
 //   batch buffers     replay -> learner     B = replay.batches(); a batch returns with the learner's
 //                                           priorities once its update has COMPLETED.
 //   weight snapshot   learner -> target     1; returns when the sync has COMPLETED.
 //   policy buffers    target -> collector   2 (double buffer); the one not in use returns with the
 //                                           collector's event recorded when it swapped.
-// Because credits come back from completion callbacks, the host never runs more than K inserts,
-// B updates and one sync ahead of the GPU, and no actor ever waits on the GPU.
+// Every credit cycle passes one completion callback (collect, update, sync), so the host never runs
+// more than K collects (and K inserts), B updates and one sync ahead of the GPU, and no actor ever
+// waits on the GPU; within those bounds the device orders the work by events.
 //
 // The replay ratio (updates per environment step) is enforced by the replay actor holding back
 // slot credits and batch issues (actors/ratio.hpp), from host counts only.
@@ -107,6 +113,7 @@ struct CollectorState {
   std::deque<std::pair<int, std::uint64_t>> free_slots;  // (slot, reuse-after event)
   std::vector<std::uint64_t> generation;
   std::int64_t steps_issued = 0;
+  int collects_in_flight = 0;                    // enqueued, completion not yet seen (insert not sent)
   int policy_buffer = 0;
   std::int64_t policy_version = 0;               // version of the weights the collector acts with
   std::deque<LocalDeviceHandle> pending_policies;  // deterministic mode: published, not yet due
@@ -126,7 +133,7 @@ struct ReplayState {
   std::int64_t stored_here = 0;     // transitions inserted by this process (the buffer's fill)
   std::int64_t updates_issued = 0;  // batches sent
   std::int64_t updates_done = 0;    // priorities received
-  std::deque<std::pair<int, std::uint64_t>> held_slots;  // completed inserts the ratio holds back
+  std::deque<std::pair<int, std::uint64_t>> held_slots;  // enqueued inserts' slots the ratio holds back
   std::deque<int> free_batches;
   std::vector<std::uint64_t> generation;
   // Deterministic mode: inserts not yet enqueued, and per batch buffer the learner's TD handle

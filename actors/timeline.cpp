@@ -95,7 +95,20 @@ StreamTimeline::~StreamTimeline() {
     if (r.begin) cudaEventDestroy(r.begin);
     if (r.end) cudaEventDestroy(r.end);
   }
+  for (cudaEvent_t e : spare_) cudaEventDestroy(e);
   if (origin_) cudaEventDestroy(origin_);
+}
+
+void StreamTimeline::reserve(std::size_t intervals) {
+  std::lock_guard lock(mutex_);
+  const std::size_t want = 2 * std::min(intervals, max_);
+  spare_.reserve(want);
+  recs_.reserve(std::min(intervals, max_));
+  while (spare_.size() < want) {
+    cudaEvent_t e = nullptr;
+    FH_CHECK(cudaEventCreate(&e));
+    spare_.push_back(e);
+  }
 }
 
 void StreamTimeline::start(cudaStream_t stream) {
@@ -108,8 +121,14 @@ int StreamTimeline::begin(const char* lane, const char* name, cudaStream_t strea
   std::lock_guard lock(mutex_);
   if (!origin_ || recs_.size() >= max_) return -1;
   Rec r{lane, name};
-  FH_CHECK(cudaEventCreate(&r.begin));
-  FH_CHECK(cudaEventCreate(&r.end));
+  for (cudaEvent_t* e : {&r.begin, &r.end}) {
+    if (!spare_.empty()) {
+      *e = spare_.back();
+      spare_.pop_back();
+    } else {
+      FH_CHECK(cudaEventCreate(e));
+    }
+  }
   FH_CHECK(cudaEventRecord(r.begin, stream));
   recs_.push_back(r);
   return static_cast<int>(recs_.size()) - 1;

@@ -40,6 +40,9 @@ class StreamTimeline {
   StreamTimeline& operator=(const StreamTimeline&) = delete;
 
   void start(cudaStream_t stream);  // records the origin; before any begin()
+  // Creates the timing events of `intervals` intervals now (set-up time), so begin() makes no
+  // driver allocation while the pipeline runs; begin() creates more if these run out.
+  void reserve(std::size_t intervals);
   // Returns a token for end(), or -1 when full or not started.
   int begin(const char* lane, const char* name, cudaStream_t stream);
   void end(int token, cudaStream_t stream);
@@ -54,6 +57,7 @@ class StreamTimeline {
   };
   mutable std::mutex mutex_;
   std::vector<Rec> recs_;
+  std::vector<cudaEvent_t> spare_;  // reserve()d events
   std::size_t max_;
   cudaEvent_t origin_ = nullptr;
 };

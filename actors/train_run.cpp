@@ -137,6 +137,7 @@ TrainOutcome run_training(const TrainRequest& req) {
     auto timeline = std::make_shared<StreamTimeline>(20'000);
     if (auto c = std::dynamic_pointer_cast<DqnCollectorStage>(stages.collector)) {
       timeline->start(c->stream());
+      timeline->reserve(20'000);  // its timing events created now, not by the actors while they run
       c->set_timeline(timeline.get());
       if (auto l = std::dynamic_pointer_cast<DqnLearnerStage>(stages.learner)) l->set_timeline(timeline.get());
       if (auto t = std::dynamic_pointer_cast<PolicyPublishStage>(stages.target_sync)) t->set_timeline(timeline.get());

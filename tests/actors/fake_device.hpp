@@ -56,6 +56,11 @@ class FakeDevice {
     push(s, {Op::record, nullptr, id});
     return id;
   }
+  // Whether `event` has completed (cudaEventQuery == cudaSuccess); 0 counts as completed.
+  bool completed(std::uint64_t event) const {
+    std::lock_guard lock(mutex_);
+    return event == 0 || done_.count(event) != 0;
+  }
   // Blocks until stream s is empty; throws once the device is "faulted".
   void synchronize(int s) {
     std::unique_lock lock(mutex_);

@@ -24,6 +24,9 @@ struct FakeMemory {
   std::uint64_t params = 0;                    // updates applied (the learner's "weights")
   std::uint64_t target = 0;                    // version the target network holds
   std::int64_t inserted = 0;                   // transitions inserted
+  // Host-side observations at enqueue time (the protocol's timing, not its safety):
+  std::atomic<int> inserts_enqueued_before_collect_done{0};  // replay stream queued behind a collect
+  std::atomic<int> collects_enqueued_before_insert_done{0};  // slot reused, ordered on the device only
 
   std::atomic<int> violations{0};
   std::mutex mutex;
@@ -43,7 +46,7 @@ struct FakeKnobs {
   bool sync_writes_learner = false;
   int throw_on_collect = 0;         // collect() throws on this call (1-based; 0: never)
   int fault_on_update = 0;          // update() marks the device faulted on this call
-  bool drop_insert_callbacks = false;  // replay's completion callbacks never fire: a stall
+  bool drop_collect_callbacks = false;  // the collector's completion callbacks never fire: a stall
 };
 
 class FakeStageBase {
@@ -73,13 +76,16 @@ class FakeStageBase {
 class FakeCollector : public CollectorStage, FakeStageBase {
  public:
   FakeCollector(std::shared_ptr<FakeDevice> d, std::shared_ptr<FakeMemory> m, FakeKnobs k)
-      : FakeStageBase(std::move(d), std::move(m)), k_(k) {}
+      : FakeStageBase(std::move(d), std::move(m)), k_(k) {
+    drop_callbacks_ = k.drop_collect_callbacks;
+  }
   FOXHUNT_FAKE_STAGE_PLUMBING
   int slots() const override { return k_.slots; }
   std::int64_t steps_per_slot() const override { return k_.steps_per_slot; }
   LocalDeviceHandle collect(int slot, std::uint64_t gen, std::uint64_t reuse_after) override {
     if (k_.throw_on_collect > 0 && ++calls_ == k_.throw_on_collect)
       throw std::runtime_error("fake collector: injected CUDA error");
+    if (!dev_->completed(reuse_after)) mem_->collects_enqueued_before_insert_done.fetch_add(1);
     dev_->wait(s_, reuse_after);
     const int buf = active_;
     const std::uint64_t expect = version_;
@@ -115,13 +121,12 @@ class FakeCollector : public CollectorStage, FakeStageBase {
 class FakeReplay : public ReplayStage, FakeStageBase {
  public:
   FakeReplay(std::shared_ptr<FakeDevice> d, std::shared_ptr<FakeMemory> m, FakeKnobs k)
-      : FakeStageBase(std::move(d), std::move(m)), k_(k) {
-    drop_callbacks_ = k.drop_insert_callbacks;
-  }
+      : FakeStageBase(std::move(d), std::move(m)), k_(k) {}
   FOXHUNT_FAKE_STAGE_PLUMBING
   int batches() const override { return k_.batches; }
   std::int64_t batch_size() const override { return k_.batch_size; }
   std::uint64_t insert(const LocalDeviceHandle& h) override {
+    if (!dev_->completed(h.event)) mem_->inserts_enqueued_before_collect_done.fetch_add(1);
     dev_->wait(s_, h.event);
     auto mem = mem_;
     const int slot = h.slot;

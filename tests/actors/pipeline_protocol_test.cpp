@@ -159,6 +159,8 @@ TEST_P(PipelineProtocolTest, NoResourceRewrittenWhileReadAndRatioHolds) {
     EXPECT_EQ(r.outcome.kind, RunOutcome::Kind::completed) << r.outcome.reason;
     EXPECT_EQ(r.exit_code(), 0);
     EXPECT_EQ(p.memory->violations.load(), 0) << violations(p);
+    // no insert queued on the replay stream behind a collect still running
+    EXPECT_EQ(p.memory->inserts_enqueued_before_collect_done.load(), 0);
     // every collected slot inserted, nothing lost or duplicated
     EXPECT_GE(r.counters.env_steps, cfg.total_env_steps);
     EXPECT_LE(r.counters.env_steps, cfg.total_env_steps + pc.steps_per_slot * pc.slots);
@@ -182,6 +184,28 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PipelineProtocolTest,
                                            ProtocolCase{1, 1, 16, 16, 0.25, 1, 1, false},
                                            ProtocolCase{4, 3, 2, 8, 4.0, 8, 3, true},
                                            ProtocolCase{2, 4, 8, 32, 1.0, 2, 1, true}));
+
+// The slot cycle without host round trips on the device's critical path: replay gets a slot only
+// once its collect has completed (so an insert never holds the replay stream, and the samples
+// behind it, waiting on a collect), and hands it back as soon as the insert is ENQUEUED, the next
+// collect into the slot waiting on the insert's event on the device. Slow fake operations (up to
+// 2 ms each) make that early reuse certain to happen; the generation checks prove it is safe.
+TEST(SlotCycleTest, InsertsFollowCompletedCollectsAndSlotsReturnAtEnqueue) {
+  FakeKnobs k;
+  k.slots = 3;
+  k.steps_per_slot = 4;
+  FakePipeline p(71, k, /*max_pause_us=*/2000);
+  PipelineConfig cfg = base_config();
+  cfg.total_env_steps = 160;
+  RunResult r = run_with_deadline(cfg, p.stages, RunHooks{});
+  EXPECT_EQ(r.outcome.kind, RunOutcome::Kind::completed) << r.outcome.reason;
+  EXPECT_EQ(p.memory->violations.load(), 0) << violations(p);
+  EXPECT_EQ(p.memory->inserts_enqueued_before_collect_done.load(), 0);
+  EXPECT_GT(p.memory->collects_enqueued_before_insert_done.load(), 0)
+      << "slots came back only after their inserts completed (a host round trip in the slot cycle)";
+  EXPECT_GE(r.counters.env_steps, cfg.total_env_steps);
+  EXPECT_EQ(p.memory->inserted, r.counters.env_steps);  // the final inserts were sent before finishing
+}
 
 TEST(PipelineShutdownTest, StopSignalEndsCleanlyWithFinalCheckpoint) {
   FakePipeline p(11, FakeKnobs{});
@@ -330,7 +354,7 @@ TEST(PipelineFailureTest, DeviceFaultEndsWithoutHangAndNamesLastGoodCheckpoint) 
 
 TEST(PipelineFailureTest, StallIsDetected) {
   FakeKnobs k;
-  k.drop_insert_callbacks = true;  // slot credits never come back
+  k.drop_collect_callbacks = true;  // no slot ever reaches replay: neither steps nor updates move
   FakePipeline p(51, k);
   PipelineConfig cfg = base_config();
   RunHooks hooks;
