@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "gpu/check.hpp"
@@ -93,6 +94,36 @@ class Preference {
   cublasLtMatmulPreference_t pref_ = nullptr;
 };
 
+// Algorithm choice among the heuristic's first kHeuristicResults (best first). For small GEMMs
+// (k <= kNoSplitMaxK: the learner's 256-wide layers) each extra kernel costs more than the GEMM
+// saves: split-K adds a reduction kernel (cublasLt splitKreduce / split_k_kernel), and an algorithm
+// whose kernel lacks the requested epilogue gets a separate epilogue::globalKernel pass. So the
+// pick prefers, in heuristic order, an algorithm without split-K and with the epilogue in its
+// capability mask; failing a split-free one, the best result forced to one split (checked with
+// cublasLtMatmulAlgoCheck). Any heuristic result computes the same GEMM: only speed changes.
+constexpr int kHeuristicResults = 8;
+constexpr std::int64_t kNoSplitMaxK = 2048;
+
+std::int32_t splitk_of(const cublasLtMatmulAlgo_t& algo) {
+  std::int32_t splits = 1;
+  std::size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits),
+                                           &written) != CUBLAS_STATUS_SUCCESS)
+    return 1;  // unknown: take it as unsplit
+  return splits;
+}
+
+bool epilogue_native(const cublasLtMatmulAlgo_t& algo, cublasLtEpilogue_t epilogue) {
+  if (epilogue == CUBLASLT_EPILOGUE_DEFAULT) return true;
+  std::uint32_t mask = 0;
+  std::size_t written = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_EPILOGUE_MASK, &mask, sizeof(mask), &written) !=
+      CUBLAS_STATUS_SUCCESS)
+    return false;
+  const auto want = static_cast<std::uint32_t>(epilogue);
+  return (mask & want) == want;
+}
+
 // One column-major GEMM D (m, n) = op(A) op(B) + beta D, with an epilogue.
 struct GemmSpec {
   cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
@@ -110,6 +141,40 @@ struct GemmSpec {
   void* aux = nullptr;
   std::int64_t aux_ld = 0;
 };
+
+std::optional<cublasLtMatmulAlgo_t> pick_algo(const cublasLtMatmulHeuristicResult_t* results, int count,
+                                              const GemmSpec& g, cublasLtHandle_t lt, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t d, std::size_t ws_bytes) {
+  int first = -1, best = -1, best_score = -1;
+  for (int i = 0; i < count; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    if (first < 0) first = i;
+    const int score =
+        (splitk_of(results[i].algo) <= 1 ? 1 : 0) + (epilogue_native(results[i].algo, g.epilogue) ? 1 : 0);
+    if (score > best_score) {
+      best = i;
+      best_score = score;
+    }
+  }
+  if (first < 0) return std::nullopt;
+  if (g.k > kNoSplitMaxK) return results[first].algo;  // large k: the heuristic's split choice pays off
+  cublasLtMatmulAlgo_t algo = results[best].algo;
+  if (splitk_of(algo) > 1) {  // no split-free result: try the best one with one split
+    cublasLtMatmulAlgo_t one = algo;
+    const std::int32_t splits = 1;
+    const std::uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoConfigSetAttribute(&one, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits)) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoConfigSetAttribute(&one, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme)) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoCheck(lt, desc, a, b, d, d, &one, &check) == CUBLAS_STATUS_SUCCESS &&
+        check.state == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= ws_bytes)
+      algo = one;
+  }
+  return algo;
+}
 
 using AlgoKey = std::array<std::int64_t, 19>;
 struct AlgoEntry {
@@ -175,14 +240,18 @@ bool run_gemm(const GemmSpec& g, const BlasLane& lane) {
     pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(g.b));
     pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(g.d));
     pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(g.d));
-    cublasLtMatmulHeuristicResult_t result{};
+    std::array<cublasLtMatmulHeuristicResult_t, kHeuristicResults> results{};
     int count = 0;
     const cublasStatus_t status =
         cublasLtMatmulAlgoGetHeuristic(lane.lt, desc.get(), a_layout.get(), b_layout.get(), d_layout.get(),
-                                       d_layout.get(), pref.get(), 1, &result, &count);
-    if (status == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
-      entry.supported = true;
-      entry.algo = result.algo;
+                                       d_layout.get(), pref.get(), kHeuristicResults, results.data(), &count);
+    if (status == CUBLAS_STATUS_SUCCESS && count > 0) {
+      const std::size_t ws_bytes = lane.workspace ? lane.workspace_bytes : 0;
+      if (const auto algo = pick_algo(results.data(), count, g, lane.lt, desc.get(), a_layout.get(), b_layout.get(),
+                                      d_layout.get(), ws_bytes)) {
+        entry.supported = true;
+        entry.algo = *algo;
+      }
     } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) {
       FH_CHECK(status);  // a real error (bad descriptor): report it
     }

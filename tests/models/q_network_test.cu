@@ -189,7 +189,7 @@ TEST_F(QNetworkTest, DeadUnitsCountedOnDevice) {
 // random and must be ignored. Batch 0 counts every unit dead.
 TEST_F(QNetworkTest, DeadUnitsMatchCpuCount) {
   SCOPED_TRACE(seed_note());
-  for (const auto [B, units] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {300, 200}, {256, 256}, {1000, 33},
+  for (const auto& [B, units] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {300, 200}, {256, 256}, {1000, 33},
                                 {4097, 130}}) {
     SCOPED_TRACE("B " + std::to_string(B) + " units " + std::to_string(units));
     const std::int64_t words = (units + 127) / 128 * 4;
