@@ -30,10 +30,10 @@
 //       trunk layer 0: ReLU/bias-grad partials + finish + dW GEMM)
 //   flag_nonfinite(grads), grad-norm partials + finish,
 //     clip_scale                                               4 -> 1  (dqn_grad_guard, last-block finish)
-//   Adam over the flat arena                                   1 -> 1
-//   dqn_end_update, target Polyak, flag_nonfinite(params)      3 -> 1  (dqn_end_and_target_update)
+//   Adam, dqn_end_update, target Polyak,
+//     flag_nonfinite(params)                                   4 -> 1  (dqn_adam_end_and_target_update)
 //   replay priority update (leaves + 2 tree levels at 2^20)    3 -> 3
-//   total                                                     52 -> 23  (the learner's own: 48 -> 19)
+//   total                                                     52 -> 22  (the learner's own: 48 -> 18)
 // Left (not in rl/dqn or models): layer 0's ReLU/bias-grad pass could fold into layer 1's dX GEMM as a
 // cuBLASLt DRELU_BGRAD epilogue (gpu/linear), saving 2 more nodes.
 // FLOPs per update (counted below): 3 forwards (target B rows, online 2B rows), the weight gradients
