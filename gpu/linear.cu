@@ -334,17 +334,23 @@ __global__ void epilogue_kernel(float* __restrict__ out, void* __restrict__ aux,
 // d_pre = d_out * act'(pre) (written when d_pre != null) and the bias gradient: the block's column
 // sums over its rows go to bias_out[blockIdx.y * out_f + col] (partials), or straight into d_bias
 // when the grid has one row split (bias_out == d_bias then).
+// Block (kTileCols, kDpreRows): 32 rows per block so that one split (no finish kernel) covers the
+// learner's batches with few rows per thread.
+constexpr int kDpreRows = 32;
+
 template <Activation A>
-__global__ void dpre_bias_kernel(float* __restrict__ d_pre, float* __restrict__ bias_out,
-                                 const float* __restrict__ d_out, const void* __restrict__ aux, std::int64_t batch,
-                                 std::int64_t out_f, std::int64_t ld, std::int64_t rows_per_split, bool accumulate) {
+__global__ void __launch_bounds__(kTileCols * kDpreRows)
+    dpre_bias_kernel(float* __restrict__ d_pre, float* __restrict__ bias_out, const float* __restrict__ d_out,
+                     const void* __restrict__ aux, std::int64_t batch, std::int64_t out_f, std::int64_t ld,
+                     std::int64_t rows_per_split, bool accumulate) {
   const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kTileCols + threadIdx.x;
   const bool in_range = col < out_f;
   const std::int64_t row_begin = static_cast<std::int64_t>(blockIdx.y) * rows_per_split;
   const std::int64_t row_end = min(batch, row_begin + rows_per_split);
   float acc = 0.f;
   if (in_range) {
-    for (std::int64_t row = row_begin + threadIdx.y; row < row_end; row += kTileRows) {
+#pragma unroll 4
+    for (std::int64_t row = row_begin + threadIdx.y; row < row_end; row += kDpreRows) {
       float g = d_out[row * out_f + col];
       if constexpr (A == Activation::relu) {
         // ld is a multiple of 128 and col's tile starts at a multiple of 32: the whole warp reads
@@ -359,13 +365,13 @@ __global__ void dpre_bias_kernel(float* __restrict__ d_pre, float* __restrict__ 
     }
   }
   if (bias_out == nullptr) return;  // uniform over the block
-  __shared__ float sums[kTileRows][kTileCols + 1];
+  __shared__ float sums[kDpreRows][kTileCols + 1];
   sums[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && in_range) {
     float s = 0.f;
 #pragma unroll
-    for (int r = 0; r < kTileRows; ++r) s += sums[r][threadIdx.x];
+    for (int r = 0; r < kDpreRows; ++r) s += sums[r][threadIdx.x];
     if (gridDim.y == 1)
       bias_out[col] = accumulate ? bias_out[col] + s : s;
     else
@@ -504,12 +510,15 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
 
   const float* d_pre = d_out;
   if (need_d_pre || d_bias != nullptr) {
-    // Row splits: enough blocks to fill the device; each split >= 64 rows; partials must fit in
-    // the lane's workspace (it is free between GEMMs on this stream).
+    // Row splits: one split (no bias-finish kernel) while each thread has at most kOneSplitRows
+    // rows; beyond that enough blocks to fill the device, each split >= 64 rows; partials must fit
+    // in the lane's workspace (it is free between GEMMs on this stream).
+    constexpr std::int64_t kOneSplitRows = 32;
     const std::int64_t tiles = ceil_div(out_features, kTileCols);
     std::int64_t splits = std::max<std::int64_t>(1, (4LL * sm_count() + tiles - 1) / tiles);
     splits = std::min(splits, std::max<std::int64_t>(1, (batch + 63) / 64));
     splits = std::min<std::int64_t>(splits, 65535);
+    if (batch <= kOneSplitRows * kDpreRows) splits = 1;
     if (d_bias != nullptr && splits > 1) {
       const std::int64_t fit =
           lane.workspace ? static_cast<std::int64_t>(lane.workspace_bytes / (sizeof(float) * out_features)) : 0;
@@ -521,7 +530,7 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
     if (d_bias != nullptr) bias_out = splits == 1 ? d_bias : static_cast<float*>(lane.workspace);
     float* pre_out = need_d_pre ? d_pre_scratch : nullptr;
     const std::int64_t ld = aux_ld(out_features, act);
-    const dim3 block(kTileCols, kTileRows);
+    const dim3 block(kTileCols, kDpreRows);
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
     switch (act) {
       case Activation::relu:

@@ -71,8 +71,9 @@ __global__ void __launch_bounds__(kTdThreads)
                     const std::int32_t* __restrict__ acts, const float* __restrict__ returns,
                     const float* __restrict__ discounts, const float* __restrict__ weights, std::int64_t batch,
                     std::int64_t branches, std::int64_t actions, float delta, float eps) {
-  __shared__ double s_loss[kTdThreads];
-  __shared__ double s_q[kTdThreads];
+  static_assert(kTdThreads == 32 * 32, "the block sums assume 32 warps");
+  __shared__ double s_loss[32];
+  __shared__ double s_q[32];
   const float inv_n = 1.f / static_cast<float>(batch * branches);
   double loss_acc = 0.0, q_acc = 0.0;
   for (std::int64_t b = threadIdx.x; b < batch; b += kTdThreads) {
@@ -106,15 +107,29 @@ __global__ void __launch_bounds__(kTdThreads)
     loss_acc += static_cast<double>(scale * loss);
     if (priorities) priorities[b] = prio + eps;
   }
-  s_loss[threadIdx.x] = loss_acc;
-  s_q[threadIdx.x] = q_acc;
+  // Fixed-order block sums in double: xor butterflies within each warp, the 32 warp sums through
+  // shared memory, the same butterfly in warp 0 (one barrier instead of a 10-round shared tree).
+  for (int off = 16; off > 0; off >>= 1) {
+    loss_acc += __shfl_xor_sync(0xffffffffu, loss_acc, off);
+    q_acc += __shfl_xor_sync(0xffffffffu, q_acc, off);
+  }
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  if (lane == 0) {
+    s_loss[warp] = loss_acc;
+    s_q[warp] = q_acc;
+  }
   __syncthreads();
-  for (int w = kTdThreads / 2; w > 0; w >>= 1) {
-    if (static_cast<int>(threadIdx.x) < w) {
-      s_loss[threadIdx.x] += s_loss[threadIdx.x + w];
-      s_q[threadIdx.x] += s_q[threadIdx.x + w];
+  if (warp == 0) {
+    loss_acc = s_loss[lane];  // kTdThreads / 32 == 32 warps: one value per lane
+    q_acc = s_q[lane];
+    for (int off = 16; off > 0; off >>= 1) {
+      loss_acc += __shfl_xor_sync(0xffffffffu, loss_acc, off);
+      q_acc += __shfl_xor_sync(0xffffffffu, q_acc, off);
     }
-    __syncthreads();
+    if (lane == 0) {
+      s_loss[0] = loss_acc;
+      s_q[0] = q_acc;
+    }
   }
   if (threadIdx.x == 0) {
     const float loss = static_cast<float>(s_loss[0]);
@@ -465,7 +480,8 @@ void dqn_adam_end_and_target_update(DqnState* state, float* online, float* adam_
                                     float* priorities, const float* grads, std::int64_t n, std::int64_t batch,
                                     const gpu::AdamConfig& adam, bool clip, float skip_priority, float tau,
                                     std::int64_t period, void* workspace, cudaStream_t stream) {
-  FH_EXPECT(tau > 0.f && tau <= 1.f, "dqn_adam_end_and_target_update: tau must be in (0, 1], got " + std::to_string(tau));
+  FH_EXPECT(tau > 0.f && tau <= 1.f,
+            "dqn_adam_end_and_target_update: tau must be in (0, 1], got " + std::to_string(tau));
   FH_EXPECT(period >= 1, "dqn_adam_end_and_target_update: period must be >= 1, got " + std::to_string(period));
   FH_EXPECT(n >= 0 && batch >= 0, "dqn_adam_end_and_target_update: n and batch must be >= 0");
   FH_EXPECT(std::isfinite(skip_priority) && skip_priority > 0.f,
