@@ -95,14 +95,15 @@ class Preference {
 };
 
 // Algorithm choice among the heuristic's first kHeuristicResults (best first). For small GEMMs
-// (k <= kNoSplitMaxK: the learner's 256-wide layers) each extra kernel costs more than the GEMM
-// saves: split-K adds a reduction kernel (cublasLt splitKreduce / split_k_kernel), and an algorithm
+// (k <= kNoSplitMaxK and m n <= kSmallGemmOutputs: the learner's 256-wide layers) each extra kernel
+// costs more than the GEMM saves: split-K adds a reduction kernel (cublasLt splitKreduce / split_k_kernel), and an algorithm
 // whose kernel lacks the requested epilogue gets a separate epilogue::globalKernel pass. So the
 // pick prefers, in heuristic order, an algorithm without split-K and with the epilogue in its
 // capability mask; failing a split-free one, the best result forced to one split (checked with
 // cublasLtMatmulAlgoCheck). Any heuristic result computes the same GEMM: only speed changes.
 constexpr int kHeuristicResults = 8;
 constexpr std::int64_t kNoSplitMaxK = 2048;
+constexpr std::int64_t kSmallGemmOutputs = std::int64_t{1} << 20;
 
 std::int32_t splitk_of(const cublasLtMatmulAlgo_t& algo) {
   std::int32_t splits = 1;
@@ -158,7 +159,8 @@ std::optional<cublasLtMatmulAlgo_t> pick_algo(const cublasLtMatmulHeuristicResul
     }
   }
   if (first < 0) return std::nullopt;
-  if (g.k > kNoSplitMaxK) return results[first].algo;  // large k: the heuristic's split choice pays off
+  // large GEMMs: the heuristic's own choice (split-K pays off for large k; the GEMM dominates)
+  if (g.k > kNoSplitMaxK || g.m * g.n > kSmallGemmOutputs) return results[first].algo;
   cublasLtMatmulAlgo_t algo = results[best].algo;
   if (splitk_of(algo) > 1) {  // no split-free result: try the best one with one split
     cublasLtMatmulAlgo_t one = algo;
