@@ -17,6 +17,7 @@ namespace foxhunt::gpu {
 namespace {
 
 std::atomic<bool> g_force_unfused{false};
+std::atomic<bool> g_disable_small{false};
 
 constexpr std::int64_t round_up(std::int64_t a, std::int64_t b) { return (a + b - 1) / b * b; }
 
@@ -392,6 +393,122 @@ __global__ void bias_finish_kernel(float* __restrict__ d_bias, const float* __re
   }
 }
 
+// ---- small GEMMs with the epilogue in the kernel ------------------------------------------------
+// For the learner's layers (B <= a few hundred rows, 256 wide) cuBLASLt's fp32 kernels take ~5 us
+// and the bias+ReLU+mask epilogue then runs as a second kernel (epilogue::globalKernel), sometimes
+// after a split-K reduction: 2-3 graph nodes per layer. This one kernel does the GEMM and the
+// epilogue, strict fp32 (FMAs over k in order: deterministic), for out_f * batch <= kSmallOutputs.
+// Tile kSgBM rows x kSgBN columns, kSgBK deep; 128 threads: lane tx owns column n0 + tx, warp ty
+// rows m0 + 8 ty .. + 7, so a warp's 32 columns of one row are one ReLU mask word (one ballot).
+// The next k-tile's global loads are issued before the current tile's math (register prefetch).
+constexpr int kSgBM = 32, kSgBN = 32, kSgBK = 32, kSgThreads = 128;
+constexpr int kSgLoads = kSgBM * kSgBK / kSgThreads;  // elements of each tile a thread loads (8)
+constexpr std::int64_t kSmallOutputs = std::int64_t{1} << 18;
+constexpr std::int64_t kSmallMaxK = 4096;
+static_assert(kSgBM == kSgBN && kSgBM == 32 && kSgThreads == 4 * 32, "thread layout below");
+
+template <Activation A>
+__global__ void __launch_bounds__(kSgThreads)
+    small_linear_kernel(float* __restrict__ out, void* __restrict__ aux, const float* __restrict__ in,
+                        const float* __restrict__ w, const float* __restrict__ bias, std::int64_t batch,
+                        std::int64_t in_f, std::int64_t out_f, std::int64_t ld) {
+  __shared__ __align__(16) float s_a[kSgBK][kSgBM + 4];  // s_a[k][m]: rows 16-byte aligned (float4 reads)
+  __shared__ float s_w[kSgBK][kSgBN + 1];                // s_w[k][n]
+  const int tx = static_cast<int>(threadIdx.x & 31), ty = static_cast<int>(threadIdx.x >> 5);
+  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * kSgBM;
+  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * kSgBN;
+  float ra[kSgLoads], rw[kSgLoads];
+  // Element e = threadIdx.x + kSgThreads i of a tile: row / column r = e / 32, depth kk = e % 32 =
+  // tx (a warp reads 32 consecutive k of one row: coalesced). Out of range: 0 (adds nothing).
+  auto load = [&](std::int64_t k0) {
+    const std::int64_t k = k0 + tx;
+#pragma unroll
+    for (int i = 0; i < kSgLoads; ++i) {
+      const int r = ty + 4 * i;
+      ra[i] = (m0 + r < batch && k < in_f) ? in[(m0 + r) * in_f + k] : 0.f;
+      rw[i] = (n0 + r < out_f && k < in_f) ? w[(n0 + r) * in_f + k] : 0.f;
+    }
+  };
+  float acc[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+  load(0);
+  for (std::int64_t k0 = 0; k0 < in_f; k0 += kSgBK) {  // uniform over the block
+#pragma unroll
+    for (int i = 0; i < kSgLoads; ++i) {
+      s_a[tx][ty + 4 * i] = ra[i];
+      s_w[tx][ty + 4 * i] = rw[i];
+    }
+    __syncthreads();
+    if (k0 + kSgBK < in_f) load(k0 + kSgBK);  // in flight during the math below
+#pragma unroll
+    for (int kk = 0; kk < kSgBK; ++kk) {
+      const float b = s_w[kk][tx];
+      const float4 a0 = *reinterpret_cast<const float4*>(&s_a[kk][ty * 8]);
+      const float4 a1 = *reinterpret_cast<const float4*>(&s_a[kk][ty * 8 + 4]);
+      acc[0] = fmaf(a0.x, b, acc[0]);
+      acc[1] = fmaf(a0.y, b, acc[1]);
+      acc[2] = fmaf(a0.z, b, acc[2]);
+      acc[3] = fmaf(a0.w, b, acc[3]);
+      acc[4] = fmaf(a1.x, b, acc[4]);
+      acc[5] = fmaf(a1.y, b, acc[5]);
+      acc[6] = fmaf(a1.z, b, acc[6]);
+      acc[7] = fmaf(a1.w, b, acc[7]);
+    }
+    __syncthreads();  // s_a / s_w are rewritten for the next tile
+  }
+  // Epilogue, as epilogue_kernel: bias, activation, aux in cuBLASLt's layout.
+  const std::int64_t col = n0 + tx;
+  const bool in_range = col < out_f;
+  const float bv = (bias && in_range) ? bias[col] : 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const std::int64_t row = m0 + ty * 8 + i;
+    if (row >= batch) break;  // uniform over the warp (one ty)
+    float x = acc[i] + bv;
+    if constexpr (A == Activation::relu) {
+      if (aux) {
+        const unsigned mask = __ballot_sync(0xffffffffu, in_range && x > 0.f);
+        // ld is a multiple of 128 and n0 of 32: this warp's columns are exactly one word
+        if (tx == 0) static_cast<std::uint32_t*>(aux)[(row * ld + n0) >> 5] = mask;
+      }
+      x = x > 0.f ? x : 0.f;
+    } else if constexpr (A == Activation::gelu) {
+      if (aux && in_range) static_cast<float*>(aux)[row * ld + col] = x;
+      x = gelu(x);
+    }
+    if (in_range) out[row * out_f + col] = x;
+  }
+}
+
+bool use_small_linear(std::int64_t batch, std::int64_t in_f, std::int64_t out_f, LinearMath math) {
+  return !g_disable_small.load(std::memory_order_relaxed) && !g_force_unfused.load(std::memory_order_relaxed) &&
+         math == LinearMath::fp32 && batch * out_f <= kSmallOutputs && in_f <= kSmallMaxK &&
+         ceil_div(batch, kSgBM) <= 65535;
+}
+
+void launch_small_linear(float* out, void* aux, const float* in, const float* w, const float* bias,
+                         std::int64_t batch, std::int64_t in_f, std::int64_t out_f, Activation act,
+                         cudaStream_t stream) {
+  const dim3 grid(ceil_div(out_f, kSgBN), ceil_div(batch, kSgBM));
+  const std::int64_t ld = aux_ld(out_f, act);
+  switch (act) {
+    case Activation::relu:
+      small_linear_kernel<Activation::relu><<<grid, kSgThreads, 0, stream>>>(out, aux, in, w, bias, batch, in_f,
+                                                                             out_f, ld);
+      break;
+    case Activation::gelu:
+      small_linear_kernel<Activation::gelu><<<grid, kSgThreads, 0, stream>>>(out, aux, in, w, bias, batch, in_f,
+                                                                             out_f, ld);
+      break;
+    default:
+      small_linear_kernel<Activation::identity><<<grid, kSgThreads, 0, stream>>>(out, aux, in, w, bias, batch,
+                                                                                 in_f, out_f, ld);
+      break;
+  }
+  FH_CHECK_LAUNCH();
+}
+
 void launch_epilogue(float* out, void* aux, const float* bias, std::int64_t batch, std::int64_t out_f,
                      Activation act, cudaStream_t stream) {
   const dim3 block(kTileCols, kTileRows);
@@ -430,6 +547,7 @@ void expect_shape(std::int64_t batch, std::int64_t in_f, std::int64_t out_f, con
 
 namespace detail {
 void linear_force_unfused_epilogue(bool force) { g_force_unfused.store(force); }
+void linear_disable_small_gemm(bool disable) { g_disable_small.store(disable); }
 }  // namespace detail
 
 std::size_t linear_aux_bytes(std::int64_t batch, std::int64_t out_features, Activation act) {
@@ -452,6 +570,10 @@ void linear_forward(float* out, void* aux, const float* in, const float* weight,
   if (act == Activation::identity) aux = nullptr;  // nothing to save
   FH_EXPECT(aligned16(aux), "linear_forward: aux must be 16-byte aligned");
 
+  if (use_small_linear(batch, in_features, out_features, math)) {
+    launch_small_linear(out, aux, in, weight, bias, batch, in_features, out_features, act, lane.stream);
+    return;
+  }
   GemmSpec g;  // column-major view: out^T (out_f, B) = W (out_f, in_f) · in^T (in_f, B)
   g.trans_a = CUBLAS_OP_T;
   g.trans_b = CUBLAS_OP_N;
