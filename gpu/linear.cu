@@ -393,120 +393,142 @@ __global__ void bias_finish_kernel(float* __restrict__ d_bias, const float* __re
   }
 }
 
-// ---- small GEMMs with the epilogue in the kernel ------------------------------------------------
-// For the learner's layers (B <= a few hundred rows, 256 wide) cuBLASLt's fp32 kernels take ~5 us
-// and the bias+ReLU+mask epilogue then runs as a second kernel (epilogue::globalKernel), sometimes
-// after a split-K reduction: 2-3 graph nodes per layer. This one kernel does the GEMM and the
-// epilogue, strict fp32 (FMAs over k in order: deterministic), for out_f * batch <= kSmallOutputs.
+// ---- small GEMMs of our own -----------------------------------------------------------------------
+// For the learner's layers (B <= a few hundred rows, 256 wide) cuBLASLt's fp32 kernels take ~5 us,
+// the bias+ReLU+mask epilogue then runs as a second kernel (epilogue::globalKernel), and split-K
+// adds a reduction: 2-3 graph nodes per GEMM. For M N <= kSmallOutputs and K <= kSmallMaxK one
+// kernel of ours does the GEMM and the epilogue, strict fp32 (FMAs over k in order: deterministic):
+//   C (M, N) row-major, ldc:  C[m, n] = act(sum_k A(m, k) B(n, k) + bias[n]) (+ beta C[m, n])
+//   A(m, k) = a[m lda + k] (AK) or a[k lda + m];  B(n, k) = b[n ldb + k] (BK) or b[k ldb + n].
 // Tile kSgBM rows x kSgBN columns, kSgBK deep; 128 threads: lane tx owns column n0 + tx, warp ty
 // rows m0 + 8 ty .. + 7, so a warp's 32 columns of one row are one ReLU mask word (one ballot).
-// The next k-tile's global loads are issued before the current tile's math (register prefetch).
+// Tile loads are coalesced along whichever index is contiguous; the next k-tile's global loads are
+// issued before the current tile's math (register prefetch).
 constexpr int kSgBM = 32, kSgBN = 32, kSgBK = 32, kSgThreads = 128;
 constexpr int kSgLoads = kSgBM * kSgBK / kSgThreads;  // elements of each tile a thread loads (8)
 constexpr std::int64_t kSmallOutputs = std::int64_t{1} << 18;
-constexpr std::int64_t kSmallMaxK = 4096;
-static_assert(kSgBM == kSgBN && kSgBM == 32 && kSgThreads == 4 * 32, "thread layout below");
+constexpr std::int64_t kSmallMaxK = 1024;
+static_assert(kSgBM == kSgBN && kSgBM == 32 && kSgBK == 32 && kSgThreads == 4 * 32, "thread layout below");
 
-template <Activation A>
+template <Activation A, bool AK, bool BK>
 __global__ void __launch_bounds__(kSgThreads)
-    small_linear_kernel(float* __restrict__ out, void* __restrict__ aux, const float* __restrict__ in,
-                        const float* __restrict__ w, const float* __restrict__ bias, std::int64_t batch,
-                        std::int64_t in_f, std::int64_t out_f, std::int64_t ld) {
+    small_gemm_kernel(float* __restrict__ c, std::int64_t ldc, void* __restrict__ aux, std::int64_t aux_ld,
+                      const float* __restrict__ a, std::int64_t lda, const float* __restrict__ b, std::int64_t ldb,
+                      const float* __restrict__ bias, std::int64_t M, std::int64_t N, std::int64_t K, float beta) {
   __shared__ __align__(16) float s_a[kSgBK][kSgBM + 4];  // s_a[k][m]: rows 16-byte aligned (float4 reads)
-  __shared__ float s_w[kSgBK][kSgBN + 1];                // s_w[k][n]
+  __shared__ float s_b[kSgBK][kSgBN + 1];                // s_b[k][n]
   const int tx = static_cast<int>(threadIdx.x & 31), ty = static_cast<int>(threadIdx.x >> 5);
   const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * kSgBM;
   const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * kSgBN;
-  float ra[kSgLoads], rw[kSgLoads];
-  // Element e = threadIdx.x + kSgThreads i of a tile: row / column r = e / 32, depth kk = e % 32 =
-  // tx (a warp reads 32 consecutive k of one row: coalesced). Out of range: 0 (adds nothing).
+  float ra[kSgLoads], rb[kSgLoads];
+  // Load i of a thread: k-contiguous operand: row r = ty + 4 i, depth kk = tx (a warp reads 32
+  // consecutive k of one row); row-contiguous: r = tx, kk = ty + 4 i (32 consecutive rows of one k).
+  // Out of range: 0 (adds nothing). Stored as s[kk][r] by store_tile.
   auto load = [&](std::int64_t k0) {
-    const std::int64_t k = k0 + tx;
 #pragma unroll
     for (int i = 0; i < kSgLoads; ++i) {
-      const int r = ty + 4 * i;
-      ra[i] = (m0 + r < batch && k < in_f) ? in[(m0 + r) * in_f + k] : 0.f;
-      rw[i] = (n0 + r < out_f && k < in_f) ? w[(n0 + r) * in_f + k] : 0.f;
+      {
+        const std::int64_t r = AK ? ty + 4 * i : tx, k = k0 + (AK ? tx : ty + 4 * i);
+        ra[i] = (m0 + r < M && k < K) ? (AK ? a[(m0 + r) * lda + k] : a[k * lda + m0 + r]) : 0.f;
+      }
+      {
+        const std::int64_t r = BK ? ty + 4 * i : tx, k = k0 + (BK ? tx : ty + 4 * i);
+        rb[i] = (n0 + r < N && k < K) ? (BK ? b[(n0 + r) * ldb + k] : b[k * ldb + n0 + r]) : 0.f;
+      }
     }
   };
   float acc[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i] = 0.f;
   load(0);
-  for (std::int64_t k0 = 0; k0 < in_f; k0 += kSgBK) {  // uniform over the block
+  for (std::int64_t k0 = 0; k0 < K; k0 += kSgBK) {  // uniform over the block
 #pragma unroll
     for (int i = 0; i < kSgLoads; ++i) {
-      s_a[tx][ty + 4 * i] = ra[i];
-      s_w[tx][ty + 4 * i] = rw[i];
+      if constexpr (AK) s_a[tx][ty + 4 * i] = ra[i];
+      else s_a[ty + 4 * i][tx] = ra[i];
+      if constexpr (BK) s_b[tx][ty + 4 * i] = rb[i];
+      else s_b[ty + 4 * i][tx] = rb[i];
     }
     __syncthreads();
-    if (k0 + kSgBK < in_f) load(k0 + kSgBK);  // in flight during the math below
+    if (k0 + kSgBK < K) load(k0 + kSgBK);  // in flight during the math below
 #pragma unroll
     for (int kk = 0; kk < kSgBK; ++kk) {
-      const float b = s_w[kk][tx];
+      const float bv = s_b[kk][tx];
       const float4 a0 = *reinterpret_cast<const float4*>(&s_a[kk][ty * 8]);
       const float4 a1 = *reinterpret_cast<const float4*>(&s_a[kk][ty * 8 + 4]);
-      acc[0] = fmaf(a0.x, b, acc[0]);
-      acc[1] = fmaf(a0.y, b, acc[1]);
-      acc[2] = fmaf(a0.z, b, acc[2]);
-      acc[3] = fmaf(a0.w, b, acc[3]);
-      acc[4] = fmaf(a1.x, b, acc[4]);
-      acc[5] = fmaf(a1.y, b, acc[5]);
-      acc[6] = fmaf(a1.z, b, acc[6]);
-      acc[7] = fmaf(a1.w, b, acc[7]);
+      acc[0] = fmaf(a0.x, bv, acc[0]);
+      acc[1] = fmaf(a0.y, bv, acc[1]);
+      acc[2] = fmaf(a0.z, bv, acc[2]);
+      acc[3] = fmaf(a0.w, bv, acc[3]);
+      acc[4] = fmaf(a1.x, bv, acc[4]);
+      acc[5] = fmaf(a1.y, bv, acc[5]);
+      acc[6] = fmaf(a1.z, bv, acc[6]);
+      acc[7] = fmaf(a1.w, bv, acc[7]);
     }
-    __syncthreads();  // s_a / s_w are rewritten for the next tile
+    __syncthreads();  // s_a / s_b are rewritten for the next tile
   }
-  // Epilogue, as epilogue_kernel: bias, activation, aux in cuBLASLt's layout.
+  // Epilogue, as epilogue_kernel: bias, activation, aux in cuBLASLt's layout; or beta C.
   const std::int64_t col = n0 + tx;
-  const bool in_range = col < out_f;
-  const float bv = (bias && in_range) ? bias[col] : 0.f;
+  const bool in_range = col < N;
+  const float bias_v = (bias && in_range) ? bias[col] : 0.f;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const std::int64_t row = m0 + ty * 8 + i;
-    if (row >= batch) break;  // uniform over the warp (one ty)
-    float x = acc[i] + bv;
+    if (row >= M) break;  // uniform over the warp (one ty)
+    float x = acc[i] + bias_v;
     if constexpr (A == Activation::relu) {
       if (aux) {
         const unsigned mask = __ballot_sync(0xffffffffu, in_range && x > 0.f);
-        // ld is a multiple of 128 and n0 of 32: this warp's columns are exactly one word
-        if (tx == 0) static_cast<std::uint32_t*>(aux)[(row * ld + n0) >> 5] = mask;
+        // aux_ld is a multiple of 128 and n0 of 32: this warp's columns are exactly one word
+        if (tx == 0) static_cast<std::uint32_t*>(aux)[(row * aux_ld + n0) >> 5] = mask;
       }
       x = x > 0.f ? x : 0.f;
     } else if constexpr (A == Activation::gelu) {
-      if (aux && in_range) static_cast<float*>(aux)[row * ld + col] = x;
+      if (aux && in_range) static_cast<float*>(aux)[row * aux_ld + col] = x;
       x = gelu(x);
     }
-    if (in_range) out[row * out_f + col] = x;
+    if (in_range) {
+      float* dst = c + row * ldc + col;
+      *dst = beta != 0.f ? fmaf(beta, *dst, x) : x;  // beta 0: C is not read (may hold NaN)
+    }
   }
 }
 
-bool use_small_linear(std::int64_t batch, std::int64_t in_f, std::int64_t out_f, LinearMath math) {
-  return !g_disable_small.load(std::memory_order_relaxed) && !g_force_unfused.load(std::memory_order_relaxed) &&
-         math == LinearMath::fp32 && batch * out_f <= kSmallOutputs && in_f <= kSmallMaxK &&
-         ceil_div(batch, kSgBM) <= 65535;
+bool use_small_gemm(std::int64_t m, std::int64_t n, std::int64_t k, LinearMath math) {
+  return !g_disable_small.load(std::memory_order_relaxed) && math == LinearMath::fp32 && m * n <= kSmallOutputs &&
+         k <= kSmallMaxK;
 }
 
-void launch_small_linear(float* out, void* aux, const float* in, const float* w, const float* bias,
-                         std::int64_t batch, std::int64_t in_f, std::int64_t out_f, Activation act,
-                         cudaStream_t stream) {
-  const dim3 grid(ceil_div(out_f, kSgBN), ceil_div(batch, kSgBM));
+template <Activation A, bool AK, bool BK>
+void launch_small_gemm(float* c, std::int64_t ldc, void* aux, std::int64_t aux_ld, const float* a, std::int64_t lda,
+                       const float* b, std::int64_t ldb, const float* bias, std::int64_t m, std::int64_t n,
+                       std::int64_t k, float beta, cudaStream_t stream) {
+  // m * n <= kSmallOutputs keeps grid.y = ceil(m / 32) far below 65535
+  const dim3 grid(static_cast<unsigned>(ceil_div(n, kSgBN)), static_cast<unsigned>(ceil_div(m, kSgBM)));
+  small_gemm_kernel<A, AK, BK><<<grid, kSgThreads, 0, stream>>>(c, ldc, aux, aux_ld, a, lda, b, ldb, bias, m, n, k,
+                                                                beta);
+  FH_CHECK_LAUNCH();
+}
+
+// out (B, out_f) = act(in (B, in_f) W^T + bias): A = in (k-contiguous), B = W (k-contiguous).
+void small_linear_forward(float* out, void* aux, const float* in, const float* w, const float* bias,
+                          std::int64_t batch, std::int64_t in_f, std::int64_t out_f, Activation act,
+                          cudaStream_t stream) {
   const std::int64_t ld = aux_ld(out_f, act);
   switch (act) {
     case Activation::relu:
-      small_linear_kernel<Activation::relu><<<grid, kSgThreads, 0, stream>>>(out, aux, in, w, bias, batch, in_f,
-                                                                             out_f, ld);
+      launch_small_gemm<Activation::relu, true, true>(out, out_f, aux, ld, in, in_f, w, in_f, bias, batch, out_f,
+                                                      in_f, 0.f, stream);
       break;
     case Activation::gelu:
-      small_linear_kernel<Activation::gelu><<<grid, kSgThreads, 0, stream>>>(out, aux, in, w, bias, batch, in_f,
-                                                                             out_f, ld);
+      launch_small_gemm<Activation::gelu, true, true>(out, out_f, aux, ld, in, in_f, w, in_f, bias, batch, out_f,
+                                                      in_f, 0.f, stream);
       break;
     default:
-      small_linear_kernel<Activation::identity><<<grid, kSgThreads, 0, stream>>>(out, aux, in, w, bias, batch,
-                                                                                 in_f, out_f, ld);
+      launch_small_gemm<Activation::identity, true, true>(out, out_f, nullptr, 0, in, in_f, w, in_f, bias, batch,
+                                                          out_f, in_f, 0.f, stream);
       break;
   }
-  FH_CHECK_LAUNCH();
 }
 
 void launch_epilogue(float* out, void* aux, const float* bias, std::int64_t batch, std::int64_t out_f,
@@ -570,8 +592,8 @@ void linear_forward(float* out, void* aux, const float* in, const float* weight,
   if (act == Activation::identity) aux = nullptr;  // nothing to save
   FH_EXPECT(aligned16(aux), "linear_forward: aux must be 16-byte aligned");
 
-  if (use_small_linear(batch, in_features, out_features, math)) {
-    launch_small_linear(out, aux, in, weight, bias, batch, in_features, out_features, act, lane.stream);
+  if (!g_force_unfused.load(std::memory_order_relaxed) && use_small_gemm(batch, out_features, in_features, math)) {
+    small_linear_forward(out, aux, in, weight, bias, batch, in_features, out_features, act, lane.stream);
     return;
   }
   GemmSpec g;  // column-major view: out^T (out_f, B) = W (out_f, in_f) · in^T (in_f, B)
@@ -680,7 +702,12 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
     if (need_d_pre) d_pre = d_pre_scratch;
   }
 
-  if (d_weight != nullptr) {  // d_weight^T (in_f, out_f) = in^T (in_f, B) · d_pre (B, out_f)
+  if (d_weight != nullptr && use_small_gemm(out_features, in_features, batch, math)) {
+    // d_weight[o, i] (+)= sum_b d_pre[b, o] in[b, i]: A(o, b) = d_pre[b out_f + o], B(i, b) = in[b in_f + i]
+    launch_small_gemm<Activation::identity, false, false>(d_weight, in_features, nullptr, 0, d_pre, out_features, in,
+                                                          in_features, nullptr, out_features, in_features, batch,
+                                                          accumulate_param_grads ? 1.f : 0.f, lane.stream);
+  } else if (d_weight != nullptr) {  // d_weight^T (in_f, out_f) = in^T (in_f, B) · d_pre (B, out_f)
     GemmSpec g;
     g.trans_a = CUBLAS_OP_N;
     g.trans_b = CUBLAS_OP_T;
@@ -697,7 +724,12 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
     g.compute = compute_type(math);
     run_gemm_or_throw(g, lane, "linear weight-gradient");
   }
-  if (d_in != nullptr) {  // d_in^T (in_f, B) = W^T (in_f, out_f) · d_pre^T (out_f, B)
+  if (d_in != nullptr && use_small_gemm(batch, in_features, out_features, math)) {
+    // d_in[b, i] = sum_o d_pre[b, o] W[o, i]: A(b, o) = d_pre[b out_f + o], B(i, o) = W[o in_f + i]
+    launch_small_gemm<Activation::identity, true, false>(d_in, in_features, nullptr, 0, d_pre, out_features, weight,
+                                                         in_features, nullptr, batch, in_features, out_features, 0.f,
+                                                         lane.stream);
+  } else if (d_in != nullptr) {  // d_in^T (in_f, B) = W^T (in_f, out_f) · d_pre^T (out_f, B)
     GemmSpec g;
     g.trans_a = CUBLAS_OP_N;
     g.trans_b = CUBLAS_OP_N;
