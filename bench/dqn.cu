@@ -34,10 +34,9 @@
 //     flag_nonfinite(params)                                   4 -> 1  (dqn_adam_end_and_target_update)
 //   replay priority update (leaves + 2 tree levels at 2^20)    3 -> 3
 //   total                                                     52 -> 21  (the learner's own: 48 -> 17)
-// A GEMM counts 1 above; cuBLASLt may add nodes of its own: a split-K reduction, or an
-// epilogue::globalKernel when the chosen kernel lacks the bias+ReLU+mask epilogue. gpu/linear picks,
-// for small GEMMs, a heuristic result without split-K and with the epilogue in its capability mask
-// where one exists. Left: layer 0's ReLU/bias-grad pass could fold into layer 1's dX GEMM as a
+// A GEMM counts 1 above. Through cuBLASLt it could cost 2-3 nodes (a split-K reduction, an
+// epilogue::globalKernel when the kernel lacks the bias+ReLU+mask epilogue); the standard learner's
+// GEMMs (outputs <= 2^18, k <= 1024) now run as one gpu/linear kernel each, epilogue inside. Left: layer 0's ReLU/bias-grad pass could fold into layer 1's dX GEMM as a
 // cuBLASLt DRELU_BGRAD epilogue (gpu/linear), saving 1 more node.
 // FLOPs per update (counted below): 3 forwards (target B rows, online 2B rows), the weight gradients
 // of every layer and the input gradients of every layer but the first.
