@@ -25,17 +25,19 @@
 //   dead-unit count (one per ReLU layer)                       2 -> 1  (all layers, one launch)
 //   backward: dueling 1, value head 4 (d_bias partials + finish,
 //     dW, dX), advantage head 4, d_h add 1, trunk layer 1: 4,
-//     trunk layer 0: 3 (no dX: its input is the observation)  17 -> 7  (fused heads: d_h masked by the
+//     trunk layer 0: 3 (no dX: its input is the observation)  17 -> 6  (fused heads: d_h masked by the
 //       ReLU + head grads + trunk layer 1's bias grad: 2 kernels; trunk layer 1: dW, dX GEMMs;
-//       trunk layer 0: ReLU/bias-grad partials + finish + dW GEMM)
+//       trunk layer 0: ReLU/bias-grad (one split up to 1024 rows: no finish) + dW GEMM)
 //   flag_nonfinite(grads), grad-norm partials + finish,
 //     clip_scale                                               4 -> 1  (dqn_grad_guard, last-block finish)
-//   Adam over the flat arena                                   1 -> 1
-//   dqn_end_update, target Polyak, flag_nonfinite(params)      3 -> 1  (dqn_end_and_target_update)
+//   Adam, dqn_end_update, target Polyak,
+//     flag_nonfinite(params)                                   4 -> 1  (dqn_adam_end_and_target_update)
 //   replay priority update (leaves + 2 tree levels at 2^20)    3 -> 3
-//   total                                                     52 -> 23  (the learner's own: 48 -> 19)
-// Left (not in rl/dqn or models): layer 0's ReLU/bias-grad pass could fold into layer 1's dX GEMM as a
-// cuBLASLt DRELU_BGRAD epilogue (gpu/linear), saving 2 more nodes.
+//   total                                                     52 -> 21  (the learner's own: 48 -> 17)
+// A GEMM counts 1 above. Through cuBLASLt it could cost 2-3 nodes (a split-K reduction, an
+// epilogue::globalKernel when the kernel lacks the bias+ReLU+mask epilogue); the standard learner's
+// GEMMs (outputs <= 2^18, k <= 1024) now run as one gpu/linear kernel each, epilogue inside. Left: layer 0's ReLU/bias-grad pass could fold into layer 1's dX GEMM as a
+// cuBLASLt DRELU_BGRAD epilogue (gpu/linear), saving 1 more node.
 // FLOPs per update (counted below): 3 forwards (target B rows, online 2B rows), the weight gradients
 // of every layer and the input gradients of every layer but the first.
 #include <cstdint>

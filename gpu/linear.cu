@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "gpu/check.hpp"
@@ -16,6 +17,7 @@ namespace foxhunt::gpu {
 namespace {
 
 std::atomic<bool> g_force_unfused{false};
+std::atomic<bool> g_disable_small{false};
 
 constexpr std::int64_t round_up(std::int64_t a, std::int64_t b) { return (a + b - 1) / b * b; }
 
@@ -93,6 +95,37 @@ class Preference {
   cublasLtMatmulPreference_t pref_ = nullptr;
 };
 
+// Algorithm choice among the heuristic's first kHeuristicResults (best first). For small GEMMs
+// (k <= kNoSplitMaxK and m n <= kSmallGemmOutputs: the learner's 256-wide layers) each extra kernel
+// costs more than the GEMM saves: split-K adds a reduction kernel (cublasLt splitKreduce / split_k_kernel), and an algorithm
+// whose kernel lacks the requested epilogue gets a separate epilogue::globalKernel pass. So the
+// pick prefers, in heuristic order, an algorithm without split-K and with the epilogue in its
+// capability mask; failing a split-free one, the best result forced to one split (checked with
+// cublasLtMatmulAlgoCheck). Any heuristic result computes the same GEMM: only speed changes.
+constexpr int kHeuristicResults = 8;
+constexpr std::int64_t kNoSplitMaxK = 2048;
+constexpr std::int64_t kSmallGemmOutputs = std::int64_t{1} << 20;
+
+std::int32_t splitk_of(const cublasLtMatmulAlgo_t& algo) {
+  std::int32_t splits = 1;
+  std::size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits),
+                                           &written) != CUBLAS_STATUS_SUCCESS)
+    return 1;  // unknown: take it as unsplit
+  return splits;
+}
+
+bool epilogue_native(const cublasLtMatmulAlgo_t& algo, cublasLtEpilogue_t epilogue) {
+  if (epilogue == CUBLASLT_EPILOGUE_DEFAULT) return true;
+  std::uint32_t mask = 0;
+  std::size_t written = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_EPILOGUE_MASK, &mask, sizeof(mask), &written) !=
+      CUBLAS_STATUS_SUCCESS)
+    return false;
+  const auto want = static_cast<std::uint32_t>(epilogue);
+  return (mask & want) == want;
+}
+
 // One column-major GEMM D (m, n) = op(A) op(B) + beta D, with an epilogue.
 struct GemmSpec {
   cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
@@ -110,6 +143,41 @@ struct GemmSpec {
   void* aux = nullptr;
   std::int64_t aux_ld = 0;
 };
+
+std::optional<cublasLtMatmulAlgo_t> pick_algo(const cublasLtMatmulHeuristicResult_t* results, int count,
+                                              const GemmSpec& g, cublasLtHandle_t lt, cublasLtMatmulDesc_t desc,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t d, std::size_t ws_bytes) {
+  int first = -1, best = -1, best_score = -1;
+  for (int i = 0; i < count; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    if (first < 0) first = i;
+    const int score =
+        (splitk_of(results[i].algo) <= 1 ? 1 : 0) + (epilogue_native(results[i].algo, g.epilogue) ? 1 : 0);
+    if (score > best_score) {
+      best = i;
+      best_score = score;
+    }
+  }
+  if (first < 0) return std::nullopt;
+  // large GEMMs: the heuristic's own choice (split-K pays off for large k; the GEMM dominates)
+  if (g.k > kNoSplitMaxK || g.m * g.n > kSmallGemmOutputs) return results[first].algo;
+  cublasLtMatmulAlgo_t algo = results[best].algo;
+  if (splitk_of(algo) > 1) {  // no split-free result: try the best one with one split
+    cublasLtMatmulAlgo_t one = algo;
+    const std::int32_t splits = 1;
+    const std::uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoConfigSetAttribute(&one, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits)) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoConfigSetAttribute(&one, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme)) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoCheck(lt, desc, a, b, d, d, &one, &check) == CUBLAS_STATUS_SUCCESS &&
+        check.state == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= ws_bytes)
+      algo = one;
+  }
+  return algo;
+}
 
 using AlgoKey = std::array<std::int64_t, 19>;
 struct AlgoEntry {
@@ -175,14 +243,18 @@ bool run_gemm(const GemmSpec& g, const BlasLane& lane) {
     pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(g.b));
     pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(g.d));
     pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(g.d));
-    cublasLtMatmulHeuristicResult_t result{};
+    std::array<cublasLtMatmulHeuristicResult_t, kHeuristicResults> results{};
     int count = 0;
     const cublasStatus_t status =
         cublasLtMatmulAlgoGetHeuristic(lane.lt, desc.get(), a_layout.get(), b_layout.get(), d_layout.get(),
-                                       d_layout.get(), pref.get(), 1, &result, &count);
-    if (status == CUBLAS_STATUS_SUCCESS && count > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
-      entry.supported = true;
-      entry.algo = result.algo;
+                                       d_layout.get(), pref.get(), kHeuristicResults, results.data(), &count);
+    if (status == CUBLAS_STATUS_SUCCESS && count > 0) {
+      const std::size_t ws_bytes = lane.workspace ? lane.workspace_bytes : 0;
+      if (const auto algo = pick_algo(results.data(), count, g, lane.lt, desc.get(), a_layout.get(), b_layout.get(),
+                                      d_layout.get(), ws_bytes)) {
+        entry.supported = true;
+        entry.algo = *algo;
+      }
     } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) {
       FH_CHECK(status);  // a real error (bad descriptor): report it
     }
@@ -265,17 +337,23 @@ __global__ void epilogue_kernel(float* __restrict__ out, void* __restrict__ aux,
 // d_pre = d_out * act'(pre) (written when d_pre != null) and the bias gradient: the block's column
 // sums over its rows go to bias_out[blockIdx.y * out_f + col] (partials), or straight into d_bias
 // when the grid has one row split (bias_out == d_bias then).
+// Block (kTileCols, kDpreRows): 32 rows per block so that one split (no finish kernel) covers the
+// learner's batches with few rows per thread.
+constexpr int kDpreRows = 32;
+
 template <Activation A>
-__global__ void dpre_bias_kernel(float* __restrict__ d_pre, float* __restrict__ bias_out,
-                                 const float* __restrict__ d_out, const void* __restrict__ aux, std::int64_t batch,
-                                 std::int64_t out_f, std::int64_t ld, std::int64_t rows_per_split, bool accumulate) {
+__global__ void __launch_bounds__(kTileCols * kDpreRows)
+    dpre_bias_kernel(float* __restrict__ d_pre, float* __restrict__ bias_out, const float* __restrict__ d_out,
+                     const void* __restrict__ aux, std::int64_t batch, std::int64_t out_f, std::int64_t ld,
+                     std::int64_t rows_per_split, bool accumulate) {
   const std::int64_t col = static_cast<std::int64_t>(blockIdx.x) * kTileCols + threadIdx.x;
   const bool in_range = col < out_f;
   const std::int64_t row_begin = static_cast<std::int64_t>(blockIdx.y) * rows_per_split;
   const std::int64_t row_end = min(batch, row_begin + rows_per_split);
   float acc = 0.f;
   if (in_range) {
-    for (std::int64_t row = row_begin + threadIdx.y; row < row_end; row += kTileRows) {
+#pragma unroll 4
+    for (std::int64_t row = row_begin + threadIdx.y; row < row_end; row += kDpreRows) {
       float g = d_out[row * out_f + col];
       if constexpr (A == Activation::relu) {
         // ld is a multiple of 128 and col's tile starts at a multiple of 32: the whole warp reads
@@ -290,13 +368,13 @@ __global__ void dpre_bias_kernel(float* __restrict__ d_pre, float* __restrict__ 
     }
   }
   if (bias_out == nullptr) return;  // uniform over the block
-  __shared__ float sums[kTileRows][kTileCols + 1];
+  __shared__ float sums[kDpreRows][kTileCols + 1];
   sums[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && in_range) {
     float s = 0.f;
 #pragma unroll
-    for (int r = 0; r < kTileRows; ++r) s += sums[r][threadIdx.x];
+    for (int r = 0; r < kDpreRows; ++r) s += sums[r][threadIdx.x];
     if (gridDim.y == 1)
       bias_out[col] = accumulate ? bias_out[col] + s : s;
     else
@@ -312,6 +390,144 @@ __global__ void bias_finish_kernel(float* __restrict__ d_bias, const float* __re
     float s = 0.f;
     for (int split = 0; split < splits; ++split) s += partials[static_cast<std::int64_t>(split) * out_f + j];
     d_bias[j] = accumulate ? d_bias[j] + s : s;
+  }
+}
+
+// ---- small GEMMs of our own -----------------------------------------------------------------------
+// For the learner's layers (B <= a few hundred rows, 256 wide) cuBLASLt's fp32 kernels take ~5 us,
+// the bias+ReLU+mask epilogue then runs as a second kernel (epilogue::globalKernel), and split-K
+// adds a reduction: 2-3 graph nodes per GEMM. For M N <= kSmallOutputs and K <= kSmallMaxK one
+// kernel of ours does the GEMM and the epilogue, strict fp32 (FMAs over k in order: deterministic):
+//   C (M, N) row-major, ldc:  C[m, n] = act(sum_k A(m, k) B(n, k) + bias[n]) (+ beta C[m, n])
+//   A(m, k) = a[m lda + k] (AK) or a[k lda + m];  B(n, k) = b[n ldb + k] (BK) or b[k ldb + n].
+// Tile kSgBM rows x kSgBN columns, kSgBK deep; 128 threads: lane tx owns column n0 + tx, warp ty
+// rows m0 + 8 ty .. + 7, so a warp's 32 columns of one row are one ReLU mask word (one ballot).
+// Tile loads are coalesced along whichever index is contiguous; the next k-tile's global loads are
+// issued before the current tile's math (register prefetch).
+constexpr int kSgBM = 32, kSgBN = 32, kSgBK = 32, kSgThreads = 128;
+constexpr int kSgLoads = kSgBM * kSgBK / kSgThreads;  // elements of each tile a thread loads (8)
+constexpr std::int64_t kSmallOutputs = std::int64_t{1} << 18;
+constexpr std::int64_t kSmallMaxK = 1024;
+static_assert(kSgBM == kSgBN && kSgBM == 32 && kSgBK == 32 && kSgThreads == 4 * 32, "thread layout below");
+
+template <Activation A, bool AK, bool BK>
+__global__ void __launch_bounds__(kSgThreads)
+    small_gemm_kernel(float* __restrict__ c, std::int64_t ldc, void* __restrict__ aux, std::int64_t aux_ld,
+                      const float* __restrict__ a, std::int64_t lda, const float* __restrict__ b, std::int64_t ldb,
+                      const float* __restrict__ bias, std::int64_t M, std::int64_t N, std::int64_t K, float beta) {
+  __shared__ __align__(16) float s_a[kSgBK][kSgBM + 4];  // s_a[k][m]: rows 16-byte aligned (float4 reads)
+  __shared__ float s_b[kSgBK][kSgBN + 1];                // s_b[k][n]
+  const int tx = static_cast<int>(threadIdx.x & 31), ty = static_cast<int>(threadIdx.x >> 5);
+  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * kSgBM;
+  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * kSgBN;
+  float ra[kSgLoads], rb[kSgLoads];
+  // Load i of a thread: k-contiguous operand: row r = ty + 4 i, depth kk = tx (a warp reads 32
+  // consecutive k of one row); row-contiguous: r = tx, kk = ty + 4 i (32 consecutive rows of one k).
+  // Out of range: 0 (adds nothing). Stored as s[kk][r] by store_tile.
+  auto load = [&](std::int64_t k0) {
+#pragma unroll
+    for (int i = 0; i < kSgLoads; ++i) {
+      {
+        const std::int64_t r = AK ? ty + 4 * i : tx, k = k0 + (AK ? tx : ty + 4 * i);
+        ra[i] = (m0 + r < M && k < K) ? (AK ? a[(m0 + r) * lda + k] : a[k * lda + m0 + r]) : 0.f;
+      }
+      {
+        const std::int64_t r = BK ? ty + 4 * i : tx, k = k0 + (BK ? tx : ty + 4 * i);
+        rb[i] = (n0 + r < N && k < K) ? (BK ? b[(n0 + r) * ldb + k] : b[k * ldb + n0 + r]) : 0.f;
+      }
+    }
+  };
+  float acc[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+  load(0);
+  for (std::int64_t k0 = 0; k0 < K; k0 += kSgBK) {  // uniform over the block
+#pragma unroll
+    for (int i = 0; i < kSgLoads; ++i) {
+      if constexpr (AK) s_a[tx][ty + 4 * i] = ra[i];
+      else s_a[ty + 4 * i][tx] = ra[i];
+      if constexpr (BK) s_b[tx][ty + 4 * i] = rb[i];
+      else s_b[ty + 4 * i][tx] = rb[i];
+    }
+    __syncthreads();
+    if (k0 + kSgBK < K) load(k0 + kSgBK);  // in flight during the math below
+#pragma unroll
+    for (int kk = 0; kk < kSgBK; ++kk) {
+      const float bv = s_b[kk][tx];
+      const float4 a0 = *reinterpret_cast<const float4*>(&s_a[kk][ty * 8]);
+      const float4 a1 = *reinterpret_cast<const float4*>(&s_a[kk][ty * 8 + 4]);
+      acc[0] = fmaf(a0.x, bv, acc[0]);
+      acc[1] = fmaf(a0.y, bv, acc[1]);
+      acc[2] = fmaf(a0.z, bv, acc[2]);
+      acc[3] = fmaf(a0.w, bv, acc[3]);
+      acc[4] = fmaf(a1.x, bv, acc[4]);
+      acc[5] = fmaf(a1.y, bv, acc[5]);
+      acc[6] = fmaf(a1.z, bv, acc[6]);
+      acc[7] = fmaf(a1.w, bv, acc[7]);
+    }
+    __syncthreads();  // s_a / s_b are rewritten for the next tile
+  }
+  // Epilogue, as epilogue_kernel: bias, activation, aux in cuBLASLt's layout; or beta C.
+  const std::int64_t col = n0 + tx;
+  const bool in_range = col < N;
+  const float bias_v = (bias && in_range) ? bias[col] : 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const std::int64_t row = m0 + ty * 8 + i;
+    if (row >= M) break;  // uniform over the warp (one ty)
+    float x = acc[i] + bias_v;
+    if constexpr (A == Activation::relu) {
+      if (aux) {
+        const unsigned mask = __ballot_sync(0xffffffffu, in_range && x > 0.f);
+        // aux_ld is a multiple of 128 and n0 of 32: this warp's columns are exactly one word
+        if (tx == 0) static_cast<std::uint32_t*>(aux)[(row * aux_ld + n0) >> 5] = mask;
+      }
+      x = x > 0.f ? x : 0.f;
+    } else if constexpr (A == Activation::gelu) {
+      if (aux && in_range) static_cast<float*>(aux)[row * aux_ld + col] = x;
+      x = gelu(x);
+    }
+    if (in_range) {
+      float* dst = c + row * ldc + col;
+      *dst = beta != 0.f ? fmaf(beta, *dst, x) : x;  // beta 0: C is not read (may hold NaN)
+    }
+  }
+}
+
+bool use_small_gemm(std::int64_t m, std::int64_t n, std::int64_t k, LinearMath math) {
+  return !g_disable_small.load(std::memory_order_relaxed) && math == LinearMath::fp32 && m * n <= kSmallOutputs &&
+         k <= kSmallMaxK;
+}
+
+template <Activation A, bool AK, bool BK>
+void launch_small_gemm(float* c, std::int64_t ldc, void* aux, std::int64_t aux_ld, const float* a, std::int64_t lda,
+                       const float* b, std::int64_t ldb, const float* bias, std::int64_t m, std::int64_t n,
+                       std::int64_t k, float beta, cudaStream_t stream) {
+  // m * n <= kSmallOutputs keeps grid.y = ceil(m / 32) far below 65535
+  const dim3 grid(static_cast<unsigned>(ceil_div(n, kSgBN)), static_cast<unsigned>(ceil_div(m, kSgBM)));
+  small_gemm_kernel<A, AK, BK><<<grid, kSgThreads, 0, stream>>>(c, ldc, aux, aux_ld, a, lda, b, ldb, bias, m, n, k,
+                                                                beta);
+  FH_CHECK_LAUNCH();
+}
+
+// out (B, out_f) = act(in (B, in_f) W^T + bias): A = in (k-contiguous), B = W (k-contiguous).
+void small_linear_forward(float* out, void* aux, const float* in, const float* w, const float* bias,
+                          std::int64_t batch, std::int64_t in_f, std::int64_t out_f, Activation act,
+                          cudaStream_t stream) {
+  const std::int64_t ld = aux_ld(out_f, act);
+  switch (act) {
+    case Activation::relu:
+      launch_small_gemm<Activation::relu, true, true>(out, out_f, aux, ld, in, in_f, w, in_f, bias, batch, out_f,
+                                                      in_f, 0.f, stream);
+      break;
+    case Activation::gelu:
+      launch_small_gemm<Activation::gelu, true, true>(out, out_f, aux, ld, in, in_f, w, in_f, bias, batch, out_f,
+                                                      in_f, 0.f, stream);
+      break;
+    default:
+      launch_small_gemm<Activation::identity, true, true>(out, out_f, nullptr, 0, in, in_f, w, in_f, bias, batch,
+                                                          out_f, in_f, 0.f, stream);
+      break;
   }
 }
 
@@ -353,6 +569,7 @@ void expect_shape(std::int64_t batch, std::int64_t in_f, std::int64_t out_f, con
 
 namespace detail {
 void linear_force_unfused_epilogue(bool force) { g_force_unfused.store(force); }
+void linear_disable_small_gemm(bool disable) { g_disable_small.store(disable); }
 }  // namespace detail
 
 std::size_t linear_aux_bytes(std::int64_t batch, std::int64_t out_features, Activation act) {
@@ -375,6 +592,10 @@ void linear_forward(float* out, void* aux, const float* in, const float* weight,
   if (act == Activation::identity) aux = nullptr;  // nothing to save
   FH_EXPECT(aligned16(aux), "linear_forward: aux must be 16-byte aligned");
 
+  if (!g_force_unfused.load(std::memory_order_relaxed) && use_small_gemm(batch, out_features, in_features, math)) {
+    small_linear_forward(out, aux, in, weight, bias, batch, in_features, out_features, act, lane.stream);
+    return;
+  }
   GemmSpec g;  // column-major view: out^T (out_f, B) = W (out_f, in_f) · in^T (in_f, B)
   g.trans_a = CUBLAS_OP_T;
   g.trans_b = CUBLAS_OP_N;
@@ -435,12 +656,15 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
 
   const float* d_pre = d_out;
   if (need_d_pre || d_bias != nullptr) {
-    // Row splits: enough blocks to fill the device; each split >= 64 rows; partials must fit in
-    // the lane's workspace (it is free between GEMMs on this stream).
+    // Row splits: one split (no bias-finish kernel) while each thread has at most kOneSplitRows
+    // rows; beyond that enough blocks to fill the device, each split >= 64 rows; partials must fit
+    // in the lane's workspace (it is free between GEMMs on this stream).
+    constexpr std::int64_t kOneSplitRows = 32;
     const std::int64_t tiles = ceil_div(out_features, kTileCols);
     std::int64_t splits = std::max<std::int64_t>(1, (4LL * sm_count() + tiles - 1) / tiles);
     splits = std::min(splits, std::max<std::int64_t>(1, (batch + 63) / 64));
     splits = std::min<std::int64_t>(splits, 65535);
+    if (batch <= kOneSplitRows * kDpreRows) splits = 1;
     if (d_bias != nullptr && splits > 1) {
       const std::int64_t fit =
           lane.workspace ? static_cast<std::int64_t>(lane.workspace_bytes / (sizeof(float) * out_features)) : 0;
@@ -452,7 +676,7 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
     if (d_bias != nullptr) bias_out = splits == 1 ? d_bias : static_cast<float*>(lane.workspace);
     float* pre_out = need_d_pre ? d_pre_scratch : nullptr;
     const std::int64_t ld = aux_ld(out_features, act);
-    const dim3 block(kTileCols, kTileRows);
+    const dim3 block(kTileCols, kDpreRows);
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
     switch (act) {
       case Activation::relu:
@@ -478,7 +702,12 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
     if (need_d_pre) d_pre = d_pre_scratch;
   }
 
-  if (d_weight != nullptr) {  // d_weight^T (in_f, out_f) = in^T (in_f, B) · d_pre (B, out_f)
+  if (d_weight != nullptr && use_small_gemm(out_features, in_features, batch, math)) {
+    // d_weight[o, i] (+)= sum_b d_pre[b, o] in[b, i]: A(o, b) = d_pre[b out_f + o], B(i, b) = in[b in_f + i]
+    launch_small_gemm<Activation::identity, false, false>(d_weight, in_features, nullptr, 0, d_pre, out_features, in,
+                                                          in_features, nullptr, out_features, in_features, batch,
+                                                          accumulate_param_grads ? 1.f : 0.f, lane.stream);
+  } else if (d_weight != nullptr) {  // d_weight^T (in_f, out_f) = in^T (in_f, B) · d_pre (B, out_f)
     GemmSpec g;
     g.trans_a = CUBLAS_OP_N;
     g.trans_b = CUBLAS_OP_T;
@@ -495,7 +724,12 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
     g.compute = compute_type(math);
     run_gemm_or_throw(g, lane, "linear weight-gradient");
   }
-  if (d_in != nullptr) {  // d_in^T (in_f, B) = W^T (in_f, out_f) · d_pre^T (out_f, B)
+  if (d_in != nullptr && use_small_gemm(batch, in_features, out_features, math)) {
+    // d_in[b, i] = sum_o d_pre[b, o] W[o, i]: A(b, o) = d_pre[b out_f + o], B(i, o) = W[o in_f + i]
+    launch_small_gemm<Activation::identity, true, false>(d_in, in_features, nullptr, 0, d_pre, out_features, weight,
+                                                         in_features, nullptr, batch, in_features, out_features, 0.f,
+                                                         lane.stream);
+  } else if (d_in != nullptr) {  // d_in^T (in_f, B) = W^T (in_f, out_f) · d_pre^T (out_f, B)
     GemmSpec g;
     g.trans_a = CUBLAS_OP_N;
     g.trans_b = CUBLAS_OP_N;

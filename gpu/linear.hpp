@@ -4,7 +4,10 @@
 //   weight (out_f, in_f) row-major, bias (out_f), x (B, in_f), y (B, out_f) = act(x W^T + b).
 // The bias and the activation are fused into the GEMM as a cuBLASLt epilogue; where cuBLASLt has
 // no kernel for the fused epilogue the layer runs the plain GEMM and a small activation kernel that
-// writes the same outputs and the same aux layout, so callers never see the difference.
+// writes the same outputs and the same aux layout, so callers never see the difference. Small fp32
+// GEMMs (outputs <= 2^18, reduction length <= 1024: the learner's layers; forward, d_weight and
+// d_in alike) run as one kernel of ours, the forward's epilogue inside (cuBLASLt takes 2-3 kernels
+// there: GEMM, split-K reduction, epilogue pass), same outputs and aux layout, deterministic.
 //
 // aux (what the backward needs, linear_aux_bytes(B, out_f, act) bytes, 16-byte aligned):
 //   identity: nothing (aux may be nullptr).
@@ -73,6 +76,9 @@ namespace detail {
 // Tests only: run the unfused fallback (plain GEMM + activation kernel) even where cuBLASLt has the
 // fused epilogue, so that both paths are checked against the reference. Process-wide.
 void linear_force_unfused_epilogue(bool force);
+// Tests only: send even small fp32 GEMMs (outputs <= 2^18, k <= 1024, which normally run as one
+// kernel of gpu/linear's own) to cuBLASLt. Process-wide.
+void linear_disable_small_gemm(bool disable);
 }  // namespace detail
 
 }  // namespace foxhunt::gpu

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <string>
+#include <type_traits>
 
 #include "gpu/check.hpp"
 #include "gpu/launch.cuh"
@@ -11,32 +12,78 @@
 namespace foxhunt::models {
 namespace {
 
-constexpr int kWarps = 8;                                    // rows (warps) per block, row kernels
+constexpr int kWarps = 4;                                    // rows (warps) per block, row kernels
 constexpr int kMaxOut = static_cast<int>(kFusedHeadMaxOutputs);
 constexpr int kPgRows = 16;                                  // row lanes per block, param-grad kernel
+constexpr int kSlotGroup = 16;                               // slots reduced per barrier pair, param grads
 
-// One warp per row b: every head output o (a dot product of h[b] with W_o, lanes over H, then a
-// warp sum) into shared memory, then the dueling combine with dueling_forward's arithmetic.
+// The row kernels keep one accumulator per head output in registers: MaxO (8, 16 or 32) is the
+// compile-time bound (>= the real O, so every index into acc[] is static), and Vec selects float4
+// loads along H (H % 4 == 0 and 16-byte aligned pointers) or scalar ones. Lane l owns the columns
+// j = c + l * Vec + [0, Vec) of each 32 * Vec chunk c: the h loads are coalesced, and the O weight
+// loads of a chunk are independent (issued together) instead of one dependent dot product per output.
+template <int Vec>
+struct VecT;
+template <>
+struct VecT<1> {
+  using type = float;
+};
+template <>
+struct VecT<4> {
+  using type = float4;
+};
+
+template <int Vec>
+__device__ __forceinline__ float dot_part(typename VecT<Vec>::type x, typename VecT<Vec>::type w, float acc) {
+  if constexpr (Vec == 4) {
+    acc = fmaf(x.x, w.x, acc);
+    acc = fmaf(x.y, w.y, acc);
+    acc = fmaf(x.z, w.z, acc);
+    return fmaf(x.w, w.w, acc);
+  } else {
+    return fmaf(x, w, acc);
+  }
+}
+
+// One warp per row b: every head output o (lanes over H, then a warp sum) into shared memory, then
+// the dueling combine with dueling_forward's arithmetic.
+template <int MaxO, int Vec>
 __global__ void __launch_bounds__(kWarps * 32)
     heads_forward_kernel(float* __restrict__ logits, const float* __restrict__ h, const float* __restrict__ vw,
                          const float* __restrict__ vb, const float* __restrict__ aw, const float* __restrict__ ab,
                          std::int64_t batch, std::int64_t hidden, std::int64_t branches, std::int64_t actions) {
-  __shared__ float s_out[kWarps][kMaxOut];
+  using V_t = typename VecT<Vec>::type;
+  __shared__ float s_out[kWarps][MaxO];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const bool duel = vw != nullptr;
-  const std::int64_t K = branches * actions, V = duel ? 1 : 0, O = V + K;
+  const std::int64_t K = branches * actions, V = duel ? 1 : 0;
+  const int O = static_cast<int>(V + K);  // <= MaxO (host-checked)
   for (std::int64_t b = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp; b < batch;
        b += static_cast<std::int64_t>(gridDim.x) * kWarps) {  // warp-uniform
     const float* hr = h + b * hidden;
-    for (std::int64_t o = 0; o < O; ++o) {
-      const bool is_v = o < V;
-      const float* w = is_v ? vw : aw + (o - V) * hidden;
-      float acc = 0.f;
-      for (std::int64_t j = lane; j < hidden; j += 32) acc = fmaf(hr[j], w[j], acc);
-      acc = gpu::warp_sum(acc);  // xor butterfly: every lane holds the sum
-      if (lane == 0) {
-        const float* bias = is_v ? vb : ab;
-        s_out[warp][o] = acc + (bias ? bias[is_v ? 0 : o - V] : 0.f);
+    float acc[MaxO];
+#pragma unroll
+    for (int o = 0; o < MaxO; ++o) acc[o] = 0.f;
+    // hidden % Vec == 0 (host-checked), so a chunk element is in range as a whole
+    for (std::int64_t j = static_cast<std::int64_t>(lane) * Vec; j < hidden; j += 32 * Vec) {
+      const V_t x = *reinterpret_cast<const V_t*>(hr + j);
+#pragma unroll
+      for (int o = 0; o < MaxO; ++o) {
+        if (o < O) {  // uniform
+          const float* w = o < V ? vw : aw + (o - V) * hidden;
+          acc[o] = dot_part<Vec>(x, __ldg(reinterpret_cast<const V_t*>(w + j)), acc[o]);
+        }
+      }
+    }
+#pragma unroll
+    for (int o = 0; o < MaxO; ++o) {
+      if (o < O) {
+        const float s = gpu::warp_sum(acc[o]);  // xor butterfly: every lane holds the sum
+        if (lane == 0) {
+          const bool is_v = o < V;
+          const float* bias = is_v ? vb : ab;
+          s_out[warp][o] = s + (bias ? bias[is_v ? 0 : o - V] : 0.f);
+        }
       }
     }
     __syncwarp();
@@ -58,18 +105,22 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // One warp per row: d_heads (dueling_backward's arithmetic for Z == 1) into shared memory and
-// global, then d_h[b, j] = sum_o d_heads[o] W_o[j] (lanes over j, coalesced).
+// global, then into registers (static indices), then d_h[b, j] = sum_o d_heads[o] W_o[j] (lanes
+// over j, coalesced; the O weight loads of a chunk are independent).
+template <int MaxO, int Vec>
 __global__ void __launch_bounds__(kWarps * 32)
     heads_backward_input_kernel(float* __restrict__ d_h, float* __restrict__ d_heads,
                                 const float* __restrict__ d_logits, const float* __restrict__ vw,
                                 const float* __restrict__ aw, const std::uint32_t* __restrict__ mask,
                                 std::int64_t batch, std::int64_t hidden, std::int64_t branches,
                                 std::int64_t actions) {
+  using V_t = typename VecT<Vec>::type;
   const std::int64_t mask_ld = (hidden + 127) / 128 * 128;  // bits per row (gpu/linear's ReLU aux)
-  __shared__ float s_d[kWarps][kMaxOut];
+  __shared__ float s_d[kWarps][MaxO];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const bool duel = vw != nullptr;
-  const std::int64_t K = branches * actions, V = duel ? 1 : 0, O = V + K;
+  const std::int64_t K = branches * actions, V = duel ? 1 : 0;
+  const int O = static_cast<int>(V + K);  // <= MaxO (host-checked)
   for (std::int64_t b = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp; b < batch;
        b += static_cast<std::int64_t>(gridDim.x) * kWarps) {  // warp-uniform
     const float* g = d_logits + b * K;
@@ -94,22 +145,53 @@ __global__ void __launch_bounds__(kWarps * 32)
       s_d[warp][0] = dv;
     }
     __syncwarp();
-    for (std::int64_t o = lane; o < O; o += 32) d_heads[b * O + o] = s_d[warp][o];
-    for (std::int64_t j = lane; j < hidden; j += 32) {
-      float acc = 0.f;
-      for (std::int64_t o = 0; o < O; ++o) acc = fmaf(s_d[warp][o], o < V ? vw[j] : aw[(o - V) * hidden + j], acc);
-      // mask_ld is a multiple of 128, so bit (b * mask_ld + j) is bit j % 32 of its word
-      if (mask && ((mask[(b * mask_ld + j) >> 5] >> (j & 31)) & 1u) == 0u) acc = 0.f;
-      d_h[b * hidden + j] = acc;
-    }
+    for (int o = lane; o < O; o += 32) d_heads[b * O + o] = s_d[warp][o];
+    float dr[MaxO];
+#pragma unroll
+    for (int o = 0; o < MaxO; ++o) dr[o] = o < O ? s_d[warp][o] : 0.f;
     __syncwarp();  // every lane has read s_d before the next row overwrites it
+    // hidden % Vec == 0 (host-checked), so a chunk element is in range as a whole
+    for (std::int64_t j = static_cast<std::int64_t>(lane) * Vec; j < hidden; j += 32 * Vec) {
+      float acc[Vec];
+#pragma unroll
+      for (int v = 0; v < Vec; ++v) acc[v] = 0.f;
+#pragma unroll
+      for (int o = 0; o < MaxO; ++o) {
+        if (o < O) {  // uniform
+          const V_t w = __ldg(reinterpret_cast<const V_t*>((o < V ? vw : aw + (o - V) * hidden) + j));
+          if constexpr (Vec == 4) {
+            acc[0] = fmaf(dr[o], w.x, acc[0]);
+            acc[1] = fmaf(dr[o], w.y, acc[1]);
+            acc[2] = fmaf(dr[o], w.z, acc[2]);
+            acc[3] = fmaf(dr[o], w.w, acc[3]);
+          } else {
+            acc[0] = fmaf(dr[o], w, acc[0]);
+          }
+        }
+      }
+      if (mask) {
+        // mask_ld is a multiple of 128 and j % Vec == 0 (Vec divides 32), so bits j .. j + Vec - 1
+        // of the row are bits j % 32 .. of one word
+        const std::uint32_t word = mask[(b * mask_ld + j) >> 5];
+#pragma unroll
+        for (int v = 0; v < Vec; ++v)
+          if (((word >> ((j + v) & 31)) & 1u) == 0u) acc[v] = 0.f;
+      }
+      float* out = d_h + b * hidden + j;
+      if constexpr (Vec == 4) {
+        *reinterpret_cast<float4*>(out) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      } else {
+        out[0] = acc[0];
+      }
+    }
   }
 }
 
-// Row splits of the param-grad kernel: at most kSplitRows rows per split (enough blocks to hide the
-// load latency at large batches), at most kMaxSplits splits.
-constexpr std::int64_t kSplitRows = 64;
+// Row splits of the param-grad kernel: at most kSplitRows rows per split (one split, no completion
+// phase, for the learner's batches), at most kMaxSplits splits.
+constexpr std::int64_t kSplitRows = 256;
 constexpr std::int64_t kMaxSplits = 128;
+constexpr int kRowUnroll = 4;  // rows a thread loads together (independent loads in flight)
 
 std::int64_t param_grad_splits(std::int64_t batch) {
   return std::max<std::int64_t>(1, std::min<std::int64_t>((batch + kSplitRows - 1) / kSplitRows, kMaxSplits));
@@ -118,18 +200,19 @@ std::int64_t param_grad_splits(std::int64_t batch) {
 // Grid (tiles + 1, splits), block (32, kPgRows). blockIdx.x < tiles owns 32 columns j of H; the last
 // column block computes the bias gradients (h replaced by 1). blockIdx.y owns a contiguous range of
 // rows. Thread (x, y) sums rows y, y + kPgRows, ... of its range for every output in registers
-// (compile-time indices: the loops over kMaxOut are unrolled); the kPgRows partials of each output
-// are added in order through shared memory. One split: that sum is the result. Several: each block
-// stores it in partials[split][slot][col] and the last block of the column tile to finish (a
-// per-tile completion counter) adds the splits in order. Slots: the O head outputs, then the trunk
-// bias. No float atomics: deterministic.
+// (compile-time indices: the loops over kMaxOut are unrolled; kRowUnroll rows' loads at a time); the
+// kPgRows partials of each slot are then added in order through shared memory, kSlotGroup slots per
+// barrier pair (thread y adds slot group * kSlotGroup + y). One split: that sum is the result.
+// Several: each block stores it in partials[split][slot][col] and the last block of the column tile
+// to finish (a per-tile completion counter) adds the splits in order. Slots: the O head outputs, then
+// the trunk bias. No float atomics: deterministic.
 __global__ void __launch_bounds__(32 * kPgRows)
     heads_param_grad_kernel(float* __restrict__ vdw, float* __restrict__ vdb, float* __restrict__ adw,
                             float* __restrict__ adb, float* __restrict__ tdb, const float* __restrict__ d_heads,
                             const float* __restrict__ h, const float* __restrict__ d_pre, std::int64_t batch,
                             std::int64_t hidden, int outputs, int value_outputs, float* __restrict__ partials,
                             unsigned int* __restrict__ tile_done) {
-  __shared__ float s_red[kPgRows][33];
+  __shared__ float s_red[kSlotGroup][kPgRows][33];  // 33.8 KB
   __shared__ bool s_last;
   const int x = threadIdx.x, y = threadIdx.y;
   const bool bias_block = blockIdx.x == gridDim.x - 1;
@@ -157,7 +240,7 @@ __global__ void __launch_bounds__(32 * kPgRows)
   };
   // Whether this thread's column takes slot o at all.
   auto wanted = [&](int o) {
-    return active && (bias_block ? (x == 0 && o < outputs) : (o < outputs || trunk_bias));
+    return active && o < slots && (bias_block ? (x == 0 && o < outputs) : (o < outputs || trunk_bias));
   };
 
   float acc[kMaxOut];
@@ -165,33 +248,50 @@ __global__ void __launch_bounds__(32 * kPgRows)
   for (int o = 0; o < kMaxOut; ++o) acc[o] = 0.f;
   float acc_pre = 0.f;  // trunk bias: column sum of d_pre
   if (active) {
-    for (std::int64_t b = row_begin + y; b < row_end; b += kPgRows) {
-      const float hv = bias_block ? 1.f : h[b * hidden + j];
-      if (trunk_bias) acc_pre += d_pre[b * hidden + j];
-      const float* dr = d_heads + b * outputs;
+    for (std::int64_t b0 = row_begin + y; b0 < row_end; b0 += kRowUnroll * kPgRows) {
+      float hv[kRowUnroll], pv[kRowUnroll];
 #pragma unroll
-      for (int o = 0; o < kMaxOut; ++o)
-        if (o < outputs) acc[o] = fmaf(dr[o], hv, acc[o]);
+      for (int u = 0; u < kRowUnroll; ++u) {  // every load of the group first
+        const std::int64_t b = b0 + static_cast<std::int64_t>(u) * kPgRows;
+        const bool in = b < row_end;
+        hv[u] = !in ? 0.f : (bias_block ? 1.f : h[b * hidden + j]);
+        pv[u] = (in && trunk_bias) ? d_pre[b * hidden + j] : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kRowUnroll; ++u) {
+        const std::int64_t b = b0 + static_cast<std::int64_t>(u) * kPgRows;
+        if (b >= row_end) break;  // rows ascend with u: the rest are out of range too
+        acc_pre += pv[u];
+        const float* dr = d_heads + b * outputs;
+#pragma unroll
+        for (int o = 0; o < kMaxOut; ++o)
+          if (o < outputs) acc[o] = fmaf(__ldg(dr + o), hv[u], acc[o]);
+      }
     }
   }
-  // Block sum of each slot over y, in order; thread y == 0 stores it (result or partial).
-  auto block_slot = [&](int o, float v) {
-    s_red[y][x] = v;
+  // Block sums over y, kSlotGroup slots per round; thread (x, y) adds slot group * kSlotGroup + y in
+  // order of y' and stores it (result or partial). The round count is uniform: the barriers match.
+  constexpr int kGroups = (kMaxOut + 1 + kSlotGroup - 1) / kSlotGroup;
+#pragma unroll
+  for (int group = 0; group < kGroups; ++group) {
+    if (group * kSlotGroup >= slots) break;  // uniform over the block
+#pragma unroll
+    for (int g = 0; g < kSlotGroup; ++g) {
+      const int o = group * kSlotGroup + g;  // compile-time after unrolling: acc[] stays in registers
+      float v = o == outputs ? acc_pre : 0.f;
+      if (o < kMaxOut && o < outputs) v = acc[o < kMaxOut ? o : kMaxOut - 1];
+      s_red[g][y][x] = v;
+    }
     __syncthreads();
-    if (y == 0 && wanted(o)) {
+    const int o = group * kSlotGroup + y;
+    if (wanted(o)) {
       float s = 0.f;
 #pragma unroll
-      for (int r = 0; r < kPgRows; ++r) s += s_red[r][x];
+      for (int r = 0; r < kPgRows; ++r) s += s_red[y][r][x];
       if (splits == 1) store(o, s);
       else partials[(static_cast<std::int64_t>(blockIdx.y) * slots + o) * cols + j] = s;
     }
-    __syncthreads();  // s_red is rewritten for the next slot
-  };
-  if (trunk_bias) block_slot(outputs, acc_pre);  // uniform condition: the barriers stay matched
-#pragma unroll
-  for (int o = 0; o < kMaxOut; ++o) {
-    if (o >= outputs) break;  // uniform over the block
-    block_slot(o, acc[o]);
+    __syncthreads();  // s_red is rewritten for the next group
   }
   if (splits == 1) return;
 
@@ -226,6 +326,20 @@ void check(const char* fn, std::int64_t batch, std::int64_t hidden, std::int64_t
 
 int row_blocks(std::int64_t batch) { return gpu::grid_stride_blocks(batch, kWarps, 8); }
 
+// Calls f(integral_constant MaxO, integral_constant Vec) with the smallest MaxO in {8, 16, 32} that
+// holds O outputs (fewer registers and unrolled steps for the common 10-output heads) and Vec 4 when
+// the float4 path is allowed, else 1.
+template <class F>
+void dispatch(int outputs, bool vec, F&& f) {
+  auto with_vec = [&](auto max_o) {
+    if (vec) f(max_o, std::integral_constant<int, 4>{});
+    else f(max_o, std::integral_constant<int, 1>{});
+  };
+  if (outputs <= 8) with_vec(std::integral_constant<int, 8>{});
+  else if (outputs <= 16) with_vec(std::integral_constant<int, 16>{});
+  else with_vec(std::integral_constant<int, kMaxOut>{});
+}
+
 }  // namespace
 
 void fused_heads_forward(float* logits, const float* h, const float* value_w, const float* value_b,
@@ -234,8 +348,12 @@ void fused_heads_forward(float* logits, const float* h, const float* value_w, co
   check("fused_heads_forward", batch, hidden, branches, actions, value_w != nullptr);
   if (batch == 0) return;
   FH_EXPECT(logits && h && adv_w, "fused_heads_forward: logits, h and adv_w must not be null");
-  heads_forward_kernel<<<row_blocks(batch), kWarps * 32, 0, stream>>>(logits, h, value_w, value_b, adv_w, adv_b, batch,
-                                                                      hidden, branches, actions);
+  const int O = static_cast<int>(branches * actions) + (value_w != nullptr ? 1 : 0);
+  const bool vec = hidden % 4 == 0 && gpu::aligned16(h) && gpu::aligned16(adv_w) && gpu::aligned16(value_w);
+  dispatch(O, vec, [&](auto max_o, auto vec_w) {
+    heads_forward_kernel<decltype(max_o)::value, decltype(vec_w)::value><<<row_blocks(batch), kWarps * 32, 0, stream>>>(
+        logits, h, value_w, value_b, adv_w, adv_b, batch, hidden, branches, actions);
+  });
   FH_CHECK_LAUNCH();
 }
 
@@ -246,9 +364,14 @@ void fused_heads_backward_input(float* d_h, float* d_heads, const float* d_logit
   if (batch == 0) return;
   FH_EXPECT(d_h && d_heads && d_logits && adv_w, "fused_heads_backward_input: null pointer");
   FH_EXPECT(relu_mask == nullptr || gpu::aligned16(relu_mask), "fused_heads_backward_input: relu_mask must be 16-byte aligned");
-  heads_backward_input_kernel<<<row_blocks(batch), kWarps * 32, 0, stream>>>(
-      d_h, d_heads, d_logits, value_w, adv_w, static_cast<const std::uint32_t*>(relu_mask), batch, hidden, branches,
-      actions);
+  const int O = static_cast<int>(branches * actions) + (value_w != nullptr ? 1 : 0);
+  const bool vec = hidden % 4 == 0 && gpu::aligned16(d_h) && gpu::aligned16(adv_w) && gpu::aligned16(value_w);
+  dispatch(O, vec, [&](auto max_o, auto vec_w) {
+    heads_backward_input_kernel<decltype(max_o)::value, decltype(vec_w)::value>
+        <<<row_blocks(batch), kWarps * 32, 0, stream>>>(d_h, d_heads, d_logits, value_w, adv_w,
+                                                        static_cast<const std::uint32_t*>(relu_mask), batch, hidden,
+                                                        branches, actions);
+  });
   FH_CHECK_LAUNCH();
 }
 

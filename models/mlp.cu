@@ -10,19 +10,45 @@
 namespace foxhunt::models {
 namespace {
 
-// One thread per unit j; a unit is alive if any row set its mask bit. ld is a multiple of 128, so
-// bit (b * ld + j) sits in word (b * ld + j) / 32 at position j % 32.
-__global__ void dead_units_kernel(std::uint32_t* __restrict__ dead, const std::uint32_t* __restrict__ mask,
-                                  std::int64_t batch, std::int64_t out_f, std::int64_t ld) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < out_f; j += stride) {
-    bool alive = false;
-    for (std::int64_t b = 0; b < batch && !alive; ++b) alive = (mask[(b * ld + j) / 32] >> (j % 32)) & 1u;
-    if (!alive) atomicAdd(dead, 1u);
+// A unit is dead when no row of the batch set its ReLU mask bit. ld is a multiple of 128, so
+// mask row b's word w (b * ld / 32 + w) holds the bits of units 32 w .. 32 w + 31. One block per
+// (layer, word column w): its threads OR the words of rows t, t + blockDim, ... (independent,
+// coalesced-by-row loads; 256 rows = one load per thread), a warp OR and a shared OR give the
+// column's alive bits, and thread 0 adds the number of dead in-range units with one integer atomic
+// (order-independent: deterministic). Many small blocks instead of one thread per unit walking the
+// rows serially.
+constexpr int kDeadBlock = 256;
+
+__device__ void dead_units_column(std::uint32_t* __restrict__ dead, const std::uint32_t* __restrict__ mask,
+                                  std::int64_t batch, std::int64_t units, std::int64_t w) {
+  __shared__ std::uint32_t s_or[kDeadBlock / 32];
+  const std::int64_t words_per_row = (units + 127) / 128 * 4;  // ld / 32
+  std::uint32_t alive = 0u;
+  for (std::int64_t b = threadIdx.x; b < batch; b += blockDim.x) alive |= mask[b * words_per_row + w];
+  alive = __reduce_or_sync(0xffffffffu, alive);
+  if ((threadIdx.x & 31) == 0) s_or[threadIdx.x >> 5] = alive;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    std::uint32_t all = 0u;
+    for (int i = 0; i < static_cast<int>(blockDim.x >> 5); ++i) all |= s_or[i];
+    const std::int64_t in_range = min(static_cast<std::int64_t>(32), units - 32 * w);  // bits of real units in word w
+    const std::uint32_t valid = in_range >= 32 ? 0xffffffffu : ((1u << in_range) - 1u);
+    const int n_dead = __popc(~all & valid);
+    if (n_dead > 0) atomicAdd(dead, static_cast<std::uint32_t>(n_dead));
   }
 }
 
-// All layers in one launch: thread t walks the concatenated units of up to kMaxDeadLayers layers.
+// Empty batch: every unit counts as dead (no row set its bit), without reading the mask.
+__global__ void add_dead_kernel(std::uint32_t* __restrict__ dead, std::uint32_t units) { *dead += units; }
+
+// One layer: block w owns word column w.
+__global__ void __launch_bounds__(kDeadBlock)
+    dead_units_kernel(std::uint32_t* __restrict__ dead, const std::uint32_t* __restrict__ mask, std::int64_t batch,
+                      std::int64_t out_f) {
+  dead_units_column(dead, mask, batch, out_f, blockIdx.x);
+}
+
+// All layers in one launch: block t walks the concatenated word columns of up to kMaxDeadLayers layers.
 constexpr int kMaxDeadLayers = 8;
 struct DeadLayers {
   const std::uint32_t* mask[kMaxDeadLayers];
@@ -30,19 +56,12 @@ struct DeadLayers {
   int count;
 };
 
-__global__ void dead_units_layers_kernel(std::uint32_t* __restrict__ dead, DeadLayers layers, std::int64_t batch,
-                                         std::int64_t total) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += stride) {
-    int i = 0;
-    std::int64_t j = t;
-    while (i + 1 < layers.count && j >= layers.units[i]) j -= layers.units[i++];
-    const std::int64_t ld = (layers.units[i] + 127) / 128 * 128;
-    const std::uint32_t* mask = layers.mask[i];
-    bool alive = false;
-    for (std::int64_t b = 0; b < batch && !alive; ++b) alive = (mask[(b * ld + j) / 32] >> (j % 32)) & 1u;
-    if (!alive) atomicAdd(dead, 1u);
-  }
+__global__ void __launch_bounds__(kDeadBlock)
+    dead_units_layers_kernel(std::uint32_t* __restrict__ dead, DeadLayers layers, std::int64_t batch) {
+  int i = 0;
+  std::int64_t w = blockIdx.x;
+  while (i + 1 < layers.count && w >= (layers.units[i] + 31) / 32) w -= (layers.units[i++] + 31) / 32;
+  dead_units_column(dead, layers.mask[i], batch, layers.units[i], w);
 }
 
 }  // namespace
@@ -51,9 +70,13 @@ void count_dead_relu_units(std::uint32_t* dead, const void* relu_mask, std::int6
                            cudaStream_t stream) {
   FH_EXPECT(batch >= 0 && out_features >= 1, "count_dead_relu_units: need batch >= 0, out_features >= 1");
   FH_EXPECT(dead && (batch == 0 || relu_mask), "count_dead_relu_units: null pointer");
-  const std::int64_t ld = (out_features + 127) / 128 * 128;
-  dead_units_kernel<<<gpu::grid_stride_blocks(out_features), gpu::kBlock, 0, stream>>>(
-      dead, static_cast<const std::uint32_t*>(relu_mask), batch, out_features, ld);
+  if (batch == 0) {  // no rows: every unit is dead (as a scan over zero rows finds no set bit)
+    add_dead_kernel<<<1, 1, 0, stream>>>(dead, static_cast<std::uint32_t>(out_features));
+    FH_CHECK_LAUNCH();
+    return;
+  }
+  dead_units_kernel<<<gpu::ceil_div(out_features, 32), kDeadBlock, 0, stream>>>(
+      dead, static_cast<const std::uint32_t*>(relu_mask), batch, out_features);
   FH_CHECK_LAUNCH();
 }
 
@@ -163,13 +186,13 @@ void Mlp::count_dead_units(std::uint32_t* dead, const Workspace& ws, std::int64_
   FH_EXPECT(dead != nullptr && batch >= 1 && batch <= ws.max_batch, "Mlp::count_dead_units: bad dead or batch");
   DeadLayers layers{};
   layers.count = static_cast<int>(layers_.size());
-  std::int64_t total = 0;
+  std::int64_t columns = 0;  // 32-unit mask word columns over all layers: one block each
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     layers.mask[i] = static_cast<const std::uint32_t*>(static_cast<const void*>(ws.aux[i].data()));
     layers.units[i] = layers_[i].spec().out;
-    total += layers.units[i];
+    columns += (layers.units[i] + 31) / 32;
   }
-  dead_units_layers_kernel<<<gpu::grid_stride_blocks(total), gpu::kBlock, 0, stream>>>(dead, layers, batch, total);
+  dead_units_layers_kernel<<<static_cast<unsigned>(columns), kDeadBlock, 0, stream>>>(dead, layers, batch);
   FH_CHECK_LAUNCH();
 }
 

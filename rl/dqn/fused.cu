@@ -71,8 +71,9 @@ __global__ void __launch_bounds__(kTdThreads)
                     const std::int32_t* __restrict__ acts, const float* __restrict__ returns,
                     const float* __restrict__ discounts, const float* __restrict__ weights, std::int64_t batch,
                     std::int64_t branches, std::int64_t actions, float delta, float eps) {
-  __shared__ double s_loss[kTdThreads];
-  __shared__ double s_q[kTdThreads];
+  static_assert(kTdThreads == 32 * 32, "the block sums assume 32 warps");
+  __shared__ double s_loss[32];
+  __shared__ double s_q[32];
   const float inv_n = 1.f / static_cast<float>(batch * branches);
   double loss_acc = 0.0, q_acc = 0.0;
   for (std::int64_t b = threadIdx.x; b < batch; b += kTdThreads) {
@@ -106,15 +107,29 @@ __global__ void __launch_bounds__(kTdThreads)
     loss_acc += static_cast<double>(scale * loss);
     if (priorities) priorities[b] = prio + eps;
   }
-  s_loss[threadIdx.x] = loss_acc;
-  s_q[threadIdx.x] = q_acc;
+  // Fixed-order block sums in double: xor butterflies within each warp, the 32 warp sums through
+  // shared memory, the same butterfly in warp 0 (one barrier instead of a 10-round shared tree).
+  for (int off = 16; off > 0; off >>= 1) {
+    loss_acc += __shfl_xor_sync(0xffffffffu, loss_acc, off);
+    q_acc += __shfl_xor_sync(0xffffffffu, q_acc, off);
+  }
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  if (lane == 0) {
+    s_loss[warp] = loss_acc;
+    s_q[warp] = q_acc;
+  }
   __syncthreads();
-  for (int w = kTdThreads / 2; w > 0; w >>= 1) {
-    if (static_cast<int>(threadIdx.x) < w) {
-      s_loss[threadIdx.x] += s_loss[threadIdx.x + w];
-      s_q[threadIdx.x] += s_q[threadIdx.x + w];
+  if (warp == 0) {
+    loss_acc = s_loss[lane];  // kTdThreads / 32 == 32 warps: one value per lane
+    q_acc = s_q[lane];
+    for (int off = 16; off > 0; off >>= 1) {
+      loss_acc += __shfl_xor_sync(0xffffffffu, loss_acc, off);
+      q_acc += __shfl_xor_sync(0xffffffffu, q_acc, off);
     }
-    __syncthreads();
+    if (lane == 0) {
+      s_loss[0] = loss_acc;
+      s_q[0] = q_acc;
+    }
   }
   if (threadIdx.x == 0) {
     const float loss = static_cast<float>(s_loss[0]);
@@ -241,6 +256,144 @@ __global__ void end_target_kernel(DqnState* __restrict__ st, float* __restrict__
   }
 }
 
+// ---- Adam + end of update + target update + parameter check (one pass) ----------------------------
+
+// gpu/adam.cu's step constants and per-element update, copied operation for operation (they are
+// internal to that file) so that the fused pass gives the same bits as adam_step_device.
+struct AdamConstants {
+  float beta2;
+  float one_minus_beta1;
+  float one_minus_beta2;
+  float eps;
+  float weight_decay;  // coupled L2 term (0 for AdamW)
+  float decay_factor;  // AdamW's 1 - lr * wd (1 for Adam)
+  float step_size;     // lr / (1 - beta1^step)
+  float bc2_sqrt;      // sqrt(1 - beta2^step)
+};
+
+__device__ __forceinline__ void adam_element(float& p, float& m, float& v, float g, float scale,
+                                             const AdamConstants& c) {
+  g *= scale;
+  if (c.weight_decay != 0.f) g = fmaf(c.weight_decay, p, g);
+  p *= c.decay_factor;
+  m = fmaf(c.one_minus_beta1, g - m, m);
+  v = fmaf(c.one_minus_beta2 * g, g, v * c.beta2);
+  const float denom = sqrtf(v) / c.bc2_sqrt + c.eps;
+  p = fmaf(-c.step_size, m / denom, p);
+}
+
+struct AdamEndParams {
+  AdamConstants c;  // host-folded part (as adam_step_device)
+  float beta1, weight_decay;
+  bool decoupled, clip;
+  float skip_priority, tau;
+  std::int64_t period;
+};
+
+// Per element: p' = Adam(p) unless skipped; nonfinite(p') sets params_nonfinite; when the target
+// moves, target = tau * p' + (1 - tau) * target (target_update's fmaf; tau 1: copy). The state's
+// skip / updates_applied / lr / clip_scale are read once per block (thread 0) before the block's
+// completion count, and the counters change only in the last block (as end_target_kernel).
+__global__ void __launch_bounds__(gpu::kBlock)
+    adam_end_target_kernel(DqnState* __restrict__ st, float* __restrict__ params, float* __restrict__ m,
+                           float* __restrict__ v, float* __restrict__ target, float* __restrict__ priorities,
+                           const float* __restrict__ grads, std::int64_t n, std::int64_t batch, AdamEndParams ap,
+                           bool vec4, unsigned int* __restrict__ done_blocks) {
+  __shared__ AdamConstants sc;
+  __shared__ float s_scale;
+  __shared__ bool s_skip;
+  __shared__ std::int64_t s_applied;  // updates_applied before this update
+  if (threadIdx.x == 0) {
+    s_skip = st->skip != 0u;
+    s_applied = st->updates_applied;
+    s_scale = ap.clip ? st->clip_scale : 1.f;
+    // adam_device_kernel's folding, in double
+    const double t = static_cast<double>(s_applied + 1);
+    const double l = static_cast<double>(st->lr);
+    AdamConstants k = ap.c;
+    k.decay_factor = ap.decoupled ? static_cast<float>(1.0 - l * ap.weight_decay) : 1.f;
+    k.step_size = static_cast<float>(l / (1.0 - pow(static_cast<double>(ap.beta1), t)));
+    k.bc2_sqrt = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(k.beta2), t)));
+    sc = k;
+  }
+  __syncthreads();
+  const AdamConstants k = sc;
+  const float scale = s_scale;
+  const bool skip = s_skip;
+  const std::int64_t applied = s_applied + (skip ? 0 : 1);
+  const bool move = !skip && applied % ap.period == 0;  // uniform over the grid
+  const bool copy = ap.tau == 1.f;
+  const float tau = ap.tau;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (priorities && skip)
+    for (std::int64_t i = tid; i < batch; i += stride) priorities[i] = ap.skip_priority;
+  bool bad = false;
+  std::int64_t done = 0;
+  if (vec4) {  // every buffer 16-byte aligned
+    const std::int64_t n4 = n / 4;
+    auto* p4 = reinterpret_cast<float4*>(params);
+    auto* m4 = reinterpret_cast<float4*>(m);
+    auto* v4 = reinterpret_cast<float4*>(v);
+    auto* t4 = reinterpret_cast<float4*>(target);
+    const auto* g4 = reinterpret_cast<const float4*>(grads);
+    for (std::int64_t j = tid; j < n4; j += stride) {
+      float4 p = p4[j];
+      if (!skip) {
+        float4 mm = m4[j], vv = v4[j];
+        const float4 g = g4[j];
+        adam_element(p.x, mm.x, vv.x, g.x, scale, k);
+        adam_element(p.y, mm.y, vv.y, g.y, scale, k);
+        adam_element(p.z, mm.z, vv.z, g.z, scale, k);
+        adam_element(p.w, mm.w, vv.w, g.w, scale, k);
+        p4[j] = p;
+        m4[j] = mm;
+        v4[j] = vv;
+      }
+      bad |= nonfinite(p.x) || nonfinite(p.y) || nonfinite(p.z) || nonfinite(p.w);
+      if (!move) continue;
+      if (copy) {
+        t4[j] = p;
+      } else {
+        float4 t = t4[j];
+        t.x = fmaf(tau, p.x - t.x, t.x);
+        t.y = fmaf(tau, p.y - t.y, t.y);
+        t.z = fmaf(tau, p.z - t.z, t.z);
+        t.w = fmaf(tau, p.w - t.w, t.w);
+        t4[j] = t;
+      }
+    }
+    done = n4 * 4;
+  }
+  for (std::int64_t i = done + tid; i < n; i += stride) {
+    float p = params[i];
+    if (!skip) {
+      float mm = m[i], vv = v[i];
+      adam_element(p, mm, vv, grads[i], scale, k);
+      params[i] = p;
+      m[i] = mm;
+      v[i] = vv;
+    }
+    bad |= nonfinite(p);
+    if (move) target[i] = copy ? p : fmaf(tau, p - target[i], target[i]);
+  }
+  bad = __syncthreads_or(bad);
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    if (bad) atomicOr(&st->params_nonfinite, 1u);
+    __threadfence();
+    last = atomicAdd(done_blocks, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (last && threadIdx.x == 0) {  // every block has read the state: now the counters may change
+    __threadfence();
+    st->updates_attempted += 1;
+    st->updates_applied = applied;
+    st->skips_total += skip ? 1u : 0u;
+    *done_blocks = 0u;
+  }
+}
+
 }  // namespace
 
 void dqn_stack_rows(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t stream) {
@@ -319,6 +472,44 @@ void dqn_end_and_target_update(DqnState* state, float* priorities, std::int64_t 
   const std::int64_t items = std::max(vec4 ? (n + 3) / 4 : n, batch);
   end_target_kernel<<<gpu::grid_stride_blocks(items), gpu::kBlock, 0, stream>>>(
       state, priorities, batch, skip_priority, target, online, n, tau, period, vec4,
+      static_cast<unsigned int*>(workspace));
+  FH_CHECK_LAUNCH();
+}
+
+void dqn_adam_end_and_target_update(DqnState* state, float* online, float* adam_m, float* adam_v, float* target,
+                                    float* priorities, const float* grads, std::int64_t n, std::int64_t batch,
+                                    const gpu::AdamConfig& adam, bool clip, float skip_priority, float tau,
+                                    std::int64_t period, void* workspace, cudaStream_t stream) {
+  FH_EXPECT(tau > 0.f && tau <= 1.f,
+            "dqn_adam_end_and_target_update: tau must be in (0, 1], got " + std::to_string(tau));
+  FH_EXPECT(period >= 1, "dqn_adam_end_and_target_update: period must be >= 1, got " + std::to_string(period));
+  FH_EXPECT(n >= 0 && batch >= 0, "dqn_adam_end_and_target_update: n and batch must be >= 0");
+  FH_EXPECT(std::isfinite(skip_priority) && skip_priority > 0.f,
+            "dqn_adam_end_and_target_update: skip_priority must be finite and > 0");
+  FH_EXPECT(adam.beta1 >= 0.f && adam.beta1 < 1.f && adam.beta2 >= 0.f && adam.beta2 < 1.f && adam.eps >= 0.f &&
+                adam.weight_decay >= 0.f,
+            "dqn_adam_end_and_target_update: need beta1, beta2 in [0, 1), eps >= 0, weight_decay >= 0");
+  FH_EXPECT(state && workspace && (n == 0 || (online && adam_m && adam_v && target && grads)),
+            "dqn_adam_end_and_target_update: null pointer");
+  AdamEndParams ap{};
+  ap.c.beta2 = adam.beta2;  // adam_step_device's host folding
+  ap.c.one_minus_beta1 = static_cast<float>(1.0 - static_cast<double>(adam.beta1));
+  ap.c.one_minus_beta2 = static_cast<float>(1.0 - static_cast<double>(adam.beta2));
+  ap.c.eps = adam.eps;
+  ap.c.weight_decay = adam.decoupled ? 0.f : adam.weight_decay;
+  ap.beta1 = adam.beta1;
+  ap.weight_decay = adam.weight_decay;
+  ap.decoupled = adam.decoupled;
+  ap.clip = clip;
+  ap.skip_priority = skip_priority;
+  ap.tau = tau;
+  ap.period = period;
+  const bool vec4 = gpu::aligned16(online) && gpu::aligned16(adam_m) && gpu::aligned16(adam_v) &&
+                    gpu::aligned16(target) && gpu::aligned16(grads);
+  // Always launches (the counters advance even with nothing to update).
+  const std::int64_t items = std::max(vec4 ? (n + 3) / 4 : n, batch);
+  adam_end_target_kernel<<<gpu::grid_stride_blocks(items), gpu::kBlock, 0, stream>>>(
+      state, online, adam_m, adam_v, target, priorities, grads, n, batch, ap, vec4,
       static_cast<unsigned int*>(workspace));
   FH_CHECK_LAUNCH();
 }

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gpu/adam.hpp"
 #include "rl/dqn/state.hpp"
 #include "rl/dqn/targets.hpp"
 
@@ -58,5 +59,17 @@ inline constexpr std::size_t kDqnEndWorkspaceBytes = 16;
 void dqn_end_and_target_update(DqnState* state, float* priorities, std::int64_t batch, float skip_priority,
                                float* target, const float* online, std::int64_t n, float tau, std::int64_t period,
                                void* workspace, cudaStream_t stream);
+
+// gpu::adam_step_device (lr = state->lr, step = state->updates_applied, grad_scale =
+// &state->clip_scale when clip, skip_flag = &state->skip) followed by dqn_end_and_target_update,
+// in ONE pass over the flat buffers (one graph node less, and the parameters are read once): each
+// element's new parameter feeds its target update and the non-finite check directly. Same
+// arithmetic, element for element, as the two launches in sequence (bit-identical results).
+// online, adam_m, adam_v, grads, target: (n); priorities (batch) nullable. workspace: as
+// dqn_end_and_target_update (kDqnEndWorkspaceBytes, zeroed once).
+void dqn_adam_end_and_target_update(DqnState* state, float* online, float* adam_m, float* adam_v, float* target,
+                                    float* priorities, const float* grads, std::int64_t n, std::int64_t batch,
+                                    const gpu::AdamConfig& adam, bool clip, float skip_priority, float tau,
+                                    std::int64_t period, void* workspace, cudaStream_t stream);
 
 }  // namespace foxhunt::rl

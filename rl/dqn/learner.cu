@@ -86,7 +86,7 @@ DqnLearner::DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane) : con
   norm_ws_ = gpu::DeviceBuffer<std::byte>(dqn_grad_guard_workspace_bytes(online_arena_.padded_count()));
   FH_CHECK(cudaMemsetAsync(norm_ws_.data(), 0, norm_ws_.bytes(), s));  // dqn_grad_guard's counter starts at 0
   end_ws_ = gpu::DeviceBuffer<std::byte>(kDqnEndWorkspaceBytes);
-  FH_CHECK(cudaMemsetAsync(end_ws_.data(), 0, end_ws_.bytes(), s));  // and dqn_end_and_target_update's
+  FH_CHECK(cudaMemsetAsync(end_ws_.data(), 0, end_ws_.bytes(), s));  // and dqn_adam_end_and_target_update's
 
   DqnState init{};
   init.relu_units = online_->relu_units();
@@ -159,14 +159,12 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
   // One kernel: non-finite gradient flag, global norm and clip scale.
   const std::int64_t n = online_arena_.padded_count();
   dqn_grad_guard(st, online_arena_.grads(), n, c.max_grad_norm, norm_ws_.data(), s);
-  const bool clip = c.max_grad_norm > 0.f;
-  gpu::adam_step_device(online_arena_.params(), online_arena_.adam_m(), online_arena_.adam_v(),
-                        online_arena_.grads(), n, c.adam, &st->lr, &st->updates_applied,
-                        clip ? &st->clip_scale : nullptr, &st->skip, s);
-  // End of update (counters, safe priorities on skip), target update (hard every K / Polyak) and the
-  // non-finite-parameter check in one pass.
-  dqn_end_and_target_update(st, priorities_.data(), B, c.skip_priority, target_arena_.params(),
-                            online_arena_.params(), n, c.tau, c.target_period, end_ws_.data(), s);
+  // Adam (lr and step from the state, skipped bit-exactly on skip), the end of the update
+  // (counters, safe priorities on skip), the target update (hard every K / Polyak) and the
+  // non-finite-parameter check in one pass over the flat buffers.
+  dqn_adam_end_and_target_update(st, online_arena_.params(), online_arena_.adam_m(), online_arena_.adam_v(),
+                                 target_arena_.params(), priorities_.data(), online_arena_.grads(), n, B, c.adam,
+                                 c.max_grad_norm > 0.f, c.skip_priority, c.tau, c.target_period, end_ws_.data(), s);
 }
 
 void DqnLearner::update(const DqnBatch& batch) { record_update(batch, lane_.stream); }

@@ -7,9 +7,9 @@
 //        per-sample priorities (Z == 1: one fused kernel, rl/dqn/fused.hpp) -> dead-unit count
 //     -> backward (flat gradients; Z == 1 heads fused, models/fused_heads.hpp)
 //     -> guard (non-finite loss or gradient sets skip), global grad norm, clip scale (one kernel)
-//     -> Adam over the flat arena (skipped bit-exactly on skip) -> end (counters; priorities made
+//     -> Adam over the flat arena (skipped bit-exactly on skip), end (counters; priorities made
 //        safe on skip), target update (hard every K / Polyak) and the non-finite-parameter check
-//        (one kernel). bench/dqn.cu lists the graph nodes.
+//        (one kernel, dqn_adam_end_and_target_update). bench/dqn.cu lists the graph nodes.
 //   capture(batch, before, after) records the same work, with the caller's sampling before and the
 //   priority update after, as one CUDA graph; replay() launches it. Nothing on the host changes
 //   between updates: per-step scalars live in DqnState (device memory).

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,7 @@ class LinearTest : public test::GpuTest {
   }
   void TearDown() override {
     detail::linear_force_unfused_epilogue(false);
+    detail::linear_disable_small_gemm(false);
     if (ctx_) FH_CHECK(cudaStreamSynchronize(ctx_->stream()));
     GpuTest::TearDown();
   }
@@ -176,10 +178,21 @@ void check_forward(Shape3 sh, Activation act, bool bias, bool unfused, std::mt19
 
 TEST_F(LinearTest, ForwardMatchesReference) {
   SCOPED_TRACE(seed_note());
-  for (bool unfused : {false, true})
-    for (Shape3 sh : kShapes)
-      for (Activation act : kActs)
-        for (bool bias : {true, false}) check_forward(sh, act, bias, unfused, rng(), lane());
+  // Small shapes run gpu/linear's own GEMM + epilogue kernel by default; also check them through
+  // cuBLASLt (fused epilogue, and unfused), and the learner's shapes (k over several tiles).
+  std::vector<Shape3> shapes(std::begin(kShapes), std::end(kShapes));
+  shapes.push_back({256, 64, 256});
+  shapes.push_back({300, 256, 256});
+  shapes.push_back({33, 300, 100});
+  for (bool small : {true, false}) {
+    SCOPED_TRACE(small ? "small-GEMM kernel allowed" : "cuBLASLt only");
+    detail::linear_disable_small_gemm(!small);
+    for (bool unfused : {false, true})
+      for (Shape3 sh : shapes)
+        for (Activation act : kActs)
+          for (bool bias : {true, false}) check_forward(sh, act, bias, unfused, rng(), lane());
+  }
+  detail::linear_disable_small_gemm(false);
 }
 
 TEST_F(LinearTest, EmptyBatchIsANoOp) {
@@ -300,13 +313,23 @@ void check_backward(Shape3 sh, Activation act, bool bias, bool unfused, std::mt1
 
 TEST_F(LinearTest, BackwardMatchesReference) {
   SCOPED_TRACE(seed_note());
-  for (Shape3 sh : kShapes)
-    for (Activation act : kActs)
-      for (bool bias : {true, false}) check_backward(sh, act, bias, false, rng(), lane());
-  // The aux the fallback forward writes must serve the same backward.
-  for (Activation act : {Activation::relu, Activation::gelu}) check_backward({37, 129, 65}, act, true, true, rng(), lane());
-  // Tall batch: the bias gradient goes through per-split partials and a second pass.
-  for (Activation act : kActs) check_backward({4096, 64, 96}, act, true, false, rng(), lane());
+  // Small GEMMs (forward, d_weight, d_in) run gpu/linear's own kernel by default: also through
+  // cuBLASLt only. {300, 256, 256}: the learner's shapes (several k-tiles).
+  for (bool small : {true, false}) {
+    SCOPED_TRACE(small ? "small-GEMM kernel allowed" : "cuBLASLt only");
+    detail::linear_disable_small_gemm(!small);
+    for (Shape3 sh : kShapes)
+      for (Activation act : kActs)
+        for (bool bias : {true, false}) check_backward(sh, act, bias, false, rng(), lane());
+    for (Activation act : kActs) check_backward({300, 256, 256}, act, true, false, rng(), lane());
+    // The aux the fallback forward writes must serve the same backward.
+    for (Activation act : {Activation::relu, Activation::gelu})
+      check_backward({37, 129, 65}, act, true, true, rng(), lane());
+    // Tall batch: the bias gradient goes through per-split partials and a second pass (d_weight:
+    // k = 4096 rows, cuBLASLt; d_in: 4096 x 64 outputs, small kernel).
+    for (Activation act : kActs) check_backward({4096, 64, 96}, act, true, false, rng(), lane());
+  }
+  detail::linear_disable_small_gemm(false);
 }
 
 TEST_F(LinearTest, BackwardIsDeterministic) {

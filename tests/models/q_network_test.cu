@@ -5,10 +5,13 @@
 #include "models/fd_support.hpp"
 
 #include <cmath>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/arena.hpp"
+#include "models/mlp.hpp"
 #include "models/q_network.hpp"
 
 namespace foxhunt::models {
@@ -178,6 +181,40 @@ TEST_F(QNetworkTest, DeadUnitsCountedOnDevice) {
   net.count_dead_units(dead.data(), ws, B, s());
   EXPECT_EQ(test::download(dead, s())[0], want);
   EXPECT_EQ(net.relu_units(), 190);
+}
+
+
+// count_dead_relu_units on random sparse masks (a unit is alive in few rows, so some are dead and
+// many are alive through a single row) against a CPU count; padding bits past out_f are set at
+// random and must be ignored. Batch 0 counts every unit dead.
+TEST_F(QNetworkTest, DeadUnitsMatchCpuCount) {
+  SCOPED_TRACE(seed_note());
+  for (const auto& [B, units] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {300, 200}, {256, 256}, {1000, 33},
+                                {4097, 130}}) {
+    SCOPED_TRACE("B " + std::to_string(B) + " units " + std::to_string(units));
+    const std::int64_t words = (units + 127) / 128 * 4;
+    std::vector<std::uint32_t> mask(static_cast<std::size_t>(B * words));
+    std::bernoulli_distribution bit(B <= 1 ? 0.5 : 3.0 / static_cast<double>(B));
+    std::bernoulli_distribution pad(0.5);
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t j = 0; j < words * 32; ++j)
+        if (j < units ? bit(rng()) : pad(rng())) mask[b * words + j / 32] |= 1u << (j % 32);
+    std::uint32_t want = 0;
+    for (std::int64_t j = 0; j < units; ++j) {
+      bool alive = false;
+      for (std::int64_t b = 0; b < B; ++b) alive = alive || ((mask[b * words + j / 32] >> (j % 32)) & 1u);
+      want += alive ? 0u : 1u;
+    }
+    auto d_mask = test::upload(mask, s());
+    gpu::DeviceBuffer<std::uint32_t> dead(1);
+    dead.zero(s());
+    count_dead_relu_units(dead.data(), d_mask.data(), B, units, s());
+    count_dead_relu_units(dead.data(), d_mask.data(), B, units, s());  // adds: twice the count
+    EXPECT_EQ(test::download(dead, s())[0], 2 * want);
+    dead.zero(s());
+    count_dead_relu_units(dead.data(), nullptr, 0, units, s());
+    EXPECT_EQ(test::download(dead, s())[0], static_cast<std::uint32_t>(units));
+  }
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // one-block TD kernel (targets, loss, d_q, priorities, loss / q_mean statistics, loss guard), the
 // gradient guard (non-finite flag, norm bit-equal to gpu::global_grad_norm, clip scale, repeated
 // calls: the completion counter resets), the end of update with the target update and the
-// parameter check, the begin with the [s; s'] stacking, and the stacking alone.
+// parameter check, the fused Adam + end + target pass (bit-equal to the two launches), the begin
+// with the [s; s'] stacking, and the stacking alone.
 #include "models/fd_support.hpp"
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/adam.hpp"
 #include "gpu/grad_norm.hpp"
 #include "rl/dqn/fused.hpp"
 
@@ -201,6 +203,108 @@ TEST_F(DqnFusedTest, EndAndTargetUpdate) {
     EXPECT_EQ(download_state(st, s()).params_nonfinite, 1u);
     EXPECT_EQ(test::download(d_tg, s()), on);
   }
+}
+
+// The fused Adam + end + target pass against adam_step_device followed by
+// dqn_end_and_target_update on copies of the same buffers: every output bit-identical (params,
+// moments, target, priorities, state), for Polyak and hard updates, with and without clipping,
+// AdamW and coupled Adam, a skipped update, the aligned (float4) and an offset (scalar) layout.
+TEST_F(DqnFusedTest, AdamEndTargetEqualsAdamThenEnd) {
+  SCOPED_TRACE(seed_note());
+  struct Case {
+    std::int64_t n, offset;  // offset: floats into each buffer (1: misaligned, scalar path)
+    float tau;
+    std::int64_t period, applied;
+    bool clip, decoupled;
+    std::uint32_t skip;
+  };
+  const std::vector<Case> cases{{1, 0, 0.005f, 1, 0, true, true, 0},       {4097, 0, 0.005f, 1, 3, true, true, 0},
+                                {4097, 1, 1.f, 2, 5, false, false, 0},     {1000003, 0, 0.01f, 4, 7, true, false, 0},
+                                {1000003, 1, 0.005f, 1, 9, true, true, 0}, {4097, 0, 1.f, 1, 2, true, true, 1},
+                                {85003, 0, 1.f, 3, 2, false, true, 0}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE("n " + std::to_string(c.n) + " offset " + std::to_string(c.offset) + " tau " +
+                 std::to_string(c.tau) + " skip " + std::to_string(c.skip));
+    const std::int64_t B = 300, len = c.n + c.offset;
+    const auto p0 = test::random_uniform(static_cast<std::size_t>(len), -1.f, 1.f, rng());
+    const auto m0 = test::random_uniform(static_cast<std::size_t>(len), -0.1f, 0.1f, rng());
+    const auto v0 = test::random_uniform(static_cast<std::size_t>(len), 0.001f, 0.1f, rng());
+    const auto g0 = test::random_normal(static_cast<std::size_t>(len), 0.f, 1.f, rng());
+    const auto t0 = test::random_uniform(static_cast<std::size_t>(len), -1.f, 1.f, rng());
+    const auto pr0 = test::random_uniform(static_cast<std::size_t>(B), 0.1f, 2.f, rng());
+    gpu::AdamConfig cfg;
+    cfg.beta1 = 0.9f;
+    cfg.beta2 = 0.999f;
+    cfg.eps = 1e-8f;
+    cfg.weight_decay = 0.01f;
+    cfg.decoupled = c.decoupled;
+    DqnState h0{};
+    h0.updates_applied = c.applied;
+    h0.updates_attempted = c.applied + 2;
+    h0.skips_total = 2;
+    h0.skip = c.skip;
+    h0.lr = 3e-4f;
+    h0.clip_scale = 0.37f;
+
+    struct Bufs {
+      gpu::DeviceBuffer<float> p, m, v, g, t, pr;
+      gpu::DeviceBuffer<DqnState> st;
+      gpu::DeviceBuffer<std::byte> ws;
+    };
+    auto make = [&]() {
+      Bufs b{test::upload(p0, s()), test::upload(m0, s()),  test::upload(v0, s()),
+             test::upload(g0, s()), test::upload(t0, s()),  test::upload(pr0, s()),
+             gpu::DeviceBuffer<DqnState>(1), gpu::DeviceBuffer<std::byte>(kDqnEndWorkspaceBytes)};
+      upload_state(b.st, h0, s());
+      FH_CHECK(cudaMemsetAsync(b.ws.data(), 0, b.ws.bytes(), s()));
+      return b;
+    };
+    Bufs want = make(), got = make();
+    const std::int64_t o = c.offset;
+    for (int call = 0; call < 2; ++call) {  // the second call checks the completion counter reset
+      DqnState* ws = want.st.data();
+      gpu::adam_step_device(want.p.data() + o, want.m.data() + o, want.v.data() + o, want.g.data() + o, c.n, cfg,
+                            &ws->lr, &ws->updates_applied, c.clip ? &ws->clip_scale : nullptr, &ws->skip, s());
+      dqn_end_and_target_update(ws, want.pr.data(), B, 7.f, want.t.data() + o, want.p.data() + o, c.n, c.tau,
+                                c.period, want.ws.data(), s());
+      dqn_adam_end_and_target_update(got.st.data(), got.p.data() + o, got.m.data() + o, got.v.data() + o,
+                                     got.t.data() + o, got.pr.data(), got.g.data() + o, c.n, B, cfg, c.clip, 7.f,
+                                     c.tau, c.period, got.ws.data(), s());
+    }
+    EXPECT_EQ(test::download(got.p, s()), test::download(want.p, s()));
+    EXPECT_EQ(test::download(got.m, s()), test::download(want.m, s()));
+    EXPECT_EQ(test::download(got.v, s()), test::download(want.v, s()));
+    EXPECT_EQ(test::download(got.t, s()), test::download(want.t, s()));
+    EXPECT_EQ(test::download(got.pr, s()), test::download(want.pr, s()));
+    const DqnState hw = download_state(want.st, s()), hg = download_state(got.st, s());
+    EXPECT_EQ(hg.updates_applied, hw.updates_applied);
+    EXPECT_EQ(hg.updates_attempted, hw.updates_attempted);
+    EXPECT_EQ(hg.skips_total, hw.skips_total);
+    EXPECT_EQ(hg.params_nonfinite, hw.params_nonfinite);
+    EXPECT_EQ(hg.updates_attempted, c.applied + 4);
+    if (!c.skip) {
+      EXPECT_NE(test::download(got.p, s()), p0);  // the step moved the parameters
+    } else {
+      EXPECT_EQ(test::download(got.p, s()), p0);
+    }
+  }
+  // A NaN gradient (not guarded here) makes a NaN parameter: params_nonfinite is set.
+  const std::int64_t n = 4097;
+  const auto nz = static_cast<std::size_t>(n);
+  auto p = test::upload(test::random_uniform(nz, -1.f, 1.f, rng()), s());
+  auto m = test::upload(std::vector<float>(nz, 0.f), s()), v = test::upload(std::vector<float>(nz, 0.f), s());
+  auto g = test::upload(test::random_uniform(nz, -1.f, 1.f, rng()), s());
+  auto t = test::upload(test::random_uniform(nz, -1.f, 1.f, rng()), s());
+  test::set_elem(g.data(), 17, std::numeric_limits<float>::quiet_NaN(), s());
+  gpu::DeviceBuffer<DqnState> st(1);
+  DqnState h{};
+  h.lr = 1e-3f;
+  upload_state(st, h, s());
+  gpu::DeviceBuffer<std::byte> ws(kDqnEndWorkspaceBytes);
+  FH_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), s()));
+  dqn_adam_end_and_target_update(st.data(), p.data(), m.data(), v.data(), t.data(), nullptr, g.data(), n, 0,
+                                 gpu::AdamConfig{}, false, 7.f, 0.005f, 1, ws.data(), s());
+  EXPECT_EQ(download_state(st, s()).params_nonfinite, 1u);
 }
 
 TEST_F(DqnFusedTest, BeginAndStackEqualsBeginThenStack) {
