@@ -3,36 +3,13 @@
 #include <cmath>
 #include <string>
 
+#include "gpu/adam.cuh"
 #include "gpu/check.hpp"
 #include "gpu/launch.cuh"
 #include "gpu/partial_sum.cuh"
 
 namespace foxhunt::gpu {
 namespace {
-
-// Step constants folded on the host in double, once per launch.
-struct AdamConstants {
-  float beta2;
-  float one_minus_beta1;
-  float one_minus_beta2;
-  float eps;
-  float weight_decay;   // coupled L2 term (0 for AdamW)
-  float decay_factor;   // AdamW's 1 - lr * wd (1 for Adam)
-  float step_size;      // lr / (1 - beta1^step)
-  float bc2_sqrt;       // sqrt(1 - beta2^step)
-};
-
-// Operation order mirrors PyTorch's single-tensor Adam so that float rounding is alike.
-__device__ __forceinline__ void adam_element(float& p, float& m, float& v, float g, float scale,
-                                             const AdamConstants& c) {
-  g *= scale;
-  if (c.weight_decay != 0.f) g = fmaf(c.weight_decay, p, g);
-  p *= c.decay_factor;
-  m = fmaf(c.one_minus_beta1, g - m, m);  // m.lerp_(g, 1 - beta1)
-  v = fmaf(c.one_minus_beta2 * g, g, v * c.beta2);
-  const float denom = sqrtf(v) / c.bc2_sqrt + c.eps;
-  p = fmaf(-c.step_size, m / denom, p);
-}
 
 __global__ void adam_kernel(float* __restrict__ params, float* __restrict__ m, float* __restrict__ v,
                             const float* __restrict__ grads, std::int64_t n, AdamConstants c,

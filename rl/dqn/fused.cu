@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "gpu/adam.cuh"
 #include "gpu/check.hpp"
 #include "gpu/launch.cuh"
 #include "gpu/partial_sum.cuh"
@@ -258,29 +259,8 @@ __global__ void end_target_kernel(DqnState* __restrict__ st, float* __restrict__
 
 // ---- Adam + end of update + target update + parameter check (one pass) ----------------------------
 
-// gpu/adam.cu's step constants and per-element update, copied operation for operation (they are
-// internal to that file) so that the fused pass gives the same bits as adam_step_device.
-struct AdamConstants {
-  float beta2;
-  float one_minus_beta1;
-  float one_minus_beta2;
-  float eps;
-  float weight_decay;  // coupled L2 term (0 for AdamW)
-  float decay_factor;  // AdamW's 1 - lr * wd (1 for Adam)
-  float step_size;     // lr / (1 - beta1^step)
-  float bc2_sqrt;      // sqrt(1 - beta2^step)
-};
-
-__device__ __forceinline__ void adam_element(float& p, float& m, float& v, float g, float scale,
-                                             const AdamConstants& c) {
-  g *= scale;
-  if (c.weight_decay != 0.f) g = fmaf(c.weight_decay, p, g);
-  p *= c.decay_factor;
-  m = fmaf(c.one_minus_beta1, g - m, m);
-  v = fmaf(c.one_minus_beta2 * g, g, v * c.beta2);
-  const float denom = sqrtf(v) / c.bc2_sqrt + c.eps;
-  p = fmaf(-c.step_size, m / denom, p);
-}
+using gpu::AdamConstants;
+using gpu::adam_element;  // gpu/adam.cuh: the same bits as adam_step_device
 
 struct AdamEndParams {
   AdamConstants c;  // host-folded part (as adam_step_device)
