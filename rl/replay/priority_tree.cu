@@ -1,5 +1,7 @@
 #include "rl/replay/priority_tree.hpp"
 
+#include <cuda/atomic>
+
 #include <algorithm>
 #include <cfloat>
 
@@ -87,7 +89,7 @@ __device__ __forceinline__ void list_node(std::uint32_t* list, int* count, std::
 // (atomicMax: the largest priority of this epoch wins over repeats and over any older epoch), the
 // running max (one atomic per warp) and the level-1 dirty bits. Every warp reads the epoch, then
 // arrives at the counter; the last warp to arrive advances the epoch at its end (every warp has
-// read it by then). The arrival's round trip overlaps the entries' loads and the stamping.
+// read it by then). The arrival's round trip overlaps the stamping.
 __global__ void __launch_bounds__(kUpdateBlock)
     update_kernel(const __grid_constant__ TreeView t, ReplayState* state, const std::int32_t* indices,
                   const float* td_errors, std::int64_t n, float alpha, float eps) {
@@ -97,13 +99,16 @@ __global__ void __launch_bounds__(kUpdateBlock)
   std::int32_t idx = first < n ? __ldg(indices + first) : -1;
   float td = first < n ? __ldg(td_errors + first) : 0.0f;
   const std::int64_t stored = state->size;  // an empty slot must stay unsampleable
-  // Lane 0 reads the epoch and hands it to the warp: the value is in a register (the load has
-  // completed) before lane 0 arrives, so the last arriver cannot overwrite it before it is read.
-  std::uint32_t e0 = 0u;
-  if (lane == 0) e0 = state->epoch;
+  // Lane 0 reads the epoch for the warp, then arrives with release order (its read is ordered
+  // before the arrival); the last arriver acquires before it advances the epoch, so no warp can
+  // read an epoch already advanced. The arrival's result is only needed at the end.
+  std::uint32_t e0 = 0u, arrived = 0u;
+  if (lane == 0) {
+    e0 = state->epoch;
+    cuda::atomic_ref<std::uint32_t, cuda::thread_scope_device> done(state->update_done);
+    arrived = done.fetch_add(1u, cuda::memory_order_release) + 1u;
+  }
   const std::uint32_t epoch = __shfl_sync(tree::kFull, e0, 0) + 1u;
-  std::uint32_t arrived = 0u;
-  if (lane == 0) arrived = atomicAdd(&state->update_done, 1u) + 1u;
 
   std::uint32_t my_max = 0u;
   for (std::int64_t i = first; i < n; i += stride) {
@@ -123,6 +128,7 @@ __global__ void __launch_bounds__(kUpdateBlock)
   if (lane == 0 && my_max != 0u) gpu::atomic_max_nonneg(&state->max_priority, __uint_as_float(my_max));
   const std::uint32_t warps = gridDim.x * (blockDim.x / 32u);
   if (lane == 0 && arrived == warps) {
+    cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_device);
     state->epoch = epoch;
     state->update_done = 0u;
   }
