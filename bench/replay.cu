@@ -6,8 +6,11 @@
 //
 // Ours: sample and update are timed as CUDA graph replays (how the learner runs them: captured
 // once, replayed every step); insert is a direct call (its slots are reserved on the host each
-// time, so it is not captured). Each timing is one operation between two events, median of many,
-// in two ways: "stream us" with the stream kept busy while the host enqueues the operation (the
+// time, so it is not captured). Inserts and updates write leaves and dirty bits only; the sample
+// includes the lazy rebuild of the nodes dirtied by inserts/updates, so the three are timed in the
+// learner's order (insert, sample, update, repeated), and a "step" line sums the three (a
+// learning step's replay cost) for ours, PyTorch and the CPU tree. Each timing is one operation
+// between two events, median of many, in two ways: "stream us" with the stream kept busy while the host enqueues the operation (the
 // operation's own GPU time, what the asynchronous pipeline pays: the host runs ahead), and
 // "host-launched us" with an idle stream (adds the host's launch latency). The targets and ratios
 // use stream time; the PyTorch baseline is measured the same way (torch.cuda._sleep first).
@@ -33,6 +36,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -59,6 +63,7 @@ struct Row {
 };
 std::map<Key, Row> g_rows;
 std::map<std::string, std::size_t> g_launches;  // kernel nodes per captured call (graphs of one op)
+std::map<std::pair<std::int64_t, std::int64_t>, double> g_cycle_us;  // (batch, capacity): measured cycle
 
 // ---- device data ---------------------------------------------------------------------------
 
@@ -144,6 +149,48 @@ struct SourceBlock {
 
 // ---- ours ----------------------------------------------------------------------------------
 
+// Median times of insert, sample and update run in that order (a learning step's replay work),
+// each between two events, and of the whole cycle. busy: a busy-wait kernel keeps the stream
+// occupied while the host enqueues the three (stream time, as bench::median_stream_ms); idle: the
+// stream is drained before each operation (includes the host's launch latency).
+struct Cycle {
+  double op_us[3] = {NAN, NAN, NAN};
+  double total_us = NAN;
+};
+Cycle median_cycle(const std::function<void()>& insert, const std::function<void()>& sample,
+                   const std::function<void()>& update, cudaStream_t s, bool busy, int warmup = 10, int reps = 200) {
+  const std::function<void()>* ops[3] = {&insert, &sample, &update};
+  for (int i = 0; i < warmup; ++i)
+    for (const auto* op : ops) (*op)();
+  std::vector<gpu::Event> ev;
+  for (int e = 0; e < 4; ++e) ev.emplace_back(true);
+  std::vector<double> t[4];
+  for (int r = 0; r < reps; ++r) {
+    if (busy) {
+      bench::detail::busy_wait_kernel<<<1, 1, 0, s>>>(200000);  // 200 us: covers enqueueing all three
+      FH_CHECK_LAUNCH();
+    }
+    ev[0].record(s);
+    for (int o = 0; o < 3; ++o) {
+      if (!busy && o > 0) ev[static_cast<std::size_t>(o)].synchronize();
+      (*ops[o])();
+      ev[static_cast<std::size_t>(o) + 1].record(s);
+    }
+    ev[3].synchronize();
+    for (int o = 0; o < 3; ++o)
+      t[o].push_back(gpu::Event::elapsed_ms(ev[static_cast<std::size_t>(o)], ev[static_cast<std::size_t>(o) + 1]) * 1e3);
+    t[3].push_back(gpu::Event::elapsed_ms(ev[0], ev[3]) * 1e3);
+  }
+  const auto median = [reps](std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + reps / 2, v.end());
+    return v[static_cast<std::size_t>(reps / 2)];
+  };
+  Cycle c;
+  for (int o = 0; o < 3; ++o) c.op_us[o] = median(t[o]);
+  c.total_us = median(t[3]);
+  return c;
+}
+
 void bench_ours(std::int64_t capacity, cudaStream_t s) {
   rl::ReplayConfig cfg;
   cfg.capacity = capacity;
@@ -178,21 +225,18 @@ void bench_ours(std::int64_t capacity, cudaStream_t s) {
   }
 
   for (std::int64_t B : kBatches) {
-    // insert: one (1, B) block per call from a producer with B envs.
+    // insert: one (1, B) block per call from a producer with B envs (a direct call: its slots are
+    // host counts chosen at each call).
     SourceBlock src(1, B, cfg.layout, 99, s);
     const int p = rb.add_producer(B);
-    const auto insert = [&](int) { rb.insert(p, src.batch, s); };
-    g_rows[{"insert", B, capacity}].ours_us = bench::median_stream_ms(insert, s, 10, 200) * 1e3;
-    g_rows[{"insert", B, capacity}].ours_launched_us = bench::median_ms(insert, s, 10, 200) * 1e3;
+    const auto insert = [&] { rb.insert(p, src.batch, s); };
 
-    // sample + weights + gather, captured once.
+    // sample (+ the lazy rebuild of the nodes the inserts and updates dirtied) + weights +
+    // gather, captured once.
     rl::SampledBatch out = rb.allocate_batch(B);
     gpu::CudaGraph sample;
     sample.capture(s, [&](cudaStream_t cs) { rb.sample(out.view(), cs); });
     g_launches["sample"] = sample.node_count();
-    const auto sample_once = [&](int) { sample.replay(s); };
-    g_rows[{"sample", B, capacity}].ours_us = bench::median_stream_ms(sample_once, s, 10, 200) * 1e3;
-    g_rows[{"sample", B, capacity}].ours_launched_us = bench::median_ms(sample_once, s, 10, 200) * 1e3;
 
     // priority update from |td| + eps on the sampled indices, captured once.
     gpu::DeviceBuffer<float> td(static_cast<std::size_t>(B));
@@ -200,9 +244,17 @@ void bench_ours(std::int64_t capacity, cudaStream_t s) {
     gpu::CudaGraph update;
     update.capture(s, [&](cudaStream_t cs) { rb.update_priorities(out.view().indices, td.data(), B, cs); });
     g_launches["update"] = update.node_count();
-    const auto update_once = [&](int) { update.replay(s); };
-    g_rows[{"update", B, capacity}].ours_us = bench::median_stream_ms(update_once, s, 10, 200) * 1e3;
-    g_rows[{"update", B, capacity}].ours_launched_us = bench::median_ms(update_once, s, 10, 200) * 1e3;
+
+    // The learner's order, so every timed sample rebuilds what the insert and the update before
+    // it dirtied (a sample timed alone would find a clean tree after its first repetition).
+    const Cycle busy = median_cycle(insert, [&] { sample.replay(s); }, [&] { update.replay(s); }, s, true);
+    const Cycle idle = median_cycle(insert, [&] { sample.replay(s); }, [&] { update.replay(s); }, s, false);
+    const char* ops[3] = {"insert", "sample", "update"};
+    for (int o = 0; o < 3; ++o) {
+      g_rows[{ops[o], B, capacity}].ours_us = busy.op_us[o];
+      g_rows[{ops[o], B, capacity}].ours_launched_us = idle.op_us[o];
+    }
+    g_cycle_us[{B, capacity}] = busy.total_us;
     FH_CHECK(cudaStreamSynchronize(s));
   }
 }
@@ -407,7 +459,9 @@ std::string fmt(double v, const char* f = "%.1f") {
 
 void report() {
   std::printf("\nPrioritized replay (obs 64 f32, n = 3, alpha %.1f): median latency of one operation\n", kAlpha);
-  std::printf("ours: sample and update as CUDA graph replays, insert as a direct call (one kernel)\n");
+  std::printf("ours: sample and update as CUDA graph replays, insert as a direct call (one kernel), timed in the\n"
+              "learner's order insert, sample, update; sample includes the lazy rebuild of nodes dirtied by\n"
+              "inserts/updates (inserts and updates write leaves and dirty bits only)\n");
   std::printf("ours: graph nodes per call: sample %zu, update %zu\n", g_launches["sample"], g_launches["update"]);
   std::printf("stream us: the operation's GPU time (stream kept busy while the host enqueues it; the targets);\n"
               "host-launched us: the same with an idle stream, including the host's launch latency\n");
@@ -426,6 +480,23 @@ void report() {
                     fmt(r.cpu_us).c_str(), fmt(r.torch_us / r.ours_us).c_str(), fmt(r.cpu_us / r.ours_us).c_str(),
                     fmt(mts).c_str());
       }
+  bench::print_rule(134);
+  // A learning step's replay cost: the three summed (the work did not just move between them).
+  for (std::int64_t C : kCapacities)
+    for (std::int64_t B : kBatches) {
+      double ours = 0, torch = 0, cpu = 0;
+      for (const char* op : {"insert", "sample", "update"}) {
+        const Row& r = g_rows[{op, B, C}];
+        ours += r.ours_us;
+        torch += r.torch_us;
+        cpu += r.cpu_us;
+      }
+      std::printf("step (insert + sample + update) batch %lld capacity %lld: ours %s us (measured cycle %s us), "
+                  "PyTorch %s us (%sx), CPU tree %s us (%sx)\n",
+                  static_cast<long long>(B), static_cast<long long>(C), fmt(ours, "%.2f").c_str(),
+                  fmt(g_cycle_us[{B, C}], "%.2f").c_str(), fmt(torch).c_str(), fmt(torch / ours).c_str(),
+                  fmt(cpu).c_str(), fmt(cpu / ours).c_str());
+    }
   bench::print_rule(134);
 
   const std::int64_t C = std::int64_t{1} << 24, B = 4096;

@@ -58,6 +58,11 @@ class ReplayBuffer {
   // in one batch: the largest priority wins. Graph-safe. A no-op in uniform mode.
   void update_priorities(const std::int32_t* indices, const float* td_errors, std::int64_t n, cudaStream_t stream);
 
+  // Rebuilds the tree nodes that inserts and updates marked dirty (they write leaves only); every
+  // sample runs it first. Call it before reading tree levels (tests, diagnostics). Graph-safe;
+  // a no-op in uniform mode.
+  void refresh_tree(cudaStream_t stream);
+
   // An output batch of `batch` transitions (config.batch_size when 0).
   SampledBatch allocate_batch(std::int64_t batch = 0) const;
 
