@@ -102,7 +102,10 @@ std::vector<DeviceSpan> obs_spans(gpu::DeviceBuffer<float>& obs, gpu::DeviceBuff
 }  // namespace
 
 std::function<void(const std::filesystem::path& dir)> DqnCollectorStage::checkpoint_job() {
-  return [this](const std::filesystem::path& dir) {
+  std::function<void(const std::filesystem::path&)> replay_job;
+  if (replay_) replay_job = replay_->checkpoint_job();
+  return [this, replay_job](const std::filesystem::path& dir) {
+    if (replay_job) replay_job(dir);
     lane_.make_current();
     lane_.synchronize();
     const std::vector<DeviceSpan> env_spans = env_state_spans(*env_);

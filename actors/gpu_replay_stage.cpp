@@ -61,4 +61,19 @@ void GpuReplayStage::update_priorities(int b, const LocalDeviceHandle& td) {
   buffer_->update_priorities(v.indices, td.as<const float>(), v.batch, lane_.stream());
 }
 
+std::function<void(const std::filesystem::path& dir)> GpuReplayStage::checkpoint_job() {
+  return [this](const std::filesystem::path& dir) {
+    lane_.make_current();
+    buffer_->save(dir / kCheckpointFile, lane_.stream());  // synchronizes the replay stream first
+  };
+}
+
+bool GpuReplayStage::restore(const std::filesystem::path& dir) {
+  const std::filesystem::path file = dir / kCheckpointFile;
+  if (!std::filesystem::exists(file)) return false;
+  lane_.make_current();
+  buffer_->load(file, lane_.stream());
+  return true;
+}
+
 }  // namespace foxhunt::actors

@@ -8,6 +8,8 @@
 // The learner's update graph bakes pointers, so it is captured once per batch buffer: it gets
 // the buffers' views from batch_view(b) at construction, and a batch handle names the buffer by
 // its slot (handle.ptr = the indices array, as a check).
+#include <filesystem>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -35,6 +37,16 @@ class GpuReplayStage final : public ReplayStage {
   std::uint64_t insert(const LocalDeviceHandle& slot) override;
   LocalDeviceHandle sample(int batch, std::uint64_t generation) override;
   void update_priorities(int batch, const LocalDeviceHandle& td) override;
+
+  // The replay part of a FINAL checkpoint (pipeline quiesced): a job writing kCheckpointFile
+  // (rl::ReplayBuffer::save: ring, priority tree, device state, host slot counts) into a
+  // directory. The DQN collector runs it with its own checkpoint job (DqnCollectorStage::
+  // attach_replay). Periodic checkpoints do not carry it (taken while inserts run).
+  std::function<void(const std::filesystem::path& dir)> checkpoint_job();
+  // Setup only, before the first insert (synchronizes): loads dir/kCheckpointFile. False (nothing
+  // changed) when the file is absent; std::runtime_error (buffer unchanged) when it does not fit.
+  bool restore(const std::filesystem::path& dir);
+  static constexpr const char* kCheckpointFile = "replay.safetensors";
 
   rl::SampledBatchView batch_view(int b) { return batches_.at(static_cast<std::size_t>(b)).view(); }
   cudaStream_t stream() const noexcept { return lane_.stream(); }
