@@ -130,7 +130,8 @@ void write_snapshot_file(const std::filesystem::path& path, std::span<const Snap
                          std::size_t chunk_bytes) {
   check_tensors(tensors, metadata);
   const std::size_t chunk = chunk_of(chunk_bytes);
-  FH_CHECK(cudaStreamSynchronize(stream));  // the arrays hold every update enqueued so far
+  const bool any_device = std::any_of(tensors.begin(), tensors.end(), [](const SnapshotTensor& t) { return t.device; });
+  if (any_device) FH_CHECK(cudaStreamSynchronize(stream));  // the arrays hold every update enqueued so far
 
   const std::string tmp = path.string() + ".tmp." + std::to_string(::getpid());
   auto fail = [&](const std::string& step, int err) {

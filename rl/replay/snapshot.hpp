@@ -38,7 +38,8 @@ struct SnapshotTensor {
   std::span<const std::byte> host;
 };
 
-// Synchronizes `stream` first (the arrays hold every enqueued update), then writes the file
+// Synchronizes `stream` first when a tensor is on the device (host-only files need no device),
+// so the arrays hold every enqueued update; then writes the file
 // atomically. `metadata` must not use the "checksum." prefix. std::runtime_error naming the
 // path and the failing step (the previous file is left untouched); std::invalid_argument on a
 // bad tensor list.

@@ -1,17 +1,15 @@
 // Deterministic mode and resume on the device (OU market, run.deterministic = true):
 //   1. two uninterrupted runs of 2N env steps end bitwise equal (learner weights, Adam moments,
-//      target, state; collector env state and acting network);
-//   2. the collector's state round-trips through a final checkpoint bitwise (write, restore into
-//      fresh stages, write again: identical files);
-//   3. a run of N steps resumed to 2N ends at the same counts as the uninterrupted 2N run. Its
-//      weights are compared and the result printed, not asserted: the replay buffer's contents,
-//      priority tree and sampler state are not in the checkpoint (rl::ReplayBuffer has no
-//      save/load and its host slot counts are private), so the resumed run refills replay from
-//      empty and its updates sample other transitions. See the report in README (Resume).
+//      target, state; collector env state and acting network; the replay buffer's file);
+//   2. the collector's and the replay buffer's state round-trip through a final checkpoint
+//      bitwise (write, restore into fresh stages, write again: identical files);
+//   3. a run of N steps, stopped (final checkpoint: learner, collector and replay buffer) and
+//      resumed to 2N, ends bitwise equal to the uninterrupted 2N run: the same counts and the same
+//      learner, collector and replay files. What could still differ is listed in docs/actors.md
+//      ("Not yet done"): policy versions published but not yet due at the stop.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -62,6 +60,7 @@ const std::vector<std::string> kLearnerFiles = {"learner.online.safetensors", "l
                                                 "learner.state.bin"};
 const std::vector<std::string> kCollectorFiles = {"collector.env.bin", "collector.obs.bin",
                                                   "collector.policy.online.safetensors", "collector.policy.state.bin"};
+const std::vector<std::string> kReplayFiles = {GpuReplayStage::kCheckpointFile};
 
 class ActorResume : public test::GpuTest {
  protected:
@@ -93,27 +92,32 @@ TEST_F(ActorResume, DeterministicRunsAreBitwiseEqual) {
   EXPECT_EQ(a.result.counters.updates, b.result.counters.updates);
   EXPECT_EQ(a.result.counters.policy_version, b.result.counters.policy_version);
   EXPECT_GT(a.result.counters.updates, 1000);
-  for (const auto& files : {kLearnerFiles, kCollectorFiles})
+  for (const auto& files : {kLearnerFiles, kCollectorFiles, kReplayFiles})
     for (const auto& f : files)
       EXPECT_EQ(differing_bytes(*a.result.final_checkpoint / f, *b.result.final_checkpoint / f), 0) << f;
 }
 
-TEST_F(ActorResume, CollectorStateRoundTripsAndResumeContinuesTheCounts) {
+TEST_F(ActorResume, StateRoundTripsAndResumeContinuesBitExactly) {
   TrainOutcome half = train("half", kN);
   ASSERT_TRUE(half.result.final_checkpoint);
   const fs::path ckpt = *half.result.final_checkpoint;
-  for (const auto& f : kCollectorFiles) ASSERT_TRUE(fs::exists(ckpt / f)) << f;
+  for (const auto& files : {kCollectorFiles, kReplayFiles})
+    for (const auto& f : files) ASSERT_TRUE(fs::exists(ckpt / f)) << f;
 
   {  // restore into fresh stages and write again: the same bytes
     std::ofstream(dir_ / "rt.toml") << config_text(2 * kN);
     const RunConfig cfg = load_run_config(dir_ / "rt.toml");
     PipelineStages stages = make_stages(cfg, ckpt);
     auto collector = std::dynamic_pointer_cast<DqnCollectorStage>(stages.collector);
+    auto replay = std::dynamic_pointer_cast<GpuReplayStage>(stages.replay);
     ASSERT_NE(collector, nullptr);
+    ASSERT_NE(replay, nullptr);
+    EXPECT_GT(replay->buffer().size(), 0) << "the replay buffer was not restored";
     const fs::path again = dir_ / "rewritten";
     fs::create_directories(again);
-    collector->checkpoint_job()(again);
-    for (const auto& f : kCollectorFiles) EXPECT_EQ(differing_bytes(ckpt / f, again / f), 0) << f;
+    collector->checkpoint_job()(again);  // writes the attached replay buffer too
+    for (const auto& files : {kCollectorFiles, kReplayFiles})
+      for (const auto& f : files) EXPECT_EQ(differing_bytes(ckpt / f, again / f), 0) << f;
   }
 
   TrainOutcome resumed = train("resumed", 2 * kN, ckpt);
@@ -121,12 +125,13 @@ TEST_F(ActorResume, CollectorStateRoundTripsAndResumeContinuesTheCounts) {
   ASSERT_TRUE(resumed.result.final_checkpoint && whole.result.final_checkpoint);
   EXPECT_EQ(resumed.result.counters.env_steps, whole.result.counters.env_steps);
   EXPECT_EQ(resumed.result.counters.updates, whole.result.counters.updates);
-  std::printf("  resume N -> 2N vs uninterrupted 2N (known to differ while replay is not checkpointed):\n");
-  for (const auto& files : {kLearnerFiles, kCollectorFiles})
+  EXPECT_EQ(resumed.result.counters.policy_version, whole.result.counters.policy_version);
+  // Resume N -> 2N equals the uninterrupted 2N run, byte for byte: learner weights, Adam moments,
+  // target, state; collector envs, observations, acting network, exploration counters; replay.
+  for (const auto& files : {kLearnerFiles, kCollectorFiles, kReplayFiles})
     for (const auto& f : files)
-      std::printf("    %-38s differing bytes %lld\n", f.c_str(),
-                  static_cast<long long>(
-                      differing_bytes(*resumed.result.final_checkpoint / f, *whole.result.final_checkpoint / f)));
+      EXPECT_EQ(differing_bytes(*resumed.result.final_checkpoint / f, *whole.result.final_checkpoint / f), 0)
+          << f << " differs between the resumed and the uninterrupted run";
 }
 
 }  // namespace
