@@ -251,7 +251,7 @@ bool DqnCollectorStage::poll_metrics(Scalars& out) {
 DqnLearnerStage::DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplayStage& replay,
                                  std::int64_t metrics_every, const std::optional<std::filesystem::path>& resume,
                                  int device)
-    : lane_(device), metrics_every_(metrics_every) {
+    : lane_(device), replay_(&replay), metrics_every_(metrics_every) {
   FH_EXPECT(metrics_every >= 1, "DqnLearnerStage: metrics_every must be >= 1");
   FH_EXPECT(config.batch == replay.batch_size(), "DqnLearnerStage: learner batch (" + std::to_string(config.batch) +
                                                      ") differs from replay.batch_size (" +
@@ -270,6 +270,7 @@ DqnLearnerStage::DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplaySt
   for (int b = 0; b < batches; ++b) {
     td_.emplace_back(static_cast<std::size_t>(B));
     float* td = td_.back().data();
+    replay.attach_td(b, td);  // a final checkpoint reads the priorities replay has not applied yet
     const float* prio = learner_->priorities();
     learner_->capture(graphs_[static_cast<std::size_t>(b)], rl::dqn_batch_view(replay.batch_view(b)), {},
                       [td, prio, B](cudaStream_t cs) {
@@ -290,6 +291,7 @@ LocalDeviceHandle DqnLearnerStage::update(const LocalDeviceHandle& batch) {
   const int token = lane_.begin("update");
   graphs_[b].replay(lane_.stream());
   lane_.end(token);
+  replay_->td_written(batch.slot, batch.generation);  // td_[b] now belongs to this sample
   td_ready_[b].record(lane_.stream());
   if (++updates_ % metrics_every_ == 0 && !metrics_pending_) {
     learner_->publish_metrics();

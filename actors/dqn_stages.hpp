@@ -124,6 +124,7 @@ class DqnLearnerStage final : public LearnerStage {
 
  private:
   CudaLane lane_;
+  GpuReplayStage* replay_;  // outlives this stage (constructor contract)
   std::unique_ptr<gpu::DeviceContext> blas_;
   std::unique_ptr<rl::DqnLearner> learner_, shadow_;  // shadow: the consistent copy a checkpoint writes
   std::vector<gpu::CudaGraph> graphs_;
