@@ -30,13 +30,16 @@ namespace {
 
 constexpr std::int64_t kN = 16'384;  // 256 collects of 64 envs
 
+// The "stop" at N is a run whose total is N. Every schedule must then be independent of the
+// total: epsilon has its own length, and beta is constant (beta = beta_final), because the beta
+// anneal lasts the expected update count of total_env_steps (stage_factory expected_updates).
 std::string config_text(std::int64_t total) {
   const fs::path market = (fs::path(__FILE__).parent_path() / ".." / ".." / "configs" / "markets" /
                            "ou_mean_reversion.toml").lexically_normal();
   return "[run]\nname = \"resume_test\"\nseed = 5\ntotal_env_steps = " + std::to_string(total) +
          "\ndeterministic = true\n"
          "[env]\nkind = \"market\"\nmarket = \"" + market.string() + "\"\nnum_envs = 64\n"
-         "[replay]\ncapacity = 100000\nbatch_size = 64\nn_step = 3\n"
+         "[replay]\ncapacity = 100000\nbatch_size = 64\nn_step = 3\nbeta = 0.5\nbeta_final = 0.5\n"
          "[learner]\nhidden = [64, 64]\nlr = 0.0003\ntarget = \"polyak\"\ntau = 0.01\nepsilon_decay_steps = 20000\n"
          "[pipeline]\nreplay_ratio = 0.125\nlearning_starts = 2000\nsync_every = 2\nslots = 2\nbatches = 2\n"
          "[checkpoint]\nevery_env_steps = 0\n"
@@ -107,7 +110,7 @@ TEST_F(ActorResume, StateRoundTripsAndResumeContinuesBitExactly) {
     for (const auto& f : files) ASSERT_TRUE(fs::exists(ckpt / f)) << f;
 
   {  // restore into fresh stages and write again: the same bytes
-    std::ofstream(dir_ / "rt.toml") << config_text(2 * kN);
+    std::ofstream(dir_ / "rt.toml") << config_text(kN);  // the same config (the replay file records it)
     const RunConfig cfg = load_run_config(dir_ / "rt.toml");
     PipelineStages stages = make_stages(cfg, ckpt);
     auto collector = std::dynamic_pointer_cast<DqnCollectorStage>(stages.collector);
