@@ -102,7 +102,10 @@ std::vector<DeviceSpan> obs_spans(gpu::DeviceBuffer<float>& obs, gpu::DeviceBuff
 }  // namespace
 
 std::function<void(const std::filesystem::path& dir)> DqnCollectorStage::checkpoint_job() {
-  return [this](const std::filesystem::path& dir) {
+  std::function<void(const std::filesystem::path&)> replay_job;
+  if (replay_) replay_job = replay_->checkpoint_job();
+  return [this, replay_job](const std::filesystem::path& dir) {
+    if (replay_job) replay_job(dir);
     lane_.make_current();
     lane_.synchronize();
     const std::vector<DeviceSpan> env_spans = env_state_spans(*env_);
@@ -248,7 +251,7 @@ bool DqnCollectorStage::poll_metrics(Scalars& out) {
 DqnLearnerStage::DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplayStage& replay,
                                  std::int64_t metrics_every, const std::optional<std::filesystem::path>& resume,
                                  int device)
-    : lane_(device), metrics_every_(metrics_every) {
+    : lane_(device), replay_(&replay), metrics_every_(metrics_every) {
   FH_EXPECT(metrics_every >= 1, "DqnLearnerStage: metrics_every must be >= 1");
   FH_EXPECT(config.batch == replay.batch_size(), "DqnLearnerStage: learner batch (" + std::to_string(config.batch) +
                                                      ") differs from replay.batch_size (" +
@@ -267,6 +270,7 @@ DqnLearnerStage::DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplaySt
   for (int b = 0; b < batches; ++b) {
     td_.emplace_back(static_cast<std::size_t>(B));
     float* td = td_.back().data();
+    replay.attach_td(b, td);  // a final checkpoint reads the priorities replay has not applied yet
     const float* prio = learner_->priorities();
     learner_->capture(graphs_[static_cast<std::size_t>(b)], rl::dqn_batch_view(replay.batch_view(b)), {},
                       [td, prio, B](cudaStream_t cs) {
@@ -287,6 +291,7 @@ LocalDeviceHandle DqnLearnerStage::update(const LocalDeviceHandle& batch) {
   const int token = lane_.begin("update");
   graphs_[b].replay(lane_.stream());
   lane_.end(token);
+  replay_->td_written(batch.slot, batch.generation);  // td_[b] now belongs to this sample
   td_ready_[b].record(lane_.stream());
   if (++updates_ % metrics_every_ == 0 && !metrics_pending_) {
     learner_->publish_metrics();

@@ -66,8 +66,12 @@ class DqnCollectorStage final : public CollectorStage {
   // Final checkpoint (quiesced pipeline): collector.json (step counters), collector.policy.*
   // (the acting network with its exploration state: epsilon step, act/noise counters) and, when
   // the env's state is capturable (actors/env_state.hpp: markets), collector.env.bin and
-  // collector.obs.bin (current and last-final observations).
+  // collector.obs.bin (current and last-final observations); with attach_replay, also the replay
+  // buffer (GpuReplayStage::checkpoint_job), from the same quiesced moment.
   std::function<void(const std::filesystem::path& dir)> checkpoint_job() override;
+  // The replay buffer whose state the final checkpoint carries with the collector's (the pipeline
+  // asks the collector and the learner only). Setup only.
+  void attach_replay(std::shared_ptr<GpuReplayStage> replay) { replay_ = std::move(replay); }
   // Setup only (synchronizes): restores what checkpoint_job wrote. False (nothing changed) when
   // `dir` holds no collector state; std::runtime_error when it does not fit this collector.
   // Returns true; *env_restored says whether the environment continued too (else it restarted).
@@ -93,6 +97,7 @@ class DqnCollectorStage final : public CollectorStage {
   bool stats_pending_ = false;
   std::int64_t steps_ = 0, stats_every_ = 0, next_stats_ = 0;
   rl::DqnSchedule schedule_;
+  std::shared_ptr<GpuReplayStage> replay_;
 };
 
 class DqnLearnerStage final : public LearnerStage {
@@ -119,6 +124,7 @@ class DqnLearnerStage final : public LearnerStage {
 
  private:
   CudaLane lane_;
+  GpuReplayStage* replay_;  // outlives this stage (constructor contract)
   std::unique_ptr<gpu::DeviceContext> blas_;
   std::unique_ptr<rl::DqnLearner> learner_, shadow_;  // shadow: the consistent copy a checkpoint writes
   std::vector<gpu::CudaGraph> graphs_;

@@ -99,6 +99,9 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   const TransitionSlotLayout layout = TransitionSlotLayout::make(config.env.steps_per_slot, config.env.num_envs, rc.layout);
 
   auto replay = std::make_shared<GpuReplayStage>(rc, layout, config.pipeline.slots, config.pipeline.batches, device);
+  // A final checkpoint carries the replay buffer (contents, priorities, sampler and slot state):
+  // restored here, before any insert.
+  const bool replay_restored = resume && replay->restore(*resume);
   auto learner = std::make_shared<DqnLearnerStage>(lc, *replay, options.metrics_every, resume, device);
   learner->synchronize();
   const std::int64_t stats_every = std::max(options.stats_every, config.env.num_envs * config.env.steps_per_slot);
@@ -112,6 +115,9 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   if (resume) restored = collector->restore(*resume, &env_restored);
   if (resume && !restored) collector->resume_at(CheckpointStore::read_counters(*resume).env_steps);
   if (!restored) collector->load_policy(learner->learner().online_arena().params(), floats);
+  collector->attach_replay(replay);  // the final checkpoint writes replay with the collector's state
+  if (resume && !replay_restored)
+    spdlog::warn("resume: the replay buffer starts empty (the checkpoint has no {})", GpuReplayStage::kCheckpointFile);
   if (resume && !env_restored)
     spdlog::warn("resume: the environments restart from env seed {} (the checkpoint has no {} state){}", config.run.seed,
                  config.env.kind, restored ? "" : "; exploration continues from the step count");

@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 
 #include "gpu/buffer.hpp"
@@ -62,6 +63,21 @@ class ReplayBuffer {
   // sample runs it first. Call it before reading tree levels (tests, diagnostics). Graph-safe;
   // a no-op in uniform mode.
   void refresh_tree(cudaStream_t stream);
+
+  // Checkpoints (format in rl/replay/buffer_io.cpp): everything that determines later behaviour,
+  // i.e. the ring arrays, the priority tree (leaf stamps and every level), the device ReplayState
+  // (size, Philox counter, max priority, epoch) and the host slot counts (head, each producer's
+  // step and n-step blocks). These are the only replay operations that copy device memory to the
+  // host (explicit checkpoint I/O); both synchronize `stream`.
+  // save: streams the arrays through one 64 MiB host buffer into a safetensors file, written
+  // atomically (temp + fsync + rename). std::runtime_error naming the path on failure.
+  void save(const std::filesystem::path& path, cudaStream_t stream) const;
+  // load: into a buffer of the same configuration with the same producers registered (same
+  // count, same env counts, in order). Validates the whole file first (format, every config key
+  // that defines stored data: capacity, layout, mode, n_step, gamma, alpha; every tensor's dtype,
+  // shape and checksum; the slot counts against the stored size): on any problem
+  // std::runtime_error naming the file and each key, and the buffer is unchanged.
+  void load(const std::filesystem::path& path, cudaStream_t stream);
 
   // An output batch of `batch` transitions (config.batch_size when 0).
   SampledBatch allocate_batch(std::int64_t batch = 0) const;

@@ -11,6 +11,7 @@
 // holding tau at row (tau - block.first_step) * envs + e.
 #include <cstdint>
 #include <deque>
+#include <span>
 #include <vector>
 
 #include "rl/replay/config.hpp"
@@ -63,6 +64,15 @@ class SlotAllocator {
   std::int64_t filled() const noexcept { return head_ < capacity_ ? head_ : capacity_; }
   int num_producers() const noexcept { return static_cast<int>(producers_.size()); }
   std::int64_t producer_envs(int producer) const;
+
+  // Checkpoints: the whole host state as int64 words,
+  //   [head, producers, then per producer: envs, next_step, blocks, blocks x (first_global,
+  //    first_step, steps)].
+  std::vector<std::int64_t> export_state() const;
+  // Replaces the state with exported words. The same producers (count and env counts, in order)
+  // must be registered here. Throws std::runtime_error naming the inconsistency and changes
+  // nothing when the words do not describe a state of this allocator.
+  void import_state(std::span<const std::int64_t> words);
 
  private:
   struct Producer {
