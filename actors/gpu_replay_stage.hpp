@@ -43,6 +43,7 @@ class GpuReplayStage final : public ReplayStage {
 
   int batches() const override { return static_cast<int>(batches_.size()); }
   std::int64_t batch_size() const override { return buffer_->config().batch_size; }
+  std::int64_t stored() const override { return buffer_->size(); }
   std::uint64_t insert(const LocalDeviceHandle& slot) override;
   LocalDeviceHandle sample(int batch, std::uint64_t generation) override;
   void update_priorities(int batch, const LocalDeviceHandle& td) override;

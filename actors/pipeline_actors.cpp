@@ -273,6 +273,7 @@ caf::behavior replay_actor(ReplaySelf* self, std::shared_ptr<ReplayStage> stage,
   st.shared = shared;
   st.ratio = std::make_unique<ReplayRatio>(cfg.replay_ratio, cfg.learning_starts, cfg.ratio_slack, stage->batch_size());
   st.steps = cfg.start.env_steps;
+  st.stored_here = stage->stored();  // a resumed run's restored buffer counts towards the first batch
   st.updates_issued = st.updates_done = cfg.start.updates;
   st.generation.assign(static_cast<std::size_t>(stage->batches()), 0);
   for (int b = 0; b < stage->batches(); ++b) st.free_batches.push_back(b);

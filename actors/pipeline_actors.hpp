@@ -130,7 +130,7 @@ struct ReplayState {
   std::unique_ptr<ReplayRatio> ratio;
   bool finished_sent = false;       // deterministic mode: replay told the collector it is done
   std::int64_t steps = 0;           // transitions received (incl. a resumed run's count)
-  std::int64_t stored_here = 0;     // transitions inserted by this process (the buffer's fill)
+  std::int64_t stored_here = 0;     // the buffer's fill: restored at start + inserted since
   std::int64_t updates_issued = 0;  // batches sent
   std::int64_t updates_done = 0;    // priorities received
   std::deque<std::pair<int, std::uint64_t>> held_slots;  // enqueued inserts' slots the ratio holds back

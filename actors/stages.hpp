@@ -69,6 +69,8 @@ class ReplayStage : public Stage {
  public:
   virtual int batches() const = 0;                // sampled-batch buffers: the learner's credits
   virtual std::int64_t batch_size() const = 0;
+  // Transitions already stored when the run starts (a buffer restored on --resume; a host count).
+  virtual std::int64_t stored() const { return 0; }
   // Inserts the transitions of `slot` (waits slot.event). Returns the event after the last read
   // of the slot: the collector may rewrite it after that.
   virtual std::uint64_t insert(const LocalDeviceHandle& slot) = 0;
