@@ -151,7 +151,10 @@ TEST_F(HeadsTest, C51ProjectionFixedAndRandom) {
   c51_project(d_m.data(), d_p.data(), d_a.data(), d_R.data(), d_g.data(), B, A, Z, -10.f, 10.f, s());
   const auto m = test::download(d_m, s());
   // rtol 1e-4: each projected mass sums up to Z f32 contributions (seen on an H200: 4.4e-5).
-  EXPECT_TRUE(test::all_close(m, project_ref(probs, a, R, g, B, A, Z, -10, 10), 1e-4, 1e-6));
+  // atol 1e-5: with a discount near 0 a bin can collect most of the row's mass, and the float
+  // position b = (Tz - v_min) / dz of each atom carries about one ulp of |Tz| / dz (~2.5e-6 here),
+  // which moves up to that much mass between neighbouring bins (seen on an H200: 1.9e-6).
+  EXPECT_TRUE(test::all_close(m, project_ref(probs, a, R, g, B, A, Z, -10, 10), 1e-4, 1e-5));
   for (std::int64_t b = 0; b < B; ++b) {
     double sum = 0;
     for (std::int64_t i = 0; i < Z; ++i) sum += m[b * Z + i];
