@@ -6,10 +6,13 @@
 //    the producer's last n-1 older steps whose windows reach into the new block (windows are cut
 //    at termination with discount 0, at truncation with discount gamma^k, and for now at the
 //    newest step; the next insert of that producer completes them),
-//  - and marks the level-1 tree nodes above the new slots dirty (whole bitmap words at a time:
-//    the slots are one or two contiguous ranges). No tree level is written here: refresh_tree
-//    (run by every sample) rebuilds the dirty nodes.
-// Every item is one thread of one flat grid-stride loop over the whole GPU.
+//  - and rebuilds the tree nodes above the new slots: a warp per touched level-1 node (a node of
+//    only new leaves is written without reading anything: sum 128 p, min p), and independently a
+//    warp per touched level-2 node, computed from the untouched children's stored values plus the
+//    touched ones recomputed in registers (no wait for the level-1 writers); levels >= 3 by the
+//    last of their expected arrivals (counts known from the slot ranges, counters in the tree
+//    reset by their last arriver).
+// The row data is copied by all the other blocks, one thread per (row, element group) item.
 #include <cuda_runtime.h>
 
 #include "rl/replay/priority_tree.hpp"

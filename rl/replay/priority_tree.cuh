@@ -31,14 +31,8 @@ __device__ __forceinline__ float warp_min(float v) {
   return v;
 }
 
-// Marks the level-1 node holding leaf `slot` dirty (refresh_tree rebuilds it and its ancestors).
-__device__ __forceinline__ void mark_leaf_dirty(std::uint32_t* bitmap, std::int64_t slot) {
-  const std::int64_t q = slot >> kLog2;
-  atomicOr(bitmap + (q >> 5), 1u << (q & 31));
-}
-
 // The four children lane `lane` holds of node q of level k >= 1 (children live on level k - 1).
-// Loads bypass L1 (__ldcg): the children may have been written by other warps of the block.
+// Loads bypass L1 (__ldcg): in the insert kernel the children were written by other blocks.
 __device__ __forceinline__ void load_children(const TreeView& t, int k, std::int64_t q, int lane, float c[4]) {
   const std::int64_t first = (q << kLog2) + 4 * lane;
   if (k == 1) {
@@ -60,7 +54,7 @@ __device__ __forceinline__ void load_children(const TreeView& t, int k, std::int
 
 // Sum of a node's 128 children, of which each lane holds c[0..4): in double, in one fixed order,
 // rounded once to float. Every lane gets the same value (the xor butterfly is symmetric), and
-// every rebuild of a node goes through here, so they all agree bit for bit.
+// every writer of a node (update, insert) goes through here, so they all agree bit for bit.
 __device__ __forceinline__ float node_sum(const float c[4]) {
   const double s = (static_cast<double>(c[0]) + c[1]) + (static_cast<double>(c[2]) + c[3]);
   return static_cast<float>(warp_sum(s));

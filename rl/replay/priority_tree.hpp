@@ -11,21 +11,15 @@
 // never delta-updated, so no drift accumulates) and the min over its stored leaves (+inf when it
 // has none): the global min priority gives the IS weight normaliser on the device.
 //
-// LAZY MAINTENANCE: inserts and priority updates write leaves only, and set the level-1 node's
-// bit in a dirty bitmap (`dirty[1]`, one bit per level-1 node). refresh_tree() (run by every
-// sample, first) rebuilds the dirty nodes and everything above them, and clears the bits; nodes
-// are always recomputed from their children with the same helpers (priority_tree.cuh), so the
-// result is bit for bit what an eager rebuild after every write gives.
-//
-// Priority update: ONE kernel, fully parallel over the entries (no rebuild): leaf stamps, the
-// running max, the dirty bits; the last warp to arrive advances the epoch (a counter in the state).
-//
-// Refresh: ONE kernel. Block b owns the top-level nodes Q with Q % blocks == b, so every node
-// below Q is rebuilt by its owner block only: the block reads its part of the dirty bitmap
-// (clearing it), lists the dirty level-1 nodes in shared memory and rebuilds level by level, the
-// first marker of a parent putting it on the next level's list, one __syncthreads per level (a
-// level with more than 1024 dirty nodes in one block drains a shared bitmap in rounds instead).
-// No grid-wide barrier.
+// Priority update: ONE launch. Block b owns the top-level nodes Q with Q % blocks == b, so every
+// node below Q is touched by its owner block only: the block scans all entries, stamps the leaves
+// it owns, marks their parents in a shared-memory bitmap (the first marker of a node also appends
+// it to the level's list) and rebuilds level by level with one __syncthreads per level (each
+// dirty node exactly once; a level with more than 1024 dirty nodes in one block drains its bitmap
+// in rounds instead). No grid-wide barrier, no counts computed in advance; the epoch advances in
+// the last block to arrive (a counter in the state).
+// The per-node u32 words (`dirty`) are the insert's arrival counters (insert.cu); they are zero
+// between calls.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -40,9 +34,7 @@ struct TreeView {
   std::uint64_t* leaves = nullptr;                    // (padded[0]) stamps
   float* sums[TreeShape::kMaxLevels] = {};            // [k >= 1]: (padded[k])
   float* mins[TreeShape::kMaxLevels] = {};            // [k >= 1]: (padded[k]), +inf when empty
-  // [1]: the level-1 dirty bitmap (bit q of word q / 32: node q has a changed leaf); levels >= 2
-  // are unused (zero). All zero right after refresh_tree.
-  std::uint32_t* dirty[TreeShape::kMaxLevels] = {};   // [k >= 1]: (padded[k]) words
+  std::uint32_t* dirty[TreeShape::kMaxLevels] = {};   // [k >= 1]: (padded[k]) arrival counters, 0 between calls
   std::int64_t count[TreeShape::kMaxLevels] = {};     // nodes per level
   int top = 0;
 };
@@ -63,17 +55,10 @@ class PriorityTree {
 };
 
 // Priority update: leaf[indices[i]] = max over repeats of max(pow(|td_errors[i]| + eps, alpha),
-// FLT_MIN); state->max_priority is raised to it; the leaves' level-1 nodes are marked dirty (the
-// levels are rebuilt by refresh_tree); the epoch advances. Indices outside [0, stored size) and
-// non-finite td errors are skipped (the slot keeps its priority). n == 0 returns without
-// launching. One launch.
+// FLT_MIN); state->max_priority is raised to it; the ancestors are rebuilt; the epoch advances.
+// Indices outside [0, stored size) and non-finite td errors are skipped (the slot keeps its
+// priority). n == 0 returns without launching. One launch.
 void update_priorities(const TreeView& tree, ReplayState* state, const std::int32_t* indices,
                        const float* td_errors, std::int64_t n, float alpha, float eps, cudaStream_t stream);
-
-// Rebuilds every node above a dirty level-1 bit (sum in double from the children, min) and clears
-// the bits. The host cannot know whether anything is dirty: it always launches (one kernel; a
-// clean tree costs one pass over the small bitmap), except for a tree whose leaves are the top.
-// Graph-safe.
-void refresh_tree(const TreeView& tree, cudaStream_t stream);
 
 }  // namespace foxhunt::rl

@@ -94,7 +94,6 @@ void ReplayBuffer::sample_impl(const SampledBatchView& out, std::int64_t step, c
   p.beta1 = config_.beta_final;
   p.anneal_steps = config_.beta_anneal_steps;
   p.step = step;
-  refresh_tree(stream);  // the levels the sampler descends must include the latest leaves
   sample_transitions(out, ring_.view(), tree_view(), state_.data(), p, stream);
 }
 
@@ -103,10 +102,6 @@ void ReplayBuffer::update_priorities(const std::int32_t* indices, const float* t
   if (n < 0) config_error("replay.update.n", "must be >= 0, got " + num(n));
   if (!has_tree_ || n == 0) return;
   rl::update_priorities(tree_view_, state_.data(), indices, td_errors, n, config_.alpha, config_.eps, stream);
-}
-
-void ReplayBuffer::refresh_tree(cudaStream_t stream) {
-  if (has_tree_) rl::refresh_tree(tree_view_, stream);
 }
 
 SampledBatch ReplayBuffer::allocate_batch(std::int64_t batch) const {

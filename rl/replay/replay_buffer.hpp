@@ -59,11 +59,6 @@ class ReplayBuffer {
   // in one batch: the largest priority wins. Graph-safe. A no-op in uniform mode.
   void update_priorities(const std::int32_t* indices, const float* td_errors, std::int64_t n, cudaStream_t stream);
 
-  // Rebuilds the tree nodes that inserts and updates marked dirty (they write leaves only); every
-  // sample runs it first. Call it before reading tree levels (tests, diagnostics). Graph-safe;
-  // a no-op in uniform mode.
-  void refresh_tree(cudaStream_t stream);
-
   // Checkpoints (format in rl/replay/buffer_io.cpp): everything that determines later behaviour,
   // i.e. the ring arrays, the priority tree (leaf stamps and every level), the device ReplayState
   // (size, Philox counter, max priority, epoch) and the host slot counts (head, each producer's

@@ -12,7 +12,7 @@ struct ReplayState {
   std::uint32_t epoch = 0;          // priority-update generation, high half of the leaf stamps
   std::uint32_t insert_done = 0;    // blocks finished in the current insert (last-block pattern)
   std::uint32_t sample_done = 0;    // blocks finished in the current sample (last-block pattern)
-  std::uint32_t update_done = 0;    // warps arrived in the current priority update (last-arriver pattern)
+  std::uint32_t update_done = 0;    // blocks finished in the current priority update (last-block pattern)
 };
 static_assert(sizeof(ReplayState) <= 64, "ReplayState must fit the 64 bytes the config accounts for");
 

@@ -7,7 +7,8 @@
 // level k sums children q*128 .. q*128+127 of level k-1. Each level is padded to a multiple of 128
 // so a warp may read the 128 children of any node with one float4 (or two 16-byte) loads per lane.
 // The top is the first level with at most 1024 nodes: the sampler scans it in shared memory
-// instead of walking further up, which keeps the tree at 3 levels for 2^24 slots.
+// instead of walking further up, which keeps the tree at 3 levels for 2^24 slots (2 rebuild
+// launches per priority update).
 #include <cstddef>
 #include <cstdint>
 
@@ -43,7 +44,7 @@ struct TreeShape {
   static std::int64_t round_up(std::int64_t n) { return (n + kFanout - 1) / kFanout * kFanout; }
 
   // Device bytes: leaves as 64-bit stamps (epoch << 32 | float bits), then per level >= 1 the
-  // sums (f32), mins (f32) and u32 words (level 1: the dirty bitmap; higher levels unused).
+  // sums (f32), mins (f32) and dirty flags (u32).
   std::size_t bytes() const {
     std::size_t b = static_cast<std::size_t>(padded[0]) * 8;
     for (int k = 1; k <= top; ++k) b += static_cast<std::size_t>(padded[k]) * 12;

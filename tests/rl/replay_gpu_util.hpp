@@ -140,11 +140,9 @@ inline void expect_leaves(const ReplayBuffer& rb, const std::vector<double>& ref
     ASSERT_NEAR(leaves[j], ref[j], 1e-6 * ref[j]) << "slot " << j;
 }
 
-// After refresh_tree (inserts and updates write leaves only; the levels are rebuilt lazily),
-// every node of levels 1..top equals the (double) sum and the min of its children; padding nodes
-// are empty; the dirty bitmap is clear (and the unused words of higher levels stay 0).
-inline void expect_tree_consistent(ReplayBuffer& rb, cudaStream_t stream) {
-  rb.refresh_tree(stream);
+// Every node of levels 1..top equals the (double) sum and the min of its children; padding
+// nodes are empty; no insert arrival counter is left behind (they are 0 between calls).
+inline void expect_tree_consistent(const ReplayBuffer& rb, cudaStream_t stream) {
   const TreeView* t = rb.tree_view();
   const TreeShape& shape = rb.tree_shape();
   std::vector<float> below_sum = download_leaves(rb, stream);  // level 0 values
@@ -174,7 +172,7 @@ inline void expect_tree_consistent(ReplayBuffer& rb, cudaStream_t stream) {
         ASSERT_NEAR(sums[q], s, 1e-6 * s + 1e-30) << "level " << k << " node " << q;
       }
       ASSERT_EQ(mins[q], m) << "level " << k << " node " << q;
-      ASSERT_EQ(dirty[q], 0u) << "level " << k << " word " << q << " still dirty after the refresh";
+      ASSERT_EQ(dirty[q], 0u) << "level " << k << " node " << q << " left a non-zero counter";
     }
     below_sum = sums;
     below_min = mins;

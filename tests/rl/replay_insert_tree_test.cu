@@ -1,11 +1,11 @@
-// Inserts through the flat row copy, leaf stamps and dirty bits (insert.cu): every new slot
-// holds its row's data, every new leaf the running max priority, and (after the lazy rebuild)
-// every tree node the sum and min of its children, for one-kernel inserts of 1, 127, 128, 129,
-// ... rows up to the whole capacity, whose slot ranges start and end inside level-1 nodes
-// (partial first / last nodes and dirty words), cover whole nodes and words, wrap around the ring
-// (onto their own first node) and reach the partial last node of a capacity that is no multiple
-// of 128. Priority updates between the inserts make the old leaves of partial nodes differ from
-// the new stamps, and raise the max priority the next insert stamps with.
+// Inserts through the flat row copy and the per-node tree writers (insert.cu): every new slot
+// holds its row's data, every new leaf the running max priority, and every tree node the sum and
+// min of its children, for one-kernel inserts of 1, 127, 128, 129, ... rows up to the whole
+// capacity, whose slot ranges start and end inside level-1 nodes (partial first / last nodes),
+// cover whole nodes (written without reads), wrap around the ring (onto their own first node)
+// and reach the partial last node of a capacity that is no multiple of 128. Priority updates
+// between the inserts make the old leaves of partial nodes differ from the new stamps, and raise
+// the max priority the next insert stamps with.
 #include <algorithm>
 #include <cstdint>
 #include <string>

@@ -185,7 +185,6 @@ TEST_F(ReplayStressTest, LyingTopNodesStillYieldOnlyStoredSlots) {
   rb.insert(p, block.batch, stream());
   FH_CHECK(cudaStreamSynchronize(stream()));
   ASSERT_EQ(rb.size(), 150000);  // level-2 nodes 10..12 (slots from 163840 on) hold nothing
-  rb.refresh_tree(stream());  // the insert's dirty nodes now: the sample's own refresh keeps the lies
   const TreeView* t = rb.tree_view();
   const RingView ring = rb.ring_view();
   // Empty slots: bootstrap indices far outside the ring, NaN rewards and n-step fields.
