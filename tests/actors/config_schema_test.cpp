@@ -268,7 +268,9 @@ TEST(ConfigSchemaTest, TranslationMapsEveryField) {
     EXPECT_EQ(c.replay.gamma, d.gamma);
     EXPECT_EQ(c.replay.n_step, d.n_step);
     EXPECT_EQ(c.learner.double_dqn, d.double_q);
-    if (d.atoms == 1) EXPECT_EQ(c.learner.loss, d.loss);
+    if (d.atoms == 1) {
+      EXPECT_EQ(c.learner.loss, d.loss);
+    }
     EXPECT_EQ(c.learner.huber_delta, d.huber_delta);
     EXPECT_EQ(c.learner.lr, d.lr);
     EXPECT_EQ(c.learner.lr_end, d.lr_end >= 0 ? d.lr_end : d.lr);
@@ -278,7 +280,9 @@ TEST(ConfigSchemaTest, TranslationMapsEveryField) {
     EXPECT_EQ(c.learner.adam_beta2, d.adam_beta2);
     EXPECT_EQ(c.learner.grad_clip, d.max_grad_norm);
     EXPECT_EQ(c.learner.target, d.tau == 1.0 ? "hard" : "polyak");
-    if (d.tau < 1.0) EXPECT_EQ(c.learner.tau, d.tau);
+    if (d.tau < 1.0) {
+      EXPECT_EQ(c.learner.tau, d.tau);
+    }
     EXPECT_EQ(c.learner.target_period, d.target_period);
     EXPECT_EQ(c.pipeline.sync_every, d.target_period);
     EXPECT_EQ(c.learner.epsilon_start, d.epsilon_start);
@@ -385,7 +389,7 @@ TEST(ConfigSchemaTest, NewLearnerKeysAreValidatedAndMapped) {
       {"[learner]\natoms = 51\nloss = \"mse\"\n", {"learner.loss", "C51"}},
       {"[learner]\nv_min = 5\nv_max = 5\n", {"learner.v_max", "learner.v_min"}},
       {"[learner]\nsigma0 = -1\n", {"learner.sigma0", "[0, 10]"}},
-      {"[learner]\nhuber_delta = 0\n", {"learner.huber_delta", "(0, 1000000]"}},
+      {"[learner]\nhuber_delta = 0\n", {"learner.huber_delta", "(0, 1e+06]"}},
       {"[learner]\nadam_beta1 = 1\n", {"learner.adam_beta1"}},
       {"[learner]\nadam_eps = -1\n", {"learner.adam_eps"}},
       {"[learner]\nlr_end = 0.0001\n", {"learner.lr_end", "learner.lr_anneal_updates"}},
