@@ -263,6 +263,8 @@ void read_all(Reader& r, RunConfig& c) {
   r.number("beta_final", c.replay.beta_final, 0.0, 1.0);
   r.integer("n_step", c.replay.n_step, 1, 32);
   r.number("gamma", c.replay.gamma, 0.0, 1.0);
+  r.integer("beta_anneal_updates", c.replay.beta_anneal_updates, 0, kBig);
+  r.number("priority_eps", c.replay.priority_eps, 0.0, 1.0, true);
 
   r.section("learner");
   r.int_list("hidden", c.learner.hidden, 1, 8, 1, 65536);
@@ -275,7 +277,21 @@ void read_all(Reader& r, RunConfig& c) {
   r.number("tau", c.learner.tau, 0.0, 1.0, true);
   r.number("epsilon_start", c.learner.epsilon_start, 0.0, 1.0);
   r.number("epsilon_final", c.learner.epsilon_final, 0.0, 1.0);
-  r.integer("epsilon_decay_steps", c.learner.epsilon_decay_steps, 1, kBig);
+  r.integer("epsilon_decay_steps", c.learner.epsilon_decay_steps, 0, kBig);
+  r.choice("activation", c.learner.activation, {"relu", "gelu"});
+  r.boolean("noisy", c.learner.noisy);
+  r.number("sigma0", c.learner.sigma0, 0.0, 10.0);
+  r.integer("atoms", c.learner.atoms, 1, 1024);
+  r.number("v_min", c.learner.v_min, -1e9, 1e9);
+  r.number("v_max", c.learner.v_max, -1e9, 1e9);
+  r.number("huber_delta", c.learner.huber_delta, 0.0, 1e6, true);
+  if (c.learner.lr_end < 0) c.learner.lr_end = c.learner.lr;  // absent: constant lr
+  r.number("lr_end", c.learner.lr_end, 0.0, 1.0);
+  r.integer("lr_anneal_updates", c.learner.lr_anneal_updates, 0, kBig);
+  r.number("adam_eps", c.learner.adam_eps, 0.0, 1.0);
+  r.number("adam_beta1", c.learner.adam_beta1, 0.0, 0.999999);  // [0, 1) as the learner checks it
+  r.number("adam_beta2", c.learner.adam_beta2, 0.0, 0.999999);
+  r.integer("target_period", c.learner.target_period, 0, 10'000'000);
 
   r.section("pipeline");
   r.number("replay_ratio", c.pipeline.replay_ratio, 0.0, 1024.0, true);
@@ -306,6 +322,14 @@ void read_all(Reader& r, RunConfig& c) {
           "replay.capacity = " + std::to_string(c.replay.capacity) +
               ": must hold the slots in flight (env.num_envs * env.steps_per_slot * pipeline.slots = " +
               std::to_string(c.env.num_envs * c.env.steps_per_slot * c.pipeline.slots) + ")");
+  r.check(c.learner.v_min < c.learner.v_max, "learner.v_max = " + fmt_num(c.learner.v_max) +
+                                                 ": must be > learner.v_min (" + fmt_num(c.learner.v_min) + ")");
+  r.check(c.learner.atoms == 1 || c.learner.loss == "huber",
+          "learner.loss = \"" + c.learner.loss + "\": C51 (learner.atoms = " + std::to_string(c.learner.atoms) +
+              ") always uses its cross-entropy; leave learner.loss at \"huber\"");
+  r.check(c.learner.lr_anneal_updates > 0 || c.learner.lr_end == c.learner.lr,
+          "learner.lr_end = " + fmt_num(c.learner.lr_end) + ": differs from learner.lr (" + fmt_num(c.learner.lr) +
+              ") but learner.lr_anneal_updates = 0 (set the anneal length, or leave lr_end out)");
   r.check(c.learner.epsilon_final <= c.learner.epsilon_start,
           "learner.epsilon_final = " + fmt_num(c.learner.epsilon_final) + ": must be <= learner.epsilon_start (" +
               fmt_num(c.learner.epsilon_start) + ")");
@@ -347,21 +371,143 @@ RunConfig parse_run_config(const std::string& text, const std::string& source) {
   return c;
 }
 
-RunConfig load_run_config(const std::filesystem::path& file) {
+std::string detect_config_schema(const std::string& text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream s;
+    s << source << ":" << e.source().begin.line << ":" << e.source().begin.column << ": TOML syntax error: "
+      << e.description();
+    throw std::invalid_argument(s.str());
+  }
+  // [env] and [replay] are in both schemas; these are in one only.
+  std::string dqn, pipeline;
+  for (const char* t : {"network", "dqn", "train"})
+    if (root.contains(t)) dqn += (dqn.empty() ? "[" : ", [") + std::string(t) + "]";
+  for (const char* t : {"run", "learner", "pipeline", "checkpoint", "logging"})
+    if (root.contains(t)) pipeline += (pipeline.empty() ? "[" : ", [") + std::string(t) + "]";
+  if (!dqn.empty() && !pipeline.empty())
+    throw std::invalid_argument(source + ": mixes the DQN-trainer schema's " + dqn + " with the actor pipeline's " +
+                                pipeline + " (use one schema: [run] [env] [replay] [learner] [pipeline] "
+                                "[checkpoint] [logging], or [env] [network] [dqn] [replay] [train])");
+  return dqn.empty() ? "pipeline" : "dqn";
+}
+
+RunConfig run_config_from_dqn(const rl::DqnRunConfig& d, const std::string& source) {
+  std::vector<std::string> errors;
+  RunConfig c;
+  c.run.seed = d.seed;
+  c.run.total_env_steps = d.total_steps;
+  c.env.num_envs = d.num_envs;
+  if (d.env == "cartpole") {
+    c.env.kind = "cartpole";
+  } else if (d.env == "market") {
+    c.env.kind = "market";
+    c.env.market = d.market_config;
+  } else {
+    errors.push_back("env.kind = \"" + d.env + "\": must be one of cartpole | market");
+  }
+  // [network]
+  c.learner.hidden = d.hidden;
+  c.learner.activation = d.activation;
+  c.learner.dueling = d.dueling;
+  c.learner.noisy = d.noisy;
+  c.learner.sigma0 = d.sigma0;
+  c.learner.atoms = d.atoms;
+  c.learner.v_min = d.v_min;
+  c.learner.v_max = d.v_max;
+  // network.branching: the pipeline gives a market one branch per asset (BDQ heads when
+  // assets > 1) and has no joint action space; checked against the market in load_run_config.
+  // [dqn]
+  c.replay.batch_size = d.batch;
+  c.replay.gamma = d.gamma;
+  c.replay.n_step = d.n_step;
+  c.learner.double_dqn = d.double_q;
+  c.learner.loss = d.atoms > 1 ? "huber" : d.loss;  // C51 ignores dqn.loss (cross-entropy) in both
+  c.learner.huber_delta = d.huber_delta;
+  c.learner.lr = d.lr;
+  if (d.lr_end >= 0 && d.lr_anneal_updates == 0)
+    c.learner.lr = c.learner.lr_end = d.lr_end;  // DqnSchedule: lr_end at once
+  else
+    c.learner.lr_end = d.lr_end >= 0 ? d.lr_end : d.lr;
+  c.learner.lr_anneal_updates = d.lr_anneal_updates;
+  c.learner.adam_eps = d.adam_eps;
+  c.learner.adam_beta1 = d.adam_beta1;
+  c.learner.adam_beta2 = d.adam_beta2;
+  c.learner.grad_clip = d.max_grad_norm;
+  c.learner.target = d.tau >= 1.0 ? "hard" : "polyak";
+  if (d.tau < 1.0) c.learner.tau = d.tau;
+  c.learner.target_period = d.target_period;
+  c.pipeline.sync_every = d.target_period;  // the policy is published with the target update
+  c.learner.epsilon_start = d.epsilon_start;
+  c.learner.epsilon_final = d.epsilon_end;
+  c.learner.epsilon_decay_steps = d.epsilon_steps;
+  // [replay]
+  c.replay.capacity = d.capacity;
+  c.replay.prioritized = d.prioritized;
+  c.replay.alpha = d.alpha;
+  c.replay.beta = d.beta;
+  c.replay.beta_final = d.beta_final;
+  c.replay.beta_anneal_updates = d.beta_anneal_updates;
+  c.replay.priority_eps = d.priority_eps;
+  // [train]
+  c.pipeline.learning_starts = d.learning_starts;
+  c.pipeline.replay_ratio = static_cast<double>(d.updates_per_train) / static_cast<double>(d.train_every);
+  if (d.epsilon_end > d.epsilon_start)
+    errors.push_back("dqn.epsilon_end = " + fmt_num(d.epsilon_end) + ": the actor pipeline needs it <= dqn.epsilon_start (" +
+                     fmt_num(d.epsilon_start) + ")");
+  if (!errors.empty()) {
+    std::string msg = source + ": DQN-trainer schema cannot run in the actor pipeline:";
+    for (const auto& e : errors) msg += "\n  " + e;
+    throw std::invalid_argument(msg);
+  }
+  // Everything else (ranges, relations) exactly as a pipeline file would be checked.
+  return parse_run_config(resolved_toml(c), source + " (translated from the DQN-trainer schema)");
+}
+
+RunConfig load_run_config(const std::filesystem::path& file, bool* translated) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw std::invalid_argument("cannot read config file " + file.string());
   std::ostringstream s;
   s << in.rdbuf();
-  RunConfig c = parse_run_config(s.str(), file.string());
+  const bool dqn = detect_config_schema(s.str(), file.string()) == "dqn";
+  if (translated) *translated = dqn;
+  RunConfig c;
+  bool branching = false;
+  if (dqn) {
+    rl::DqnRunConfig d;
+    try {
+      d = rl::parse_dqn_config(s.str(), file.string());
+    } catch (const rl::DqnConfigError& e) {
+      throw std::invalid_argument(e.what());
+    }
+    branching = d.branching;
+    c = run_config_from_dqn(d, file.string());
+    c.run.name = file.stem().string().empty() ? std::string("run") : file.stem().string();
+  } else {
+    c = parse_run_config(s.str(), file.string());
+  }
   if (!c.env.market.empty()) {
     std::filesystem::path m(c.env.market);
     if (m.is_relative()) m = file.parent_path() / m;
     c.env.market = std::filesystem::absolute(m).lexically_normal().string();
+    rl::MarketConfig mc;
     try {
-      (void)market_config(c);
+      mc = market_config(c);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(file.string() + ": invalid configuration:\n  " + e.what());
     }
+    if (c.learner.atoms > 1 && mc.assets > 1)
+      throw std::invalid_argument(file.string() + ": invalid configuration:\n  " + std::string(dqn ? "network" : "learner") +
+                                  ".atoms = " + std::to_string(c.learner.atoms) +
+                                  ": C51 has one branch, but the market has " + std::to_string(mc.assets) +
+                                  " assets (one branch each in the pipeline)");
+    if (dqn && !branching && mc.assets > 1)
+      throw std::invalid_argument(file.string() + ": invalid configuration:\n  network.branching = false: the actor "
+                                  "pipeline gives each of the market's " + std::to_string(mc.assets) +
+                                  " assets its own branch (BDQ heads) and has no joint action space; set "
+                                  "network.branching = true");
   }
   return c;
 }

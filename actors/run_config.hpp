@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actors/pipeline_actors.hpp"
+#include "rl/dqn/config.hpp"
 #include "rl/envs/market_config.hpp"
 
 namespace foxhunt::actors {
@@ -44,6 +45,8 @@ struct RunConfig {
     double alpha = 0.6, beta = 0.4, beta_final = 1.0;
     std::int64_t n_step = 3;
     double gamma = 0.99;
+    std::int64_t beta_anneal_updates = 0;  // updates of the beta anneal; 0: the run's expected updates
+    double priority_eps = 1e-6;          // the replay's p = |delta| + eps
   } replay;
   struct Learner {
     std::vector<std::int64_t> hidden{256, 256};
@@ -54,7 +57,18 @@ struct RunConfig {
     std::string target = "hard";         // hard | polyak
     double tau = 0.005;                  // polyak only
     double epsilon_start = 1.0, epsilon_final = 0.05;
-    std::int64_t epsilon_decay_steps = 100'000;
+    std::int64_t epsilon_decay_steps = 100'000;  // 0: epsilon_final at once
+    // The DQN family (rl::DqnLearnerConfig / models::QNetworkSpec); the defaults are plain DQN.
+    std::string activation = "relu";     // relu | gelu (hidden layers)
+    bool noisy = false;                  // NoisyNet heads (the collector acts with fresh noise per step)
+    double sigma0 = 0.5;
+    std::int64_t atoms = 1;              // 1: expected values; >= 2: C51 (one branch only)
+    double v_min = -10.0, v_max = 10.0;  // C51 support
+    double huber_delta = 1.0;
+    double lr_end = -1.0;                // < 0 (absent): lr. Needs lr_anneal_updates > 0 to differ from lr
+    std::int64_t lr_anneal_updates = 0;  // applied updates of the linear lr -> lr_end anneal
+    double adam_eps = 1e-8, adam_beta1 = 0.9, adam_beta2 = 0.999;
+    std::int64_t target_period = 0;      // updates per target update; 0: hard: pipeline.sync_every, polyak: 1
   } learner;
   struct Pipeline {
     double replay_ratio = 0.25;          // updates per environment step
@@ -85,7 +99,21 @@ struct RunConfig {
 RunConfig parse_run_config(const std::string& toml_text, const std::string& source = "config");
 // Reads a file: parse_run_config, then env.market resolved against the file's folder (stored
 // absolute) and checked with market_config(); problems name env.market and the market file's key.
-RunConfig load_run_config(const std::filesystem::path& file);
+// A file in the synchronous trainer's schema (rl/dqn/config.hpp: [dqn], [network] or [train] at
+// the top level) is read with rl::load_dqn_config and translated (run_config_from_dqn, run.name =
+// the file's stem); *translated (when given) says so. Tables of both schemas in one file: an error
+// naming them.
+RunConfig load_run_config(const std::filesystem::path& file, bool* translated = nullptr);
+// Which schema a TOML text is in: "dqn" (rl::DqnRunConfig) or "pipeline" (RunConfig). Throws
+// std::invalid_argument (naming `source` and the tables) for a TOML syntax error or a mix.
+std::string detect_config_schema(const std::string& toml_text, const std::string& source = "config");
+// The synchronous trainer's configuration as an actor-pipeline run (every field mapped; one the
+// pipeline cannot honour is an error naming the rl::DqnRunConfig key, e.g. `network.branching`).
+// train_every/updates_per_train become pipeline.replay_ratio, target_period becomes both
+// learner.target_period and pipeline.sync_every (the policy is published with the target).
+// A relative market_config stays relative (load_run_config resolves it). The result is validated
+// as parse_run_config would (std::invalid_argument, prefixed with `source`).
+RunConfig run_config_from_dqn(const rl::DqnRunConfig& d, const std::string& source = "config");
 // The market environment of a run (env.kind ou_market or market): the env.market file, or the
 // inline OU keys. Throws std::invalid_argument naming env.kind / env.market (and, from the market
 // file, its own key) when the market cannot run in the DQN pipeline (e.g. continuous actions).

@@ -26,22 +26,37 @@ rl::DqnLearnerConfig dqn_learner_config(const RunConfig& c, std::int64_t obs_dim
   lc.net.branches = branches;
   lc.net.actions = actions;
   lc.net.dueling = c.learner.dueling;
+  lc.net.act = c.learner.activation == "gelu" ? gpu::Activation::gelu : gpu::Activation::relu;
+  lc.net.noisy = c.learner.noisy;
+  lc.net.sigma0 = static_cast<float>(c.learner.sigma0);
+  lc.net.atoms = c.learner.atoms;
+  lc.net.v_min = static_cast<float>(c.learner.v_min);
+  lc.net.v_max = static_cast<float>(c.learner.v_max);
   lc.batch = c.replay.batch_size;
   lc.double_q = c.learner.double_dqn;
   lc.loss = c.learner.loss == "mse" ? rl::TdLoss::mse : rl::TdLoss::huber;
+  lc.huber_delta = static_cast<float>(c.learner.huber_delta);
+  lc.adam.eps = static_cast<float>(c.learner.adam_eps);
+  lc.adam.beta1 = static_cast<float>(c.learner.adam_beta1);
+  lc.adam.beta2 = static_cast<float>(c.learner.adam_beta2);
   lc.schedule.epsilon_start = static_cast<float>(c.learner.epsilon_start);
   lc.schedule.epsilon_end = static_cast<float>(c.learner.epsilon_final);
   lc.schedule.epsilon_steps = c.learner.epsilon_decay_steps;
   lc.schedule.beta_start = static_cast<float>(c.replay.beta);
   lc.schedule.beta_end = static_cast<float>(c.replay.beta_final);
-  lc.schedule.beta_updates = expected_updates(c);
+  lc.schedule.beta_updates = beta_anneal_updates(c);
   lc.schedule.lr_start = lc.schedule.lr_end = static_cast<float>(c.learner.lr);
+  if (c.learner.lr_anneal_updates > 0) {  // linear lr -> lr_end (lr_end < 0: not resolved yet = lr)
+    lc.schedule.lr_end = static_cast<float>(c.learner.lr_end < 0 ? c.learner.lr : c.learner.lr_end);
+    lc.schedule.lr_updates = c.learner.lr_anneal_updates;
+  }
   lc.max_grad_norm = static_cast<float>(c.learner.grad_clip);
   // The target network lives in the learner: a hard copy every sync_every applied updates (the
-  // same period the policy is published with), or Polyak averaging after every update.
+  // same period the policy is published with), or Polyak averaging after every update; an explicit
+  // learner.target_period overrides either period.
   const bool hard = c.learner.target == "hard";
   lc.tau = hard ? 1.f : static_cast<float>(c.learner.tau);
-  lc.target_period = hard ? c.pipeline.sync_every : 1;
+  lc.target_period = c.learner.target_period > 0 ? c.learner.target_period : hard ? c.pipeline.sync_every : 1;
   lc.seed = c.run.seed;
   lc.act_rows = c.env.num_envs;
   return lc;
@@ -51,6 +66,10 @@ std::int64_t expected_updates(const RunConfig& c) {
   const double u = c.pipeline.replay_ratio *
                    static_cast<double>(std::max<std::int64_t>(0, c.run.total_env_steps - c.pipeline.learning_starts));
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(u)));
+}
+
+std::int64_t beta_anneal_updates(const RunConfig& c) {
+  return c.replay.beta_anneal_updates > 0 ? c.replay.beta_anneal_updates : expected_updates(c);
 }
 
 rl::ReplayConfig dqn_replay_config(const RunConfig& c, std::int64_t obs_dim, std::int64_t branches) {
@@ -67,7 +86,8 @@ rl::ReplayConfig dqn_replay_config(const RunConfig& c, std::int64_t obs_dim, std
   rc.alpha = static_cast<float>(c.replay.alpha);
   rc.beta = static_cast<float>(c.replay.beta);
   rc.beta_final = static_cast<float>(c.replay.beta_final);
-  rc.beta_anneal_steps = expected_updates(c);
+  rc.beta_anneal_steps = beta_anneal_updates(c);
+  rc.eps = static_cast<float>(c.replay.priority_eps);
   rc.seed = c.run.seed;
   return rc;
 }
@@ -93,6 +113,9 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   const rl::ActionSpace space = env->action_space();
   if (space.kind != rl::ActionSpace::Kind::discrete)
     throw std::invalid_argument("env: the DQN pipeline needs discrete actions (market action.kind = \"discrete\")");
+  if (config.learner.atoms > 1 && space.branches > 1)
+    throw std::invalid_argument("learner.atoms = " + std::to_string(config.learner.atoms) + ": C51 has one branch, but the "
+                                "environment has " + std::to_string(space.branches) + " action branches");
   const rl::DqnLearnerConfig lc = dqn_learner_config(config, obs_dim, space.branches, space.choices);
   rl::validate(lc);
   const rl::ReplayConfig rc = dqn_replay_config(config, obs_dim, space.branches);

@@ -21,6 +21,8 @@ rl::DqnLearnerConfig dqn_learner_config(const RunConfig& c, std::int64_t obs_dim
 rl::ReplayConfig dqn_replay_config(const RunConfig& c, std::int64_t obs_dim, std::int64_t branches);
 // ceil(replay_ratio * (total_env_steps - learning_starts)), at least 1: the beta anneal length.
 std::int64_t expected_updates(const RunConfig& c);
+// replay.beta_anneal_updates, or expected_updates(c) when it is 0 (the default).
+std::int64_t beta_anneal_updates(const RunConfig& c);
 
 // The run's environment with num_envs copies: CartPole-v1 (env.kind cartpole) or rl::MarketEnv
 // from market_config(config) (ou_market, market). Throws std::invalid_argument naming the key.
