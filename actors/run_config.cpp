@@ -300,6 +300,7 @@ void read_all(Reader& r, RunConfig& c) {
   r.integer("slots", c.pipeline.slots, 1, 64);
   r.integer("batches", c.pipeline.batches, 1, 64);
   r.integer("sync_every", c.pipeline.sync_every, 1, 10'000'000);
+  r.choice("completions", c.pipeline.completions, {"hostfn", "polled"});
 
   r.section("checkpoint");
   r.integer("every_env_steps", c.checkpoint.every_env_steps, 0, kBig);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "actors/checkpoint_store.hpp"
+#include "actors/completion_poller.hpp"
 #include "actors/dqn_stages.hpp"
 #include "actors/gpu_replay_stage.hpp"
 #include "actors/metrics_log.hpp"
@@ -118,6 +119,12 @@ TrainOutcome run_training(const TrainRequest& req) {
                  pcfg.start.updates);
   }
   TrainOutcome out;
+  // The lanes consult the process-wide switch at every completion (CudaLane::when_done): it stays
+  // set for the whole run, stage construction and the final drain included.
+  set_completion_polling(cfg.pipeline.completions == "polled");
+  struct PollingReset {
+    ~PollingReset() { set_completion_polling(false); }
+  } polling_reset;
   out.stages = make_stages(cfg, req.resume, req.stage_options);
   PipelineStages& stages = out.stages;
 

@@ -96,6 +96,7 @@ TEST(RunConfigTest, MalformedConfigsAreRejectedNamingTheKey) {
       {"[pipeline]\nlearning_starts = 10\n", {"pipeline.learning_starts", "replay.batch_size"}},
       {"[pipeline]\nslots = 0\n", {"pipeline.slots", "[1, 64]"}},
       {"[pipeline]\nsync_every = 0\n", {"pipeline.sync_every"}},
+      {"[pipeline]\ncompletions = \"fast\"\n", {"pipeline.completions"}},
       {"[checkpoint]\nevery_env_steps = -5\n", {"checkpoint.every_env_steps"}},
       {"[logging]\nlevel = \"loud\"\n", {"logging.level", "trace | debug | info | warn | error"}},
       {"[logging]\nprogress_interval_ms = 1\n", {"logging.progress_interval_ms", "[50, "}},
