@@ -336,6 +336,18 @@ void read_all(Reader& r, RunConfig& c) {
               fmt_num(c.learner.epsilon_start) + ")");
 }
 
+// TOML text -> table; a syntax error names source:line:column.
+toml::table parse_toml(const std::string& text, const std::string& source) {
+  try {
+    return toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream s;
+    s << source << ":" << e.source().begin.line << ":" << e.source().begin.column << ": TOML syntax error: "
+      << e.description();
+    throw std::invalid_argument(s.str());
+  }
+}
+
 }  // namespace
 
 PipelineConfig RunConfig::pipeline_config() const {
@@ -351,15 +363,7 @@ PipelineConfig RunConfig::pipeline_config() const {
 }
 
 RunConfig parse_run_config(const std::string& text, const std::string& source) {
-  toml::table root;
-  try {
-    root = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    std::ostringstream s;
-    s << source << ":" << e.source().begin.line << ":" << e.source().begin.column << ": TOML syntax error: "
-      << e.description();
-    throw std::invalid_argument(s.str());
-  }
+  const toml::table root = parse_toml(text, source);
   RunConfig c;
   Reader r(root);
   read_all(r, c);
@@ -373,15 +377,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& source) {
 }
 
 std::string detect_config_schema(const std::string& text, const std::string& source) {
-  toml::table root;
-  try {
-    root = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    std::ostringstream s;
-    s << source << ":" << e.source().begin.line << ":" << e.source().begin.column << ": TOML syntax error: "
-      << e.description();
-    throw std::invalid_argument(s.str());
-  }
+  const toml::table root = parse_toml(text, source);
   // [env] and [replay] are in both schemas; these are in one only.
   std::string dqn, pipeline;
   for (const char* t : {"network", "dqn", "train"})

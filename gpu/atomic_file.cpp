@@ -40,17 +40,24 @@ void write_file_atomically(const std::filesystem::path& path, const std::vector<
   if (::fsync(fd) != 0) fail_and_remove("fsync of '" + tmp + "'", errno, true);
   if (::close(fd) != 0) fail_and_remove("closing '" + tmp + "'", errno, false);
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail_and_remove("renaming '" + tmp + "' over it", errno, false);
-  // Make the rename itself durable. Some file systems do not support fsync on directories
-  // (EINVAL): the data is written and renamed, which is all they can promise.
+  std::string step;
+  if (const int err = fsync_parent_directory(path, step)) fail(step, err);
+}
+
+int fsync_parent_directory(const std::filesystem::path& path, std::string& step) {
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) fail("written, but opening directory '" + dir.string() + "' to fsync it", errno);
+  if (dfd < 0) {
+    step = "written, but opening directory '" + dir.string() + "' to fsync it";
+    return errno;
+  }
+  int err = 0;
   if (::fsync(dfd) != 0 && errno != EINVAL) {
-    const int err = errno;
-    ::close(dfd);
-    fail("written, but fsync of directory '" + dir.string() + "'", err);
+    err = errno;
+    step = "written, but fsync of directory '" + dir.string() + "'";
   }
   ::close(dfd);
+  return err;
 }
 
 }  // namespace foxhunt::gpu

@@ -17,4 +17,9 @@ namespace foxhunt::gpu {
 void write_file_atomically(const std::filesystem::path& path, const std::vector<std::span<const std::byte>>& pieces,
                            const std::string& what = "file");
 
+// Makes a rename into `path`'s directory durable (fsync of the directory). Returns 0, or the errno
+// of the step that failed with `step` naming it ("written, but ..."). A file system that cannot
+// fsync directories (EINVAL) counts as success: the data is written and renamed.
+int fsync_parent_directory(const std::filesystem::path& path, std::string& step);
+
 }  // namespace foxhunt::gpu

@@ -302,18 +302,24 @@ __device__ float group_look_back(Word* status, std::int64_t tiles, std::int64_t 
 // + kWarpElems), cut at n down to whole 16-byte chunks; nothing at or past n). Issued by lane 0;
 // in: 16-byte aligned. A hint only: it changes no value, and a prefetch of input that is later
 // overwritten in place is harmless (L2 is the point of coherence; no L1 copy is made).
-template <class C>
-__device__ __forceinline__ void prefetch_l2(const float* in, std::int64_t n, std::int64_t tile, int warp, int lane) {
+// One bulk L2 prefetch (sm_90; a no-op before) of in[begin, begin + max_elems) clipped to n, in
+// whole 16-byte units as the instruction requires.
+__device__ __forceinline__ void bulk_prefetch_l2(const float* in, std::int64_t n, std::int64_t begin,
+                                                 std::int64_t max_elems) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const std::int64_t begin = tile * C::kTileElems + warp * C::kWarpElems;
-  if (lane != 0 || begin >= n) return;
+  if (begin >= n) return;
   const std::int64_t left = n - begin;
-  const std::int64_t count = (left < C::kWarpElems ? left : C::kWarpElems) & ~std::int64_t{3};
+  const std::int64_t count = (left < max_elems ? left : max_elems) & ~std::int64_t{3};
   if (count > 0)
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(in + begin)),
                  "r"(static_cast<unsigned>(count * sizeof(float)))
                  : "memory");
 #endif
+}
+
+template <class C>
+__device__ __forceinline__ void prefetch_l2(const float* in, std::int64_t n, std::int64_t tile, int warp, int lane) {
+  if (lane == 0) bulk_prefetch_l2(in, n, tile * C::kTileElems + warp * C::kWarpElems, C::kWarpElems);
 }
 
 // Earlier groups' totals, first batch (C::kEarly): reader thread i (i < kGReaders) loads
@@ -536,16 +542,7 @@ __device__ __forceinline__ void bulk_store(float* dst, unsigned src, unsigned by
 // bulk prefetch by the calling thread; in: 16-byte aligned. A hint only: it changes no value.
 template <class C>
 __device__ __forceinline__ void prefetch_tile_l2(const float* in, std::int64_t n, std::int64_t tile) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const std::int64_t begin = tile * C::kTileElems;
-  if (begin >= n) return;
-  const std::int64_t left = n - begin;
-  const std::int64_t count = (left < C::kTileElems ? left : C::kTileElems) & ~std::int64_t{3};
-  if (count > 0)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(in + begin)),
-                 "r"(static_cast<unsigned>(count * sizeof(float)))
-                 : "memory");
-#endif
+  bulk_prefetch_l2(in, n, tile * C::kTileElems, C::kTileElems);
 }
 
 // Orders this thread's generic-proxy shared-memory writes before later async-proxy (bulk) reads.

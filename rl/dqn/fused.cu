@@ -199,6 +199,28 @@ __global__ void __launch_bounds__(gpu::kBlock)
 
 // ---- end of update + target update + parameter check -----------------------------------------------
 
+// The end of an update, per block once its elements are done (both end kernels): a non-finite
+// parameter sets the state's flag; the last block to finish advances the counters, after every
+// block has read them (its threads read them before this block-wide barrier).
+__device__ __forceinline__ void end_update_block(DqnState* st, unsigned int* done_blocks, bool bad,
+                                                 std::int64_t applied, bool skip) {
+  bad = __syncthreads_or(bad);
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    if (bad) atomicOr(&st->params_nonfinite, 1u);
+    __threadfence();
+    last = atomicAdd(done_blocks, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (last && threadIdx.x == 0) {  // every block has read the counters: now they may change
+    __threadfence();
+    st->updates_attempted += 1;
+    st->updates_applied = applied;
+    st->skips_total += skip ? 1u : 0u;
+    *done_blocks = 0u;
+  }
+}
+
 __global__ void end_target_kernel(DqnState* __restrict__ st, float* __restrict__ priorities, std::int64_t batch,
                                   float skip_priority, float* __restrict__ target, const float* __restrict__ online,
                                   std::int64_t n, float tau, std::int64_t period, bool vec4,
@@ -240,21 +262,7 @@ __global__ void end_target_kernel(DqnState* __restrict__ st, float* __restrict__
     if (move) target[i] = copy ? o : fmaf(tau, o - target[i], target[i]);
   }
   // Barrier: every thread of this block has read st->skip and st->updates_applied.
-  bad = __syncthreads_or(bad);
-  __shared__ bool last;
-  if (threadIdx.x == 0) {
-    if (bad) atomicOr(&st->params_nonfinite, 1u);
-    __threadfence();
-    last = atomicAdd(done_blocks, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (last && threadIdx.x == 0) {  // every block has read the counters: now they may change
-    __threadfence();
-    st->updates_attempted += 1;
-    st->updates_applied = applied;
-    st->skips_total += skip ? 1u : 0u;
-    *done_blocks = 0u;
-  }
+  end_update_block(st, done_blocks, bad, applied, skip);
 }
 
 // ---- Adam + end of update + target update + parameter check (one pass) ----------------------------
@@ -357,21 +365,7 @@ __global__ void __launch_bounds__(gpu::kBlock)
     bad |= nonfinite(p);
     if (move) target[i] = copy ? p : fmaf(tau, p - target[i], target[i]);
   }
-  bad = __syncthreads_or(bad);
-  __shared__ bool last;
-  if (threadIdx.x == 0) {
-    if (bad) atomicOr(&st->params_nonfinite, 1u);
-    __threadfence();
-    last = atomicAdd(done_blocks, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (last && threadIdx.x == 0) {  // every block has read the state: now the counters may change
-    __threadfence();
-    st->updates_attempted += 1;
-    st->updates_applied = applied;
-    st->skips_total += skip ? 1u : 0u;
-    *done_blocks = 0u;
-  }
+  end_update_block(st, done_blocks, bad, applied, skip);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "gpu/atomic_file.hpp"
 #include "gpu/check.hpp"
 
 namespace foxhunt::rl {
@@ -196,16 +197,8 @@ void write_snapshot_file(const std::filesystem::path& path, std::span<const Snap
     ::unlink(tmp.c_str());
     throw;
   }
-  // Make the rename durable (EINVAL: the file system cannot fsync directories).
-  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) fail("written, but opening directory '" + dir.string() + "' to fsync it", errno);
-  if (::fsync(dfd) != 0 && errno != EINVAL) {
-    const int err = errno;
-    ::close(dfd);
-    fail("written, but fsync of directory '" + dir.string() + "'", err);
-  }
-  ::close(dfd);
+  std::string step;
+  if (const int err = gpu::fsync_parent_directory(path, step)) fail(step, err);
 }
 
 // ----------------------------------------------------------------------------------- reader
