@@ -534,6 +534,8 @@ int main() {
       bench_ours(C, s);  // frees its device memory before the next capacity and before PyTorch runs
     }
   }
+  // FOXHUNT_BENCH_OURS_ONLY=1: our kernels alone (a profiler run), no baselines and no table.
+  if (const char* only = std::getenv("FOXHUNT_BENCH_OURS_ONLY"); only && std::string(only) == "1") return 0;
   for (std::int64_t C : kCapacities) {
     std::printf("CPU sum tree: capacity %lld ...\n", static_cast<long long>(C));
     std::fflush(stdout);

@@ -300,7 +300,7 @@ TEST(ConfigSchemaTest, TranslationMapsEveryField) {
                      static_cast<double>(d.updates_per_train) / static_cast<double>(d.train_every));
 
     // ... and on into the learner and replay configs the stages are built from.
-    const std::int64_t branches = d.branching ? 8 : 1;  // bdq_market: gbm8 (8 assets)
+    const std::int64_t branches = d.branching ? 8 : 1;  // bdq_market: ou8_correlated (8 assets)
     const rl::DqnLearnerConfig lc = dqn_learner_config(c, 16, branches, 5);
     EXPECT_NO_THROW(rl::validate(lc));
     EXPECT_EQ(lc.net.act, d.activation == "gelu" ? foxhunt::gpu::Activation::gelu : foxhunt::gpu::Activation::relu);
