@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <span>
@@ -44,7 +45,33 @@ fs::path CheckpointStore::write(const Counters& c, const std::function<void(cons
     fs::remove_all(tmp_dir, ec);
     throw std::runtime_error("checkpoint " + final_dir.string() + " not written: " + e.what());
   }
+  prune(final_dir);
   return final_dir;
+}
+
+void CheckpointStore::keep_newest(std::int64_t newest) {
+  std::lock_guard lock(mutex_);
+  keep_ = newest;
+}
+
+// Only after `latest` names the new checkpoint, so a crash here loses old checkpoints at worst.
+// Names are zero-padded step counts: name order is step order.
+void CheckpointStore::prune(const fs::path& just_written) {
+  if (keep_ <= 0) return;
+  std::vector<fs::path> steps;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root_, ec)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("step_", 0) == 0 && e.path().extension().empty()) steps.push_back(e.path());
+  }
+  std::sort(steps.begin(), steps.end());
+  std::int64_t excess = static_cast<std::int64_t>(steps.size()) - keep_;
+  for (const auto& p : steps) {
+    if (excess <= 0) break;
+    if (p == just_written) continue;
+    fs::remove_all(p, ec);  // best effort: a failed removal costs disk space, never a checkpoint
+    --excess;
+  }
 }
 
 void CheckpointStore::attach(std::string file_name, std::string text) {

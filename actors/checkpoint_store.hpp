@@ -29,6 +29,9 @@ class CheckpointStore {
   // Runs job(tmp_dir), writes counters.json, publishes atomically; returns the final directory.
   // Throws std::runtime_error (tmp dir removed, previous checkpoint untouched) on failure.
   std::filesystem::path write(const Counters& counters, const std::function<void(const std::filesystem::path&)>& job);
+  // After each write, removes all but the `newest` step directories (0, the default: keeps all).
+  // The one just written always stays.
+  void keep_newest(std::int64_t newest);
   // A small file written into every checkpoint from now on (e.g. the run's resolved config, so a
   // checkpoint directory is self-describing); part of the atomic publication.
   void attach(std::string file_name, std::string text);
@@ -41,6 +44,8 @@ class CheckpointStore {
   std::filesystem::path root_;
   std::mutex mutex_;  // the worker and the final checkpoint may race at shutdown
   std::vector<std::pair<std::string, std::string>> attachments_;
+  std::int64_t keep_ = 0;
+  void prune(const std::filesystem::path& just_written);
 };
 
 // One thread running posted jobs in order; the destructor finishes queued jobs and joins.

@@ -84,6 +84,7 @@ struct RunConfig {
   } pipeline;
   struct Checkpoint {
     std::int64_t every_env_steps = 50'000;  // 0: only at stop
+    std::int64_t keep = 5;                  // newest step_* directories kept (0: all)
   } checkpoint;
   struct Logging {
     std::int64_t progress_interval_ms = 500;

@@ -131,6 +131,7 @@ TrainOutcome run_training(const TrainRequest& req) {
   ProgressReporter reporter(cfg, req.run_dir, req.console);
   RunHooks hooks;
   hooks.store = std::make_shared<CheckpointStore>(req.run_dir / "checkpoints");
+  hooks.store->keep_newest(cfg.checkpoint.keep);
   hooks.store->attach("config.resolved.toml", resolved_toml(cfg));  // foxhunt eval reads it
   hooks.progress_interval = std::chrono::milliseconds(cfg.logging.progress_interval_ms);
   hooks.stop_signal = req.stop_signal;

@@ -98,6 +98,7 @@ TEST(RunConfigTest, MalformedConfigsAreRejectedNamingTheKey) {
       {"[pipeline]\nsync_every = 0\n", {"pipeline.sync_every"}},
       {"[pipeline]\ncompletions = \"fast\"\n", {"pipeline.completions"}},
       {"[checkpoint]\nevery_env_steps = -5\n", {"checkpoint.every_env_steps"}},
+      {"[checkpoint]\nkeep = -1\n", {"checkpoint.keep", "[0, "}},
       {"[logging]\nlevel = \"loud\"\n", {"logging.level", "trace | debug | info | warn | error"}},
       {"[logging]\nprogress_interval_ms = 1\n", {"logging.progress_interval_ms", "[50, "}},
       {"run = 5\n", {"run", "must be a table"}},
