@@ -483,7 +483,7 @@ __device__ __forceinline__ void sg_stage(float* s, int lds, const float* __restr
 }
 
 template <Activation A, bool AK, bool BK, int BM>
-__global__ void __launch_bounds__(2 * BM * kSgKS)
+__global__ void __launch_bounds__(2 * BM * kSgKS, 1)
     small_gemm_kernel(float* __restrict__ c, std::int64_t ldc, void* __restrict__ aux, std::int64_t aux_ld,
                       const float* __restrict__ a, std::int64_t lda, bool a_vec, const float* __restrict__ b,
                       std::int64_t ldb, bool b_vec, const float* __restrict__ bias, std::int64_t M, std::int64_t N,
