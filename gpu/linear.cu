@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gpu/check.hpp"
+#include "gpu/device.hpp"
 #include "gpu/launch.cuh"
 #include "gpu/partial_sum.cuh"
 
@@ -397,90 +398,192 @@ __global__ void bias_finish_kernel(float* __restrict__ d_bias, const float* __re
 // For the learner's layers (B <= a few hundred rows, 256 wide) cuBLASLt's fp32 kernels take ~5 us,
 // the bias+ReLU+mask epilogue then runs as a second kernel (epilogue::globalKernel), and split-K
 // adds a reduction: 2-3 graph nodes per GEMM. For M N <= kSmallOutputs and K <= kSmallMaxK one
-// kernel of ours does the GEMM and the epilogue, strict fp32 (FMAs over k in order: deterministic):
+// kernel of ours does the GEMM and the epilogue, strict fp32 (no TF32), deterministic:
 //   C (M, N) row-major, ldc:  C[m, n] = act(sum_k A(m, k) B(n, k) + bias[n]) (+ beta C[m, n])
 //   A(m, k) = a[m lda + k] (AK) or a[k lda + m];  B(n, k) = b[n ldb + k] (BK) or b[k ldb + n].
-// Tile kSgBM rows x kSgBN columns, kSgBK deep; 128 threads: lane tx owns column n0 + tx, warp ty
-// rows m0 + 8 ty .. + 7, so a warp's 32 columns of one row are one ReLU mask word (one ballot).
-// Tile loads are coalesced along whichever index is contiguous; the next k-tile's global loads are
-// issued before the current tile's math (register prefetch).
-constexpr int kSgBM = 32, kSgBN = 32, kSgBK = 32, kSgThreads = 128;
-constexpr int kSgLoads = kSgBM * kSgBK / kSgThreads;  // elements of each tile a thread loads (8)
+// These GEMMs are latency-bound (a few tiles per SM, little math per tile), so:
+//  - A block stages the whole K panel of its A and B tiles in shared memory (kSgKC deep chunks:
+//    one chunk for K <= 256) with cp.async issued all at once and one wait: one memory round trip
+//    per chunk instead of one per 32-deep k-tile. 16-byte copies where the base pointer is 16-byte
+//    aligned and ld % 4 == 0 (every copied run then starts 16-byte aligned), else 4-byte ones;
+//    zero-fill (cp.async src-size) past M, N and K, so padding adds exact zeros.
+//  - In-block split-K: kSgKS thread groups each sum a contiguous slice of the chunk (4x4 register
+//    micro-tiles, FMAs in k order); the partials meet in shared memory and are added in group
+//    order. That order depends on K only (not on the tile shape, M or N): a row gives bitwise the
+//    same result alone or stacked with other rows (online + target forward).
+//  - Tile kSgBN = 32 columns x BM rows, BM = 32 when that still gives >= 3/4 of the SMs a tile,
+//    else 16 (more, smaller tiles); 2 BM kSgKS threads (256 or 512).
+// Epilogue: warp w takes rows w, w + warps, ..., lane = column: a warp's 32 columns of a row are
+// one ReLU mask word (one ballot), as in epilogue_kernel.
+constexpr int kSgBN = 32;   // tile columns (one warp in the epilogue)
+constexpr int kSgKS = 8;    // k-groups per block (the split-K factor; fixes the summation order)
+constexpr int kSgKC = 256;  // k depth staged at once
 constexpr std::int64_t kSmallOutputs = std::int64_t{1} << 18;
 constexpr std::int64_t kSmallMaxK = 1024;
-static_assert(kSgBM == kSgBN && kSgBM == 32 && kSgBK == 32 && kSgThreads == 4 * 32, "thread layout below");
 
-template <Activation A, bool AK, bool BK>
-__global__ void __launch_bounds__(kSgThreads)
-    small_gemm_kernel(float* __restrict__ c, std::int64_t ldc, void* __restrict__ aux, std::int64_t aux_ld,
-                      const float* __restrict__ a, std::int64_t lda, const float* __restrict__ b, std::int64_t ldb,
-                      const float* __restrict__ bias, std::int64_t M, std::int64_t N, std::int64_t K, float beta) {
-  __shared__ __align__(16) float s_a[kSgBK][kSgBM + 4];  // s_a[k][m]: rows 16-byte aligned (float4 reads)
-  __shared__ float s_b[kSgBK][kSgBN + 1];                // s_b[k][n]
-  const int tx = static_cast<int>(threadIdx.x & 31), ty = static_cast<int>(threadIdx.x >> 5);
-  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * kSgBM;
-  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * kSgBN;
-  float ra[kSgLoads], rb[kSgLoads];
-  // Load i of a thread: k-contiguous operand: row r = ty + 4 i, depth kk = tx (a warp reads 32
-  // consecutive k of one row); row-contiguous: r = tx, kk = ty + 4 i (32 consecutive rows of one k).
-  // Out of range: 0 (adds nothing). Stored as s[kk][r] by store_tile.
-  auto load = [&](std::int64_t k0) {
-#pragma unroll
-    for (int i = 0; i < kSgLoads; ++i) {
-      {
-        const std::int64_t r = AK ? ty + 4 * i : tx, k = k0 + (AK ? tx : ty + 4 * i);
-        ra[i] = (m0 + r < M && k < K) ? (AK ? a[(m0 + r) * lda + k] : a[k * lda + m0 + r]) : 0.f;
-      }
-      {
-        const std::int64_t r = BK ? ty + 4 * i : tx, k = k0 + (BK ? tx : ty + 4 * i);
-        rb[i] = (n0 + r < N && k < K) ? (BK ? b[(n0 + r) * ldb + k] : b[k * ldb + n0 + r]) : 0.f;
-      }
+// Staged depth: K rounded up to 4 (the micro-kernel steps 4 k at a time), at most kSgKC.
+__host__ __device__ constexpr int sg_chunk(std::int64_t k) {
+  return static_cast<int>((k + 3) / 4 * 4 < kSgKC ? (k + 3) / 4 * 4 : kSgKC);
+}
+// Row stride (floats) of a k-contiguous panel: = 4 (mod 32), so 8 lanes reading float4s of 8
+// consecutive rows at the same k hit 8 distinct bank quads.
+__host__ __device__ constexpr int sg_ld_k(int chunk) { return (chunk + 31) / 32 * 32 + 4; }
+// Floats of the A panel (AK: [BM][ld_k], else [chunk][BM + 4]); the B panel follows it.
+__host__ __device__ constexpr int sg_a_floats(bool ak, int bm, int chunk) {
+  return ak ? bm * sg_ld_k(chunk) : chunk * (bm + 4);
+}
+__host__ __device__ constexpr int sg_b_floats(bool bk, int chunk) {
+  return bk ? kSgBN * sg_ld_k(chunk) : chunk * (kSgBN + 4);
+}
+// Dynamic shared memory: the panels, later reused for the partials [kSgKS][BM][kSgBN + 1].
+constexpr int sg_smem_bytes(bool ak, bool bk, int bm, int chunk) {
+  const int panels = sg_a_floats(ak, bm, chunk) + sg_b_floats(bk, chunk);
+  const int partials = kSgKS * bm * (kSgBN + 1);
+  return 4 * (panels > partials ? panels : partials);
+}
+static_assert(sg_smem_bytes(false, false, 32, kSgKC) <= 227 * 1024, "panels exceed the H100/H200 block limit");
+
+__device__ __forceinline__ void cp_async16(float* dst, const float* src, int src_bytes) {
+  const auto d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async4(float* dst, const float* src, int src_bytes) {
+  const auto d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// Issues (no wait) the copies of a panel: global element (o, i) = g[o ldg + i] (i the contiguous
+// index) for o in [o0, o0 + o_ext), i in [i0, i0 + i_ext) goes to s[(o - o0) lds + (i - i0)];
+// elements with o >= o_lim or i >= i_lim become 0. i0 and i_ext are multiples of 4. vec: g is
+// 16-byte aligned and ldg % 4 == 0. Consecutive threads take consecutive i (coalesced).
+template <int Threads>
+__device__ __forceinline__ void sg_stage(float* s, int lds, const float* __restrict__ g, std::int64_t ldg, bool vec,
+                                         std::int64_t o0, int o_ext, std::int64_t o_lim, std::int64_t i0, int i_ext,
+                                         std::int64_t i_lim) {
+  if (vec) {
+    const int per_row = i_ext / 4;
+    const int total = o_ext * per_row;
+    for (int t = static_cast<int>(threadIdx.x); t < total; t += Threads) {
+      const int oo = t / per_row, ii = (t - oo * per_row) * 4;
+      const std::int64_t o = o0 + oo, i = i0 + ii;
+      const std::int64_t left = o < o_lim ? i_lim - i : 0;  // valid floats from i on
+      const int n = left <= 0 ? 0 : (left >= 4 ? 4 : static_cast<int>(left));
+      cp_async16(s + oo * lds + ii, n > 0 ? g + o * ldg + i : g, 4 * n);  // n = 0: reads nothing
     }
-  };
-  float acc[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) acc[i] = 0.f;
-  load(0);
-  for (std::int64_t k0 = 0; k0 < K; k0 += kSgBK) {  // uniform over the block
-#pragma unroll
-    for (int i = 0; i < kSgLoads; ++i) {
-      if constexpr (AK) s_a[tx][ty + 4 * i] = ra[i];
-      else s_a[ty + 4 * i][tx] = ra[i];
-      if constexpr (BK) s_b[tx][ty + 4 * i] = rb[i];
-      else s_b[ty + 4 * i][tx] = rb[i];
+  } else {
+    const int total = o_ext * i_ext;
+    for (int t = static_cast<int>(threadIdx.x); t < total; t += Threads) {
+      const int oo = t / i_ext, ii = t - oo * i_ext;
+      const std::int64_t o = o0 + oo, i = i0 + ii;
+      const bool ok = o < o_lim && i < i_lim;
+      cp_async4(s + oo * lds + ii, ok ? g + o * ldg + i : g, ok ? 4 : 0);
     }
-    __syncthreads();
-    if (k0 + kSgBK < K) load(k0 + kSgBK);  // in flight during the math below
-#pragma unroll
-    for (int kk = 0; kk < kSgBK; ++kk) {
-      const float bv = s_b[kk][tx];
-      const float4 a0 = *reinterpret_cast<const float4*>(&s_a[kk][ty * 8]);
-      const float4 a1 = *reinterpret_cast<const float4*>(&s_a[kk][ty * 8 + 4]);
-      acc[0] = fmaf(a0.x, bv, acc[0]);
-      acc[1] = fmaf(a0.y, bv, acc[1]);
-      acc[2] = fmaf(a0.z, bv, acc[2]);
-      acc[3] = fmaf(a0.w, bv, acc[3]);
-      acc[4] = fmaf(a1.x, bv, acc[4]);
-      acc[5] = fmaf(a1.y, bv, acc[5]);
-      acc[6] = fmaf(a1.z, bv, acc[6]);
-      acc[7] = fmaf(a1.w, bv, acc[7]);
-    }
-    __syncthreads();  // s_a / s_b are rewritten for the next tile
   }
-  // Epilogue, as epilogue_kernel: bias, activation, aux in cuBLASLt's layout; or beta C.
-  const std::int64_t col = n0 + tx;
+}
+
+template <Activation A, bool AK, bool BK, int BM>
+__global__ void __launch_bounds__(2 * BM * kSgKS, 1)
+    small_gemm_kernel(float* __restrict__ c, std::int64_t ldc, void* __restrict__ aux, std::int64_t aux_ld,
+                      const float* __restrict__ a, std::int64_t lda, bool a_vec, const float* __restrict__ b,
+                      std::int64_t ldb, bool b_vec, const float* __restrict__ bias, std::int64_t M, std::int64_t N,
+                      std::int64_t K, float beta) {
+  static_assert(BM == 16 || BM == 32, "tile rows");
+  constexpr int kThreads = 2 * BM * kSgKS;
+  constexpr int kGroup = 2 * BM;       // threads per k-group: (BM / 4) x (kSgBN / 4) micro-tiles of 4x4
+  constexpr int kRowStep = BM / 4;     // AK: a thread's rows are tm + kRowStep i
+  constexpr int kColStep = kSgBN / 4;  // BK: a thread's columns are tn + kColStep j
+  constexpr int ldm = BM + 4, ldn = kSgBN + 4, ldr = kSgBN + 1;
+  extern __shared__ float4 sg_smem4[];
+  float* const smem = reinterpret_cast<float*>(sg_smem4);
+  const int chunk = sg_chunk(K);
+  const int ldk = sg_ld_k(chunk);
+  float* const s_a = smem;                                // AK: [BM][ldk] (m, k); else [chunk][ldm] (k, m)
+  float* const s_b = smem + sg_a_floats(AK, BM, chunk);  // BK: [kSgBN][ldk] (n, k); else [chunk][ldn] (k, n)
+  const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * BM;
+  const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * kSgBN;
+  const int grp = static_cast<int>(threadIdx.x) / kGroup, t = static_cast<int>(threadIdx.x) % kGroup;
+  const int tn = t % kColStep, tm = t / kColStep;
+  // Bank layout: in a warp, 8 consecutive lanes share tm and have tn = 0..7. k-contiguous panels:
+  // they read 8 consecutive rows (ld = 4 mod 32: distinct quads) or one row (broadcast); row-
+  // contiguous panels: 8 consecutive float4s of one k row, or one (broadcast).
+  auto row_of = [&](int i) { return AK ? tm + kRowStep * i : 4 * tm + i; };
+  auto col_of = [&](int j) { return BK ? tn + kColStep * j : 4 * tn + j; };
+
+  float acc[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
+
+  for (std::int64_t k0 = 0; k0 < K; k0 += kSgKC) {  // uniform over the block
+    const int kc = static_cast<int>(K - k0 < kSgKC ? K - k0 : kSgKC);
+    const int kc4 = (kc + 3) / 4 * 4;  // <= chunk
+    if constexpr (AK) sg_stage<kThreads>(s_a, ldk, a, lda, a_vec, m0, BM, M, k0, kc4, K);
+    else sg_stage<kThreads>(s_a, ldm, a, lda, a_vec, k0, kc4, K, m0, BM, M);
+    if constexpr (BK) sg_stage<kThreads>(s_b, ldk, b, ldb, b_vec, n0, kSgBN, N, k0, kc4, K);
+    else sg_stage<kThreads>(s_b, ldn, b, ldb, b_vec, k0, kc4, K, n0, kSgBN, N);
+    cp_async_wait_all();
+    __syncthreads();  // every thread's copies have landed
+    // This group's slice [kb, ke) of the chunk, a multiple of 4 deep (trailing groups may be empty).
+    const int per = ((kc4 + kSgKS - 1) / kSgKS + 3) / 4 * 4;
+    const int kb = grp * per, ke = min(kc4, kb + per);
+#pragma unroll 2
+    for (int k = kb; k < ke; k += 4) {
+      float fa[4][4], fb[4][4];  // fa[i][kk] = A(row_of(i), k + kk), fb[j][kk] = B(col_of(j), k + kk)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        if constexpr (AK) {
+          const float4 v = *reinterpret_cast<const float4*>(s_a + row_of(q) * ldk + k);
+          fa[q][0] = v.x; fa[q][1] = v.y; fa[q][2] = v.z; fa[q][3] = v.w;
+        } else {
+          const float4 v = *reinterpret_cast<const float4*>(s_a + (k + q) * ldm + 4 * tm);
+          fa[0][q] = v.x; fa[1][q] = v.y; fa[2][q] = v.z; fa[3][q] = v.w;
+        }
+        if constexpr (BK) {
+          const float4 v = *reinterpret_cast<const float4*>(s_b + col_of(q) * ldk + k);
+          fb[q][0] = v.x; fb[q][1] = v.y; fb[q][2] = v.z; fb[q][3] = v.w;
+        } else {
+          const float4 v = *reinterpret_cast<const float4*>(s_b + (k + q) * ldn + 4 * tn);
+          fb[0][q] = v.x; fb[1][q] = v.y; fb[2][q] = v.z; fb[3][q] = v.w;
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(fa[i][kk], fb[j][kk], acc[i][j]);
+    }
+    __syncthreads();  // the panels are rewritten by the next chunk, or reused for the partials
+  }
+
+  float* const red = smem;  // [kSgKS][BM][ldr]
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) red[(grp * BM + row_of(i)) * ldr + col_of(j)] = acc[i][j];
+  __syncthreads();
+
+  // Epilogue, as epilogue_kernel: group partials in group order, bias, activation, aux in
+  // cuBLASLt's layout; or beta C.
+  constexpr int kWarps = kThreads / 32;
+  const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+  const std::int64_t col = n0 + lane;
   const bool in_range = col < N;
   const float bias_v = (bias && in_range) ? bias[col] : 0.f;
+  for (int r = warp; r < BM; r += kWarps) {
+    const std::int64_t row = m0 + r;
+    if (row >= M) break;  // uniform over the warp
+    float x = red[r * ldr + lane];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const std::int64_t row = m0 + ty * 8 + i;
-    if (row >= M) break;  // uniform over the warp (one ty)
-    float x = acc[i] + bias_v;
+    for (int s = 1; s < kSgKS; ++s) x += red[(s * BM + r) * ldr + lane];
+    x += bias_v;
     if constexpr (A == Activation::relu) {
       if (aux) {
         const unsigned mask = __ballot_sync(0xffffffffu, in_range && x > 0.f);
         // aux_ld is a multiple of 128 and n0 of 32: this warp's columns are exactly one word
-        if (tx == 0) static_cast<std::uint32_t*>(aux)[(row * aux_ld + n0) >> 5] = mask;
+        if (lane == 0) static_cast<std::uint32_t*>(aux)[(row * aux_ld + n0) >> 5] = mask;
       }
       x = x > 0.f ? x : 0.f;
     } else if constexpr (A == Activation::gelu) {
@@ -499,15 +602,46 @@ bool use_small_gemm(std::int64_t m, std::int64_t n, std::int64_t k, LinearMath m
          k <= kSmallMaxK;
 }
 
+template <Activation A, bool AK, bool BK, int BM>
+void launch_small_gemm_tiles(float* c, std::int64_t ldc, void* aux, std::int64_t aux_ld, const float* a,
+                             std::int64_t lda, const float* b, std::int64_t ldb, const float* bias, std::int64_t m,
+                             std::int64_t n, std::int64_t k, float beta, cudaStream_t stream) {
+  auto* const kernel = small_gemm_kernel<A, AK, BK, BM>;
+  const int smem = sg_smem_bytes(AK, BK, BM, sg_chunk(k));
+  if (smem > 48 * 1024) {  // opt in to large dynamic shared memory, once per device
+    static std::atomic<std::uint64_t> opted{0};
+    int device = 0;
+    FH_CHECK(cudaGetDevice(&device));
+    const std::uint64_t bit = device < 64 ? std::uint64_t{1} << device : 0;
+    if (bit == 0 || (opted.load(std::memory_order_relaxed) & bit) == 0) {
+      FH_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    sg_smem_bytes(AK, BK, BM, kSgKC)));
+      opted.fetch_or(bit, std::memory_order_relaxed);
+    }
+  }
+  // 16-byte copies need every run start aligned: the base and every row (ld % 4 == 0); the
+  // contiguous index of a run is always a multiple of 4 (k0, m0, n0 and the run offsets are).
+  const bool a_vec = aligned16(a) && lda % 4 == 0;
+  const bool b_vec = aligned16(b) && ldb % 4 == 0;
+  // m * n <= kSmallOutputs keeps grid.y = ceil(m / BM) <= 2^14, far below 65535
+  const dim3 grid(static_cast<unsigned>(ceil_div(n, kSgBN)), static_cast<unsigned>(ceil_div(m, BM)));
+  kernel<<<grid, 2 * BM * kSgKS, static_cast<std::size_t>(smem), stream>>>(c, ldc, aux, aux_ld, a, lda, a_vec, b,
+                                                                          ldb, b_vec, bias, m, n, k, beta);
+  FH_CHECK_LAUNCH();
+}
+
 template <Activation A, bool AK, bool BK>
 void launch_small_gemm(float* c, std::int64_t ldc, void* aux, std::int64_t aux_ld, const float* a, std::int64_t lda,
                        const float* b, std::int64_t ldb, const float* bias, std::int64_t m, std::int64_t n,
                        std::int64_t k, float beta, cudaStream_t stream) {
-  // m * n <= kSmallOutputs keeps grid.y = ceil(m / 32) far below 65535
-  const dim3 grid(static_cast<unsigned>(ceil_div(n, kSgBN)), static_cast<unsigned>(ceil_div(m, kSgBM)));
-  small_gemm_kernel<A, AK, BK><<<grid, kSgThreads, 0, stream>>>(c, ldc, aux, aux_ld, a, lda, b, ldb, bias, m, n, k,
-                                                                beta);
-  FH_CHECK_LAUNCH();
+  // 32-row tiles while they still cover >= 3/4 of the SMs (the 512-row stacked forward: 128
+  // tiles), else 16-row tiles (256 x 256: 128 tiles instead of 64). The result does not depend
+  // on the choice (same summation order).
+  const std::int64_t tiles32 = ceil_div(n, kSgBN) * ceil_div(m, 32);
+  if (4 * tiles32 >= 3 * static_cast<std::int64_t>(sm_count()))
+    launch_small_gemm_tiles<A, AK, BK, 32>(c, ldc, aux, aux_ld, a, lda, b, ldb, bias, m, n, k, beta, stream);
+  else
+    launch_small_gemm_tiles<A, AK, BK, 16>(c, ldc, aux, aux_ld, a, lda, b, ldb, bias, m, n, k, beta, stream);
 }
 
 // out (B, out_f) = act(in (B, in_f) W^T + bias): A = in (k-contiguous), B = W (k-contiguous).

@@ -3,6 +3,7 @@
 // references, plus central finite differences of the GPU forward.
 #include "support/gpu_test.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iterator>
@@ -347,6 +348,102 @@ TEST_F(LinearTest, BackwardIsDeterministic) {
   linear_backward(nullptr, nullptr, d_b2.data(), nullptr, d_up.data(), aux.data(), nullptr, nullptr, sh.batch, sh.in,
                   sh.out, Activation::gelu, false, lane());
   EXPECT_EQ(test::download(d_b1, s()), test::download(d_b2, s()));
+}
+
+// ---- the small-GEMM kernel's edges --------------------------------------------------------
+// Shapes that hit its corners (through all three launchers: forward A·B^T k-contiguous, d_weight
+// both operands row-contiguous, d_in mixed): K = 1 and K = 3 (one partial 4-deep step, most
+// k-groups empty), K = 1000 (several staged chunks, a partial last one), odd M and N (partial
+// tiles, ld not a multiple of 4: 4-byte copies), ld multiples of 4 (16-byte copies), N = 1, and
+// the learner's layers (256 x 256 outputs: 16-row tiles; 512 stacked rows: 32-row tiles on an H200).
+TEST_F(LinearTest, SmallGemmEdgeShapes) {
+  SCOPED_TRACE(seed_note());
+  const Shape3 shapes[] = {{50, 1, 70},    {70, 3, 33},    {1, 70, 50},    {33, 1000, 40}, {1000, 40, 33},
+                           {1000, 33, 40}, {13, 1024, 17}, {256, 64, 256}, {512, 256, 256}, {512, 256, 1},
+                           {96, 20, 64}};
+  for (Shape3 sh : shapes)
+    for (Activation act : kActs) {
+      check_forward(sh, act, true, false, rng(), lane());
+      check_backward(sh, act, act != Activation::identity, false, rng(), lane());
+    }
+}
+
+// Views at odd float offsets (a row-major tensor inside a larger buffer): ld is a multiple of 4
+// (64, 256) but no row is 16-byte aligned, so the kernel must take its 4-byte copies. The floats
+// just outside each view are NaN: reading them into a result, or writing them, fails the test.
+TEST_F(LinearTest, SmallGemmUnalignedViews) {
+  SCOPED_TRACE(seed_note());
+  const float nan = std::nanf("");
+  // host copy of v between two NaN guards; the view is data() + 1
+  auto guarded = [&](const std::vector<float>& v) {
+    std::vector<float> g(v.size() + 2, nan);
+    std::copy(v.begin(), v.end(), g.begin() + 1);
+    return test::upload(g, s());
+  };
+  auto guards_intact = [&](const DeviceBuffer<float>& buf) {
+    const auto h = test::download(buf, s());
+    return std::isnan(h.front()) && std::isnan(h.back());
+  };
+  for (Shape3 sh : {Shape3{256, 64, 256}, Shape3{37, 64, 128}})
+    for (Activation act : kActs) {
+      SCOPED_TRACE(describe(sh, act, true));
+      const Problem p = make_problem(sh, true, rng());
+      const auto up = test::random_normal(static_cast<std::size_t>(sh.batch * sh.out), 0.f, 1.f, rng());
+      auto x = guarded(p.x), w = guarded(p.w), b = guarded(p.b), d_up = guarded(up);
+      DeviceBuffer<float> y(up.size() + 2), d_in(p.x.size() + 2), d_w(p.w.size() + 2), d_b(p.b.size() + 2),
+          scratch(up.size());
+      DeviceBuffer<std::byte> aux(linear_aux_bytes(sh.batch, sh.out, act));
+      for (auto* buf : {&y, &d_in, &d_w, &d_b}) test::poison(*buf, s());
+      linear_forward(y.data() + 1, aux.data(), x.data() + 1, w.data() + 1, b.data() + 1, sh.batch, sh.in, sh.out, act,
+                     lane());
+      linear_backward(d_in.data() + 1, d_w.data() + 1, d_b.data() + 1, scratch.data(), d_up.data() + 1, aux.data(),
+                      x.data() + 1, w.data() + 1, sh.batch, sh.in, sh.out, act, false, lane());
+      std::vector<double> ref(p.pre.size()), mag(p.pre.size());
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        ref[i] = act_ref(act, p.pre[i]);
+        mag[i] = p.pre_mag[i] * std::max(1.0, std::abs(act_grad_ref(act, p.pre[i])));
+      }
+      EXPECT_TRUE(close_by_magnitude(test::download(y.data() + 1, ref.size(), s()), ref, mag, 1e-5)) << "y";
+      const Backward r = backward_ref(p, act, up);
+      EXPECT_TRUE(close_by_magnitude(test::download(d_in.data() + 1, r.d_in.size(), s()), r.d_in, r.d_in_mag, 1e-5))
+          << "d_in";
+      EXPECT_TRUE(close_by_magnitude(test::download(d_w.data() + 1, r.d_w.size(), s()), r.d_w, r.d_w_mag, 1e-5))
+          << "d_weight";
+      EXPECT_TRUE(close_by_magnitude(test::download(d_b.data() + 1, r.d_b.size(), s()), r.d_b, r.d_b_mag, 1e-5))
+          << "d_bias";
+      EXPECT_TRUE(guards_intact(y)) << "y written out of range";
+      EXPECT_TRUE(guards_intact(d_in)) << "d_in written out of range";
+      EXPECT_TRUE(guards_intact(d_w)) << "d_weight written out of range";
+      EXPECT_TRUE(guards_intact(d_b)) << "d_bias written out of range";
+    }
+}
+
+// The small kernel's summation order depends on K only: the first rows of a stacked forward
+// ([s; s'], 512 rows: 32-row tiles on an H200) equal, bit for bit, the forward of those rows alone
+// (256 rows: 16-row tiles), as do their ReLU masks.
+TEST_F(LinearTest, SmallGemmStackedRowsAreBitwiseEqual) {
+  SCOPED_TRACE(seed_note());
+  for (Shape3 half : {Shape3{256, 256, 256}, Shape3{256, 64, 256}, Shape3{100, 300, 96}}) {
+    SCOPED_TRACE(describe(half, Activation::relu, true));
+    const Shape3 full{2 * half.batch, half.in, half.out};
+    const Problem p = make_problem(full, true, rng());
+    DeviceProblem d(p, s());
+    DeviceBuffer<float> y_full(static_cast<std::size_t>(full.batch * full.out)),
+        y_half(static_cast<std::size_t>(half.batch * half.out));
+    DeviceBuffer<std::byte> aux_full(linear_aux_bytes(full.batch, full.out, Activation::relu)),
+        aux_half(linear_aux_bytes(half.batch, half.out, Activation::relu));
+    test::poison(y_full, s());
+    test::poison(y_half, s());
+    linear_forward(y_full.data(), aux_full.data(), d.x.data(), d.w.data(), d.bias(), full.batch, full.in, full.out,
+                   Activation::relu, lane());
+    linear_forward(y_half.data(), aux_half.data(), d.x.data(), d.w.data(), d.bias(), half.batch, half.in, half.out,
+                   Activation::relu, lane());
+    EXPECT_EQ(test::download(y_full.data(), y_half.size(), s()), test::download(y_half, s()));
+    auto words = [&](const DeviceBuffer<std::byte>& aux, std::size_t bytes) {
+      return test::download(reinterpret_cast<const std::uint32_t*>(aux.data()), bytes / 4, s());
+    };
+    EXPECT_EQ(words(aux_full, aux_half.size()), words(aux_half, aux_half.size())) << "relu mask";
+  }
 }
 
 // Central differences of L = sum(upstream * y) over the GPU forward, for a few elements of x, W
