@@ -1,0 +1,156 @@
+// ActorEndToEnd: a SHORT run of the real DQN pipeline (actors/stage_factory make_stages:
+// CartPole-v1, prioritized 3-step replay, dueling, double DQN, Polyak target, Huber, gradient
+// clipping), sized for compute-sanitizer memcheck/racecheck (about 320 updates, 96 collects; well
+// under 2 s on an H200 uninstrumented), once per completion mode (host functions in the streams,
+// or the CompletionPoller with the low-latency scheduler). It must complete with the configured
+// counts, one periodic and one final checkpoint, a final checkpoint whose learner loads into a
+// fresh learner bit for bit equal to the run's learner, and (when CUPTI is free, i.e. not under
+// the sanitizer) no device-to-host copy before the periodic checkpoint.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "actors/dqn_stages.hpp"
+#include "actors/pipeline.hpp"
+#include "actors/run_config.hpp"
+#include "actors/stage_factory.hpp"
+#include "gpu/transfer_audit.hpp"
+#include "tests/actors/gpu_actor_support.hpp"
+#include "tests/support/gpu_test.hpp"
+
+using namespace foxhunt;
+using namespace foxhunt::actors;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::int64_t kTotal = 3072;            // 96 collects of 32 envs
+constexpr std::int64_t kCheckpointEvery = 2048;  // exactly one periodic checkpoint below kTotal
+// The audit window: from the start of the run until the first progress report at >= kAuditTo env
+// steps (the learner has run ~60 updates by then), before the periodic checkpoint, whose file
+// writes copy device to host. When that checkpoint had already begun as the audit stopped (its
+// directory exists), the window is void instead of failing.
+constexpr std::int64_t kAuditTo = 1024;
+
+bool checkpoint_begun(const fs::path& root) {
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.path().filename().string().rfind("step_", 0) == 0) return true;
+  return false;
+}
+
+class ActorEndToEnd : public test::GpuTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(ActorEndToEnd, ShortDqnRunCheckpointsAndReloads) {
+  const std::string completions = GetParam();
+  RunHooks hooks;
+  e2e::CompletionMode mode(completions, hooks);  // before the stages: they are built and drained under it
+  const RunConfig cfg =
+      parse_run_config(e2e::small_cartpole_toml(kTotal, kCheckpointEvery, completions), "ActorEndToEnd");
+  PipelineStages stages = make_stages(cfg, std::nullopt);
+  auto learner = std::dynamic_pointer_cast<DqnLearnerStage>(stages.learner);
+  ASSERT_NE(learner, nullptr);
+
+  const fs::path dir = e2e::fresh_dir("actor_e2e_" + completions);
+  hooks.store = std::make_shared<CheckpointStore>(dir);
+  hooks.stall_timeout = std::chrono::seconds(60);  // generous: compute-sanitizer slows every kernel 50-100x
+  hooks.progress_interval = std::chrono::milliseconds(10);
+  std::atomic<int> stop{0};
+  hooks.stop_signal = &stop;
+
+  std::string audit_why;
+  bool audit_possible = gpu::TransferAudit::available(&audit_why);
+  gpu::TransferAudit audit;
+  bool audit_done = false, audit_void = false;
+  gpu::TransferCounts counts;
+  std::int64_t audit_end_steps = 0;
+  if (audit_possible) {
+    try {
+      audit.start();
+    } catch (const std::exception& e) {
+      audit_possible = false;
+      audit_why = e.what();
+    }
+  }
+  hooks.on_progress = [&](const ProgressSnapshot& s) {
+    if (s.seconds > 400) stop.store(2);  // a hang fails (stop flag asserted below), even under a sanitizer
+    if (audit.running() && s.counters.env_steps >= kAuditTo) {
+      counts = audit.stop();
+      audit_done = true;
+      audit_end_steps = s.counters.env_steps;
+      audit_void = checkpoint_begun(dir);  // the checkpoint's copies may be in the counts
+    }
+  };
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const RunResult r = e2e::run_watched(cfg.pipeline_config(), stages, hooks, std::chrono::seconds(500));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (audit.running()) audit.stop();
+  std::printf("  ActorEndToEnd/%s: %.2f s (start-up %.0f ms, shutdown %.0f ms, checkpoint %.0f ms), %lld env steps, "
+              "%lld updates, %lld policies\n",
+              completions.c_str(), seconds, r.startup_ms, r.shutdown_ms, r.after_ms,
+              static_cast<long long>(r.counters.env_steps), static_cast<long long>(r.counters.updates),
+              static_cast<long long>(r.counters.policy_version));
+
+  EXPECT_EQ(stop.load(), 0) << "the run had to be stopped by the test's deadline";
+  ASSERT_EQ(r.outcome.kind, RunOutcome::Kind::completed) << r.outcome.reason;
+  EXPECT_EQ(r.exit_code(), 0) << r.checkpoint_error;
+
+  // Counters as configured: every slot inserted; updates within what the replay ratio allows at
+  // the end and what it must have allowed when the last slot went back to the collector (at most
+  // `slots` slots later), less the slack; at most one policy per sync_every updates.
+  EXPECT_EQ(r.counters.env_steps, kTotal);
+  const ReplayRatio ratio(cfg.pipeline.replay_ratio, cfg.pipeline.learning_starts, cfg.pipeline.ratio_slack,
+                          cfg.replay.batch_size);
+  const std::int64_t last_release = kTotal - cfg.pipeline.slots * e2e::kEnvs * cfg.env.steps_per_slot;
+  EXPECT_LE(r.counters.updates, ratio.allowed_updates(kTotal));
+  EXPECT_GE(r.counters.updates, ratio.allowed_updates(last_release) - cfg.pipeline.ratio_slack);
+  EXPECT_GE(r.counters.policy_version, 1);
+  EXPECT_LE(r.counters.policy_version, r.counters.updates / cfg.pipeline.sync_every);
+
+  // Checkpoints: exactly one periodic (at >= 2048 env steps, the next would be at 4096) and the
+  // final one, which carries the learner, the collector and the replay buffer.
+  ASSERT_TRUE(r.final_checkpoint.has_value()) << r.checkpoint_error;
+  const fs::path final_dir = *r.final_checkpoint;
+  EXPECT_EQ(e2e::checkpoints_under(dir, final_dir), 1) << "periodic checkpoints (every " << kCheckpointEvery << ")";
+  for (const char* f : {"counters.json", "learner.online.safetensors", "learner.target.safetensors", "learner.state.bin",
+                        "collector.json", "collector.policy.online.safetensors", GpuReplayStage::kCheckpointFile})
+    EXPECT_TRUE(fs::exists(final_dir / f)) << f;
+  EXPECT_TRUE(e2e::counters_equal(CheckpointStore::read_counters(final_dir), r.counters));
+  {
+    e2e::LearnerContents loaded;
+    e2e::expect_learner_loads(cfg, final_dir, &loaded);
+    const e2e::LearnerContents live = e2e::contents_of(learner->learner());
+    EXPECT_EQ(e2e::differences(loaded, live), "") << "the final checkpoint is not the run's final learner state";
+    EXPECT_EQ(live.state.updates_attempted, r.counters.updates) << "every enqueued update ran exactly once";
+    EXPECT_GT(live.state.updates_applied, 0);
+    EXPECT_EQ(live.state.skips_total, 0u) << "non-finite losses or gradients";
+  }
+  // The periodic checkpoint loads too.
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0 && e.path() != final_dir &&
+        !e.path().filename().string().ends_with(".tmp"))
+      e2e::expect_learner_loads(cfg, e.path());
+
+  if (!audit_possible) {
+    std::printf("  transfer audit skipped: %s\n", audit_why.c_str());
+  } else if (!audit_done || audit_void) {
+    std::printf("  transfer audit void: it ended at %lld env steps, after the periodic checkpoint (at %lld) began\n",
+                static_cast<long long>(audit_end_steps), static_cast<long long>(kCheckpointEvery));
+  } else {
+    std::printf("  transfer audit over the first %lld env steps: %s\n", static_cast<long long>(audit_end_steps),
+                counts.str().c_str());
+    EXPECT_EQ(counts.device_to_host, 0) << counts.str();
+    EXPECT_EQ(counts.dropped_records, 0u) << "CUPTI dropped records: the count is only a lower bound";
+  }
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(, ActorEndToEnd, ::testing::Values(std::string("hostfn"), std::string("polled")),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+}  // namespace
