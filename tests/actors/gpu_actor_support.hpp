@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 // CartPole-v1 with every learner feature the DQN pipeline has on at once: prioritized replay with
 // 3-step returns, dueling heads, double DQN, a Polyak target, Huber loss, gradient clipping.
 // 32 envs: one slot is 32 transitions, so every count below is a whole number of slots.
-// Updates = replay_ratio * (total - learning_starts): 320 for total 3072.
+// Updates = replay_ratio * (total - learning_starts): 200 for total 2112.
 constexpr std::int64_t kEnvs = 32;
 constexpr std::int64_t kLearningStarts = 512;
 inline std::string small_cartpole_toml(std::int64_t total_env_steps, std::int64_t checkpoint_every,
