@@ -199,7 +199,8 @@ inline void expect_learner_loads(const RunConfig& cfg, const fs::path& checkpoin
 // A second run from `checkpoint` as `foxhunt train --resume` starts one: counters from its
 // counters.json, stages built with it as the resume directory, `more_steps` further env steps
 // (a whole number of slots). Must complete with a final checkpoint that loads.
-inline void expect_resumes(const fs::path& checkpoint, std::int64_t more_steps, const std::string& completions = "hostfn") {
+inline void expect_resumes(const fs::path& checkpoint, std::int64_t more_steps,
+                           const std::string& completions = "hostfn") {
   SCOPED_TRACE("resume from " + checkpoint.string());
   Counters start;
   ASSERT_NO_THROW(start = CheckpointStore::read_counters(checkpoint));

@@ -2,11 +2,12 @@
 // CartPole-v1, prioritized 3-step replay, dueling, double DQN, Polyak target, Huber, gradient
 // clipping), sized for compute-sanitizer memcheck/racecheck (200 updates, 66 collects: about 6k
 // kernel launches and 300 completions; well under 2 s on an H200 uninstrumented; the sanitizers
-// cost milliseconds per launch and far more per host function), once per completion mode (host functions in the streams,
-// or the CompletionPoller with the low-latency scheduler). It must complete with the configured
-// counts, one periodic and one final checkpoint, a final checkpoint whose learner loads into a
-// fresh learner bit for bit equal to the run's learner, and (when CUPTI is free, i.e. not under
-// the sanitizer) no device-to-host copy from the start of the run to the periodic checkpoint.
+// cost milliseconds per launch and far more per host function), once per completion mode (host
+// functions in the streams, or the CompletionPoller with the low-latency scheduler). It must
+// complete with the configured counts, one periodic and one final checkpoint, a final checkpoint
+// whose learner loads into a fresh learner bit for bit equal to the run's learner, and (when CUPTI
+// is free, i.e. not under the sanitizer) no device-to-host copy from the start of the run to the
+// periodic checkpoint.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -146,7 +147,8 @@ TEST_P(ActorEndToEnd, ShortDqnRunCheckpointsAndReloads) {
   // final one, which carries the learner, the collector and the replay buffer.
   ASSERT_TRUE(r.final_checkpoint.has_value()) << r.checkpoint_error;
   const fs::path final_dir = *r.final_checkpoint;
-  EXPECT_EQ(e2e::checkpoints_under(dir, final_dir), 1) << "periodic checkpoints (every " << kCheckpointEvery << ")";
+  EXPECT_EQ(e2e::checkpoints_under(dir, final_dir), 1)
+      << "periodic checkpoints (every " << kCheckpointEvery << " env steps)";
   for (const char* f : {"counters.json", "learner.online.safetensors", "learner.target.safetensors", "learner.state.bin",
                         "collector.json", "collector.policy.online.safetensors", GpuReplayStage::kCheckpointFile})
     EXPECT_TRUE(fs::exists(final_dir / f)) << f;

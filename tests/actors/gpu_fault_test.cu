@@ -250,7 +250,8 @@ constexpr std::int64_t kChildMinUpdates = 100;
 TEST_F(ActorFault, StickyDeviceFaultChild) {
   const char* where = std::getenv(kChildEnv);
   if (where == nullptr || *where == '\0')
-    GTEST_SKIP() << "runs only as the child process of ActorFault.StickyDeviceFaultInChildProcessLeavesLoadableCheckpoint";
+    GTEST_SKIP() << "runs only as the child process of "
+                    "ActorFault.StickyDeviceFaultInChildProcessLeavesLoadableCheckpoint";
   const fs::path dir(where);
   const RunConfig cfg = parse_run_config(e2e::small_cartpole_toml(kEndless, kChildCheckpointEvery), "child");
   PipelineStages stages = make_stages(cfg, std::nullopt);

@@ -157,7 +157,8 @@ TEST_P(ActorTraining, DqnLearnsCartPoleWithNoDeviceToHostCopies) {
   ASSERT_TRUE(collector->episode_stats().try_read(st)) << "the final episode-statistics export did not complete";
   std::printf("  ActorTraining/%s: %.1f s, %lld env steps, %lld updates, %lld policies; last %lld steps: mean return "
               "%.1f over %.0f episodes (>= %.0f: %s); last progress return %.1f\n",
-              completions.c_str(), seconds, static_cast<long long>(r.counters.env_steps), static_cast<long long>(r.counters.updates),
+              completions.c_str(), seconds, static_cast<long long>(r.counters.env_steps),
+              static_cast<long long>(r.counters.updates),
               static_cast<long long>(r.counters.policy_version), static_cast<long long>(kWindow), st.mean_return,
               st.episodes, kSolvedV1, st.mean_return >= kSolvedV1 ? "yes" : "no", last_return);
   EXPECT_GE(st.episodes, kMinEpisodes) << "too few finished episodes in the last window";
