@@ -32,14 +32,19 @@ read -r -a sanitizer_gpus <<<"${FOXHUNT_SANITIZER_GPUS:-$sanitizer_gpu}"
 "$dist/bin/foxhunt" devices | tee "$out/devices.txt"
 
 # Not under the sanitizers: two graph tests provoke CUDA API errors on purpose (a sync inside a
-# capture must throw), which the sanitizer counts; the learning suites train for minutes and
+# capture must throw), which the sanitizer counts; so do ActorFault.* (an invalid launch
+# configuration, and a null-pointer write that kills the CUDA context of a child process); the
+# ActorKill.* runs are ActorEndToEnd's kernels and shutdown path plus an actor exit, twice over
+# (the kill and the resume), too long for a shard; the learning suites train for minutes and
 # would take hours under instrumentation (their kernels are the ones the other tests exercise).
 learning="DqnLearning.*:ActorTraining.*:ActorMarket.*:ActorResume.*"
 learning_run=${FOXHUNT_LEARNING:-$learning}  # which of them run (a gtest filter)
-sanitizer_filter="$filter-GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest.UncheckedSyncInvalidatesCaptureAndThrows:$learning"
+provoked="GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest.UncheckedSyncInvalidatesCaptureAndThrows:ActorFault.*:ActorKill.*"
+sanitizer_filter="$filter-$provoked:$learning"
 # Tests that take minutes under instrumentation (the end-to-end actor runs, short trainings): each
-# gets its own sanitizer process per tool, so a shard never waits behind them.
-solo=${FOXHUNT_SANITIZER_SOLO:-GpuPipelineTest.*:DqnTrainerTest.LearnsContextualBandit:DqnLearnerTest.EveryVariantFitsFixedTargets:DqnLearnerTest.GraphReplayEqualsEagerBitwise:LayerNormTest.BackwardMatchesFiniteDifferences}
+# gets its own sanitizer process per tool, so a shard never waits behind them. ActorEndToEnd.*
+# is the sanitizer-sized run of the real DQN pipeline (one per completion mode).
+solo=${FOXHUNT_SANITIZER_SOLO:-ActorEndToEnd.*:GpuPipelineTest.*:DqnTrainerTest.LearnsContextualBandit:DqnLearnerTest.EveryVariantFitsFixedTargets:DqnLearnerTest.GraphReplayEqualsEagerBitwise:LayerNormTest.BackwardMatchesFiniteDifferences}
 learning_gpu=${FOXHUNT_LEARNING_GPU:-$sanitizer_gpu}  # 0: after the benchmarks, beside the suite
 
 # One sanitizer run over the whole suite takes longer than a device call allows: gtest shards,

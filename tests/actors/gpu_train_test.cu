@@ -1,6 +1,8 @@
 // End to end on the device: run_pipeline with the real DQN stages (actors/dqn_stages) learns
 // CartPole-v1, and in steady state nothing leaves the device by a copy (only the metrics exits,
-// which are kernel writes to mapped memory, not memcpys).
+// which are kernel writes to mapped memory, not memcpys). Once per completion mode: host functions
+// in the streams ("hostfn") and the CompletionPoller with the low-latency scheduler ("polled"),
+// as `[pipeline] completions` selects them (actors/train_run.cpp).
 //
 // Settings: CleanRL's dqn.py (as tests/rl/dqn_learning_test.cu's CartPolePlainDqnCleanRlSettings,
 // where the synchronous DqnTrainer reaches a mean return >= 475 over the last 50k of 500k steps):
@@ -8,9 +10,10 @@
 // updates per env step, hard target copy every 50 updates, epsilon 1 -> 0.05 over 250k, MSE
 // against max_a Q_target, no clipping. The pipeline differs from the synchronous driver in that
 // the collector acts with a policy up to sync_every (50) updates old and the replay ratio holds
-// only on average (ratio_slack), so the asserted threshold is the documented "clearly learned"
-// one, a mean return >= 195 over the episodes of the last 50k env steps (CartPole-v0's solved
-// line; a random policy scores ~22); whether 475 is also reached is printed, not asserted.
+// only on average (ratio_slack). Asserted: the issue's threshold, CartPole-v1's solved line, a
+// mean return >= 475 over the episodes of the last 50k env steps (at least 90 of them, so the
+// mean is over about the last 100 episodes); a random policy scores ~22. An H200 run of the
+// hostfn mode: 495.3 over 102 episodes in 5.7 s.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -20,11 +23,13 @@
 #include <filesystem>
 #include <memory>
 
+#include "actors/completion_poller.hpp"
 #include "actors/dqn_stages.hpp"
 #include "actors/pipeline.hpp"
 #include "actors/run_config.hpp"
 #include "actors/stage_factory.hpp"
 #include "gpu/transfer_audit.hpp"
+#include "tests/actors/gpu_actor_support.hpp"
 #include "tests/support/gpu_test.hpp"
 
 using namespace foxhunt;
@@ -75,15 +80,19 @@ every_env_steps = 0
 )";
 
 constexpr std::int64_t kWindow = 50'000;           // episode statistics window (the last one is asserted)
-constexpr double kSolvedV0 = 195.0;                // asserted
-constexpr double kSolvedV1 = 475.0;                // reported
+constexpr double kSolvedV1 = 475.0;                // asserted: mean return over the last window
+constexpr double kMinEpisodes = 90;                // finished episodes in that window (~100 at 475-500)
 constexpr std::int64_t kAuditFrom = 30'000, kAuditTo = 90'000;  // steady state: learning, no checkpoints
 constexpr auto kDeadline = std::chrono::seconds(150);  // the run is stopped (and the test fails) after this
 
-class ActorTraining : public test::GpuTest {};
+class ActorTraining : public test::GpuTest, public ::testing::WithParamInterface<std::string> {};
 
-TEST_F(ActorTraining, DqnLearnsCartPoleWithNoDeviceToHostCopies) {
-  const RunConfig cfg = parse_run_config(kCartPoleClean, "gpu_train_test");
+TEST_P(ActorTraining, DqnLearnsCartPoleWithNoDeviceToHostCopies) {
+  const std::string completions = GetParam();
+  RunHooks hooks;
+  e2e::CompletionMode mode(completions, hooks);  // before the stages: they are built and drained under it
+  RunConfig cfg = parse_run_config(kCartPoleClean, "gpu_train_test");
+  cfg.pipeline.completions = completions;
   StageOptions opt;
   opt.stats_every = kWindow;
   PipelineStages stages = make_stages(cfg, std::nullopt, opt);
@@ -92,7 +101,6 @@ TEST_F(ActorTraining, DqnLearnsCartPoleWithNoDeviceToHostCopies) {
 
   const auto dir = std::filesystem::temp_directory_path() / ("foxhunt_actor_training_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  RunHooks hooks;
   hooks.store = std::make_shared<CheckpointStore>(dir);
   hooks.stall_timeout = std::chrono::seconds(30);
   hooks.progress_interval = std::chrono::milliseconds(100);
@@ -147,13 +155,15 @@ TEST_F(ActorTraining, DqnLearnsCartPoleWithNoDeviceToHostCopies) {
   // complete; try_read never blocks.
   rl::EpisodeStats st{};
   ASSERT_TRUE(collector->episode_stats().try_read(st)) << "the final episode-statistics export did not complete";
-  std::printf("  ActorTraining: %.1f s, %lld env steps, %lld updates, %lld policies; last %lld steps: mean return "
+  std::printf("  ActorTraining/%s: %.1f s, %lld env steps, %lld updates, %lld policies; last %lld steps: mean return "
               "%.1f over %.0f episodes (>= %.0f: %s); last progress return %.1f\n",
-              seconds, static_cast<long long>(r.counters.env_steps), static_cast<long long>(r.counters.updates),
+              completions.c_str(), seconds, static_cast<long long>(r.counters.env_steps),
+              static_cast<long long>(r.counters.updates),
               static_cast<long long>(r.counters.policy_version), static_cast<long long>(kWindow), st.mean_return,
               st.episodes, kSolvedV1, st.mean_return >= kSolvedV1 ? "yes" : "no", last_return);
-  EXPECT_GE(st.episodes, 50) << "too few finished episodes in the last window";
-  EXPECT_GE(st.mean_return, kSolvedV0) << "the actor pipeline did not learn CartPole";
+  EXPECT_GE(st.episodes, kMinEpisodes) << "too few finished episodes in the last window";
+  EXPECT_GE(st.mean_return, kSolvedV1) << "the actor pipeline did not solve CartPole-v1 (mean return over the last "
+                                       << kWindow << " env steps)";
 
   if (!audit_possible) {
     std::printf("  transfer audit skipped: %s\n", audit_why.c_str());
@@ -165,5 +175,8 @@ TEST_F(ActorTraining, DqnLearnsCartPoleWithNoDeviceToHostCopies) {
   }
   std::filesystem::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(, ActorTraining, ::testing::Values(std::string("hostfn"), std::string("polled")),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
