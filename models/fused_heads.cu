@@ -77,6 +77,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   const std::int64_t K = branches * actions;
   const int V = duel ? 1 : 0;
   const int O = static_cast<int>(V + K);  // <= MaxO (host-checked)
+  // Lane o's bias (o < O), loaded once and in flight with the first row's loads (no bias: 0, as the
+  // s + 0 of a bias-less Dense)
+  float lane_bias = 0.f;
+  if (lane < O) {
+    const float* bias = lane < V ? vb : ab;
+    if (bias) lane_bias = bias[lane < V ? 0 : lane - V];
+  }
   for (std::int64_t b = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp; b < batch;
        b += static_cast<std::int64_t>(gridDim.x) * kWarps) {  // warp-uniform
     const float* hr = h + b * hidden;
@@ -109,16 +116,11 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int o = 0; o < MaxO; ++o) acc[o] += __shfl_xor_sync(0xffffffffu, acc[o], offset);
     }
-    if (lane == 0) {
+    float mine = 0.f;  // lane o < O stores output o (a select chain: acc[] stays in registers)
 #pragma unroll
-      for (int o = 0; o < MaxO; ++o) {
-        if (o < O) {
-          const bool is_v = o < V;
-          const float* bias = is_v ? vb : ab;
-          s_out[warp][o] = acc[o] + (bias ? bias[is_v ? 0 : o - V] : 0.f);
-        }
-      }
-    }
+    for (int o = 0; o < MaxO; ++o)
+      if (o == lane) mine = acc[o];
+    if (lane < O) s_out[warp][lane] = mine + lane_bias;
     __syncwarp();
     for (std::int64_t k = lane; k < K; k += 32) {
       float out;
