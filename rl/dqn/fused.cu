@@ -219,6 +219,8 @@ __global__ void __launch_bounds__(gpu::kBlock)
   if (!last) return;  // uniform over the block
   __threadfence();
   float s = 0.f;
+  // the loads of a thread's partials in flight together; the adds keep their order
+#pragma unroll 4
   for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += blockDim.x) s += __ldcg(partials + i);
   s = gpu::block_sum(s);
   if (threadIdx.x == 0) {
