@@ -338,25 +338,29 @@ __global__ void __launch_bounds__(gpu::kBlock)
   const float4 p_first = first ? p4[tid] : zero4, m_first = first ? m4[tid] : zero4;
   const float4 v_first = first ? v4[tid] : zero4, g_first = first ? g4[tid] : zero4;
   const float4 t_first = first && !copy ? t4[tid] : zero4;
-  __shared__ AdamConstants sc;
-  __shared__ float s_scale;
+  static_assert(gpu::kBlock >= 64, "threads 0 and 32 fold the Adam constants");
+  __shared__ float s_scale, s_decay, s_step, s_bc2;
   __shared__ bool s_skip;
   __shared__ std::int64_t s_applied;  // updates_applied before this update
+  // adam_device_kernel's folding, in double; its two pow() chains in two warps at once (thread 0:
+  // the state and the step size, thread 32: the second bias correction; kBlock >= 64 threads)
   if (threadIdx.x == 0) {
     s_skip = st->skip != 0u;
     s_applied = st->updates_applied;
     s_scale = ap.clip ? st->clip_scale : 1.f;
-    // adam_device_kernel's folding, in double
     const double t = static_cast<double>(s_applied + 1);
     const double l = static_cast<double>(st->lr);
-    AdamConstants k = ap.c;
-    k.decay_factor = ap.decoupled ? static_cast<float>(1.0 - l * ap.weight_decay) : 1.f;
-    k.step_size = static_cast<float>(l / (1.0 - pow(static_cast<double>(ap.beta1), t)));
-    k.bc2_sqrt = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(k.beta2), t)));
-    sc = k;
+    s_decay = ap.decoupled ? static_cast<float>(1.0 - l * ap.weight_decay) : 1.f;
+    s_step = static_cast<float>(l / (1.0 - pow(static_cast<double>(ap.beta1), t)));
+  } else if (threadIdx.x == 32) {
+    const double t = static_cast<double>(st->updates_applied + 1);
+    s_bc2 = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(ap.c.beta2), t)));
   }
   __syncthreads();
-  const AdamConstants k = sc;
+  AdamConstants k = ap.c;
+  k.decay_factor = s_decay;
+  k.step_size = s_step;
+  k.bc2_sqrt = s_bc2;
   const float scale = s_scale;
   const bool skip = s_skip;
   const std::int64_t applied = s_applied + (skip ? 0 : 1);
