@@ -45,19 +45,45 @@ __device__ __forceinline__ float dot_part(typename VecT<Vec>::type x, typename V
   }
 }
 
+// Column chunks (32 * Vec columns each) a lane loads per step of the row kernels: two while the
+// weights of both fit in registers (MaxO <= 16: 2 * 16 float4), so every load of a step (h, the O
+// weight rows, the mask word) is issued before the first FMA waits: one L2 round trip per step
+// (H = 256 with float4: one step per row) instead of one per output.
+template <int MaxO>
+constexpr int kChunks = MaxO <= 16 ? 2 : 1;
+
+// Row o of the head weights, o clamped to O - 1 so that the loads can be unconditional (a branch per
+// output would serialize them); the clamped duplicates hit L1 and their products are never used.
+__device__ __forceinline__ const float* weight_row(const float* vw, const float* aw, int o, int O, int V,
+                                                   std::int64_t hidden) {
+  const int oc = o < O ? o : O - 1;
+  return oc < V ? vw : aw + static_cast<std::int64_t>(oc - V) * hidden;
+}
+
 // One warp per row b: every head output o (lanes over H, then a warp sum) into shared memory, then
-// the dueling combine with dueling_forward's arithmetic.
+// the dueling combine with dueling_forward's arithmetic. Per lane and output the FMAs run in order
+// of j (chunk by chunk), so the result does not depend on kChunks or on the batch.
 template <int MaxO, int Vec>
 __global__ void __launch_bounds__(kWarps * 32)
     heads_forward_kernel(float* __restrict__ logits, const float* __restrict__ h, const float* __restrict__ vw,
                          const float* __restrict__ vb, const float* __restrict__ aw, const float* __restrict__ ab,
                          std::int64_t batch, std::int64_t hidden, std::int64_t branches, std::int64_t actions) {
   using V_t = typename VecT<Vec>::type;
+  constexpr int C = kChunks<MaxO>;
+  constexpr std::int64_t kStep = 32 * Vec;
   __shared__ float s_out[kWarps][MaxO];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const bool duel = vw != nullptr;
-  const std::int64_t K = branches * actions, V = duel ? 1 : 0;
+  const std::int64_t K = branches * actions;
+  const int V = duel ? 1 : 0;
   const int O = static_cast<int>(V + K);  // <= MaxO (host-checked)
+  // Lane o's bias (o < O), loaded once and in flight with the first row's loads (no bias: 0, as the
+  // s + 0 of a bias-less Dense)
+  float lane_bias = 0.f;
+  if (lane < O) {
+    const float* bias = lane < V ? vb : ab;
+    if (bias) lane_bias = bias[lane < V ? 0 : lane - V];
+  }
   for (std::int64_t b = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp; b < batch;
        b += static_cast<std::int64_t>(gridDim.x) * kWarps) {  // warp-uniform
     const float* hr = h + b * hidden;
@@ -65,27 +91,36 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int o = 0; o < MaxO; ++o) acc[o] = 0.f;
     // hidden % Vec == 0 (host-checked), so a chunk element is in range as a whole
-    for (std::int64_t j = static_cast<std::int64_t>(lane) * Vec; j < hidden; j += 32 * Vec) {
-      const V_t x = *reinterpret_cast<const V_t*>(hr + j);
+    for (std::int64_t j0 = static_cast<std::int64_t>(lane) * Vec; j0 < hidden; j0 += C * kStep) {
+      V_t x[C], w[C][MaxO];
 #pragma unroll
-      for (int o = 0; o < MaxO; ++o) {
-        if (o < O) {  // uniform
-          const float* w = o < V ? vw : aw + (o - V) * hidden;
-          acc[o] = dot_part<Vec>(x, __ldg(reinterpret_cast<const V_t*>(w + j)), acc[o]);
-        }
+      for (int c = 0; c < C; ++c) {  // every load of the step first (chunk c >= 1 clamped to chunk 0)
+        const std::int64_t jc = j0 + c * kStep < hidden ? j0 + c * kStep : j0;
+        x[c] = *reinterpret_cast<const V_t*>(hr + jc);
+#pragma unroll
+        for (int o = 0; o < MaxO; ++o)
+          w[c][o] = __ldg(reinterpret_cast<const V_t*>(weight_row(vw, aw, o, O, V, hidden) + jc));
+      }
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        if (j0 + c * kStep >= hidden) break;  // chunks ascend: the rest are out of range too
+#pragma unroll
+        for (int o = 0; o < MaxO; ++o)
+          if (o < O) acc[o] = dot_part<Vec>(x[c], w[c][o], acc[o]);  // uniform
       }
     }
+    // gpu::warp_sum's xor butterfly for every output, level by level: the MaxO shuffles of a level
+    // are independent (in flight together) instead of O chains of 5 (acc[o >= O] is 0, unused)
 #pragma unroll
-    for (int o = 0; o < MaxO; ++o) {
-      if (o < O) {
-        const float s = gpu::warp_sum(acc[o]);  // xor butterfly: every lane holds the sum
-        if (lane == 0) {
-          const bool is_v = o < V;
-          const float* bias = is_v ? vb : ab;
-          s_out[warp][o] = s + (bias ? bias[is_v ? 0 : o - V] : 0.f);
-        }
-      }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+#pragma unroll
+      for (int o = 0; o < MaxO; ++o) acc[o] += __shfl_xor_sync(0xffffffffu, acc[o], offset);
     }
+    float mine = 0.f;  // lane o < O stores output o (a select chain: acc[] stays in registers)
+#pragma unroll
+    for (int o = 0; o < MaxO; ++o)
+      if (o == lane) mine = acc[o];
+    if (lane < O) s_out[warp][lane] = mine + lane_bias;
     __syncwarp();
     for (std::int64_t k = lane; k < K; k += 32) {
       float out;
@@ -104,9 +139,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// One warp per row: d_heads (dueling_backward's arithmetic for Z == 1) into shared memory and
-// global, then into registers (static indices), then d_h[b, j] = sum_o d_heads[o] W_o[j] (lanes
-// over j, coalesced; the O weight loads of a chunk are independent).
+// One warp per row: d_logits into shared memory (one coalesced load per lane, not actions-long
+// chains of global loads), d_heads (dueling_backward's arithmetic for Z == 1) into shared memory
+// and global, then into registers (static indices), then d_h[b, j] = sum_o d_heads[o] W_o[j] (lanes
+// over j, coalesced; every weight and mask load of a step issued before the FMAs).
 template <int MaxO, int Vec>
 __global__ void __launch_bounds__(kWarps * 32)
     heads_backward_input_kernel(float* __restrict__ d_h, float* __restrict__ d_heads,
@@ -115,15 +151,21 @@ __global__ void __launch_bounds__(kWarps * 32)
                                 std::int64_t batch, std::int64_t hidden, std::int64_t branches,
                                 std::int64_t actions) {
   using V_t = typename VecT<Vec>::type;
+  constexpr int C = kChunks<MaxO>;
+  constexpr std::int64_t kStep = 32 * Vec;
   const std::int64_t mask_ld = (hidden + 127) / 128 * 128;  // bits per row (gpu/linear's ReLU aux)
+  __shared__ float s_g[kWarps][MaxO];
   __shared__ float s_d[kWarps][MaxO];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const bool duel = vw != nullptr;
-  const std::int64_t K = branches * actions, V = duel ? 1 : 0;
+  const std::int64_t K = branches * actions;
+  const int V = duel ? 1 : 0;
   const int O = static_cast<int>(V + K);  // <= MaxO (host-checked)
   for (std::int64_t b = static_cast<std::int64_t>(blockIdx.x) * kWarps + warp; b < batch;
        b += static_cast<std::int64_t>(gridDim.x) * kWarps) {  // warp-uniform
-    const float* g = d_logits + b * K;
+    for (std::int64_t k = lane; k < K; k += 32) s_g[warp][k] = d_logits[b * K + k];
+    __syncwarp();
+    const float* g = s_g[warp];
     for (std::int64_t k = lane; k < K; k += 32) {
       if (duel) {  // d_adv = g - mean over the branch's actions
         const std::int64_t base = (k / actions) * actions;
@@ -149,49 +191,66 @@ __global__ void __launch_bounds__(kWarps * 32)
     float dr[MaxO];
 #pragma unroll
     for (int o = 0; o < MaxO; ++o) dr[o] = o < O ? s_d[warp][o] : 0.f;
-    __syncwarp();  // every lane has read s_d before the next row overwrites it
+    __syncwarp();  // every lane has read s_g and s_d before the next row overwrites them
     // hidden % Vec == 0 (host-checked), so a chunk element is in range as a whole
-    for (std::int64_t j = static_cast<std::int64_t>(lane) * Vec; j < hidden; j += 32 * Vec) {
-      float acc[Vec];
+    for (std::int64_t j0 = static_cast<std::int64_t>(lane) * Vec; j0 < hidden; j0 += C * kStep) {
+      V_t w[C][MaxO];
+      std::uint32_t word[C];
 #pragma unroll
-      for (int v = 0; v < Vec; ++v) acc[v] = 0.f;
+      for (int c = 0; c < C; ++c) {  // every load of the step first (chunk c >= 1 clamped to chunk 0)
+        const std::int64_t jc = j0 + c * kStep < hidden ? j0 + c * kStep : j0;
 #pragma unroll
-      for (int o = 0; o < MaxO; ++o) {
-        if (o < O) {  // uniform
-          const V_t w = __ldg(reinterpret_cast<const V_t*>((o < V ? vw : aw + (o - V) * hidden) + j));
-          if constexpr (Vec == 4) {
-            acc[0] = fmaf(dr[o], w.x, acc[0]);
-            acc[1] = fmaf(dr[o], w.y, acc[1]);
-            acc[2] = fmaf(dr[o], w.z, acc[2]);
-            acc[3] = fmaf(dr[o], w.w, acc[3]);
-          } else {
-            acc[0] = fmaf(dr[o], w, acc[0]);
+        for (int o = 0; o < MaxO; ++o)
+          w[c][o] = __ldg(reinterpret_cast<const V_t*>(weight_row(vw, aw, o, O, V, hidden) + jc));
+        // mask_ld is a multiple of 128 and jc % Vec == 0 (Vec divides 32), so bits jc .. jc + Vec - 1
+        // of the row are bits jc % 32 .. of one word
+        word[c] = mask ? __ldg(mask + ((b * mask_ld + jc) >> 5)) : ~0u;
+      }
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const std::int64_t j = j0 + c * kStep;
+        if (j >= hidden) break;  // chunks ascend: the rest are out of range too
+        float acc[Vec];
+#pragma unroll
+        for (int v = 0; v < Vec; ++v) acc[v] = 0.f;
+#pragma unroll
+        for (int o = 0; o < MaxO; ++o) {
+          if (o < O) {  // uniform
+            if constexpr (Vec == 4) {
+              acc[0] = fmaf(dr[o], w[c][o].x, acc[0]);
+              acc[1] = fmaf(dr[o], w[c][o].y, acc[1]);
+              acc[2] = fmaf(dr[o], w[c][o].z, acc[2]);
+              acc[3] = fmaf(dr[o], w[c][o].w, acc[3]);
+            } else {
+              acc[0] = fmaf(dr[o], w[c][o], acc[0]);
+            }
           }
         }
-      }
-      if (mask) {
-        // mask_ld is a multiple of 128 and j % Vec == 0 (Vec divides 32), so bits j .. j + Vec - 1
-        // of the row are bits j % 32 .. of one word
-        const std::uint32_t word = mask[(b * mask_ld + j) >> 5];
 #pragma unroll
         for (int v = 0; v < Vec; ++v)
-          if (((word >> ((j + v) & 31)) & 1u) == 0u) acc[v] = 0.f;
-      }
-      float* out = d_h + b * hidden + j;
-      if constexpr (Vec == 4) {
-        *reinterpret_cast<float4*>(out) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      } else {
-        out[0] = acc[0];
+          if (((word[c] >> ((j + v) & 31)) & 1u) == 0u) acc[v] = 0.f;
+        float* out = d_h + b * hidden + j;
+        if constexpr (Vec == 4) {
+          *reinterpret_cast<float4*>(out) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        } else {
+          out[0] = acc[0];
+        }
       }
     }
   }
 }
 
-// Row splits of the param-grad kernel: at most kSplitRows rows per split (one split, no completion
-// phase, for the learner's batches), at most kMaxSplits splits.
-constexpr std::int64_t kSplitRows = 256;
+// Row splits of the param-grad kernel: about kSplitRows rows per split, at most kMaxSplits splits.
+// Many small splits: the learner's batch of 256 runs as 16 splits x (tiles + 1) column blocks
+// (144 blocks for H = 256) with one row per thread, instead of 9 blocks walking 16 rows each; the
+// last block of each column tile adds the 16 partials.
+constexpr std::int64_t kSplitRows = 16;
 constexpr std::int64_t kMaxSplits = 128;
-constexpr int kRowUnroll = 4;  // rows a thread loads together (independent loads in flight)
+
+// Rows a thread loads together (independent loads in flight), within the 128-register budget of a
+// 512-thread block: kRowUnroll<MaxO> * MaxO d_heads values live at once.
+template <int MaxO>
+constexpr int kRowUnroll = MaxO <= 8 ? 4 : (MaxO <= 16 ? 2 : 1);
 
 std::int64_t param_grad_splits(std::int64_t batch) {
   return std::max<std::int64_t>(1, std::min<std::int64_t>((batch + kSplitRows - 1) / kSplitRows, kMaxSplits));
@@ -200,18 +259,21 @@ std::int64_t param_grad_splits(std::int64_t batch) {
 // Grid (tiles + 1, splits), block (32, kPgRows). blockIdx.x < tiles owns 32 columns j of H; the last
 // column block computes the bias gradients (h replaced by 1). blockIdx.y owns a contiguous range of
 // rows. Thread (x, y) sums rows y, y + kPgRows, ... of its range for every output in registers
-// (compile-time indices: the loops over kMaxOut are unrolled; kRowUnroll rows' loads at a time); the
-// kPgRows partials of each slot are then added in order through shared memory, kSlotGroup slots per
-// barrier pair (thread y adds slot group * kSlotGroup + y). One split: that sum is the result.
+// (compile-time indices: the loops over MaxO are unrolled; the h, d_pre and d_heads loads of
+// kRowUnroll rows issued together, unconditionally from clamped addresses, the FMAs predicated);
+// the kPgRows partials of each slot are then added in order through shared memory, kSlotGroup slots
+// per barrier pair (thread y adds slot group * kSlotGroup + y). One split: that sum is the result.
 // Several: each block stores it in partials[split][slot][col] and the last block of the column tile
 // to finish (a per-tile completion counter) adds the splits in order. Slots: the O head outputs, then
 // the trunk bias. No float atomics: deterministic.
+template <int MaxO>
 __global__ void __launch_bounds__(32 * kPgRows)
     heads_param_grad_kernel(float* __restrict__ vdw, float* __restrict__ vdb, float* __restrict__ adw,
                             float* __restrict__ adb, float* __restrict__ tdb, const float* __restrict__ d_heads,
                             const float* __restrict__ h, const float* __restrict__ d_pre, std::int64_t batch,
                             std::int64_t hidden, int outputs, int value_outputs, float* __restrict__ partials,
                             unsigned int* __restrict__ tile_done) {
+  constexpr int U = kRowUnroll<MaxO>;
   __shared__ float s_red[kSlotGroup][kPgRows][33];  // 33.8 KB
   __shared__ bool s_last;
   const int x = threadIdx.x, y = threadIdx.y;
@@ -243,35 +305,36 @@ __global__ void __launch_bounds__(32 * kPgRows)
     return active && o < slots && (bias_block ? (x == 0 && o < outputs) : (o < outputs || trunk_bias));
   };
 
-  float acc[kMaxOut];
+  float acc[MaxO];
 #pragma unroll
-  for (int o = 0; o < kMaxOut; ++o) acc[o] = 0.f;
+  for (int o = 0; o < MaxO; ++o) acc[o] = 0.f;
   float acc_pre = 0.f;  // trunk bias: column sum of d_pre
   if (active) {
-    for (std::int64_t b0 = row_begin + y; b0 < row_end; b0 += kRowUnroll * kPgRows) {
-      float hv[kRowUnroll], pv[kRowUnroll];
+    for (std::int64_t b0 = row_begin + y; b0 < row_end; b0 += U * kPgRows) {
+      float hv[U], pv[U], dv[U][MaxO];
 #pragma unroll
-      for (int u = 0; u < kRowUnroll; ++u) {  // every load of the group first
+      for (int u = 0; u < U; ++u) {  // every load of the group first; rows past the end clamped to b0
         const std::int64_t b = b0 + static_cast<std::int64_t>(u) * kPgRows;
-        const bool in = b < row_end;
-        hv[u] = !in ? 0.f : (bias_block ? 1.f : h[b * hidden + j]);
-        pv[u] = (in && trunk_bias) ? d_pre[b * hidden + j] : 0.f;
+        const std::int64_t bc = b < row_end ? b : b0;
+        hv[u] = bias_block ? 1.f : h[bc * hidden + j];
+        pv[u] = trunk_bias ? d_pre[bc * hidden + j] : 0.f;
+        const float* dr = d_heads + bc * outputs;
+#pragma unroll
+        for (int o = 0; o < MaxO; ++o) dv[u][o] = __ldg(dr + (o < outputs ? o : outputs - 1));
       }
 #pragma unroll
-      for (int u = 0; u < kRowUnroll; ++u) {
-        const std::int64_t b = b0 + static_cast<std::int64_t>(u) * kPgRows;
-        if (b >= row_end) break;  // rows ascend with u: the rest are out of range too
+      for (int u = 0; u < U; ++u) {
+        if (b0 + static_cast<std::int64_t>(u) * kPgRows >= row_end) break;  // rows ascend with u
         acc_pre += pv[u];
-        const float* dr = d_heads + b * outputs;
 #pragma unroll
-        for (int o = 0; o < kMaxOut; ++o)
-          if (o < outputs) acc[o] = fmaf(__ldg(dr + o), hv[u], acc[o]);
+        for (int o = 0; o < MaxO; ++o)
+          if (o < outputs) acc[o] = fmaf(dv[u][o], hv[u], acc[o]);
       }
     }
   }
   // Block sums over y, kSlotGroup slots per round; thread (x, y) adds slot group * kSlotGroup + y in
   // order of y' and stores it (result or partial). The round count is uniform: the barriers match.
-  constexpr int kGroups = (kMaxOut + 1 + kSlotGroup - 1) / kSlotGroup;
+  constexpr int kGroups = (MaxO + 1 + kSlotGroup - 1) / kSlotGroup;
 #pragma unroll
   for (int group = 0; group < kGroups; ++group) {
     if (group * kSlotGroup >= slots) break;  // uniform over the block
@@ -279,7 +342,7 @@ __global__ void __launch_bounds__(32 * kPgRows)
     for (int g = 0; g < kSlotGroup; ++g) {
       const int o = group * kSlotGroup + g;  // compile-time after unrolling: acc[] stays in registers
       float v = o == outputs ? acc_pre : 0.f;
-      if (o < kMaxOut && o < outputs) v = acc[o < kMaxOut ? o : kMaxOut - 1];
+      if (o < MaxO && o < outputs) v = acc[o < MaxO ? o : MaxO - 1];
       s_red[g][y][x] = v;
     }
     __syncthreads();
@@ -305,7 +368,7 @@ __global__ void __launch_bounds__(32 * kPgRows)
   for (int o = y; o < slots; o += kPgRows) {
     if (!wanted(o)) continue;
     float s = 0.f;
-#pragma unroll 8
+#pragma unroll 16
     for (int split = 0; split < splits; ++split)
       s += __ldcg(partials + (static_cast<std::int64_t>(split) * slots + o) * cols + j);
     store(o, s);
@@ -407,9 +470,12 @@ void fused_heads_param_grads(float* value_dw, float* value_db, float* adv_dw, fl
   auto* partials = reinterpret_cast<float*>(static_cast<std::byte*>(workspace) +
                                             ((static_cast<std::int64_t>(tiles) + 1) * 4 + 15) / 16 * 16);
   // batch == 0 still launches (one split): the gradients are sums over nothing, written as 0.
-  heads_param_grad_kernel<<<dim3(tiles + 1, static_cast<unsigned>(splits)), dim3(32, kPgRows), 0, stream>>>(
-      value_dw, value_db, adv_dw, adv_db, trunk_db, d_heads, h, d_pre, batch, hidden, outputs, value_outputs,
-      partials, counters);
+  const dim3 grid(static_cast<unsigned>(tiles + 1), static_cast<unsigned>(splits)), block(32, kPgRows);
+  dispatch(outputs, false, [&](auto max_o, auto) {
+    heads_param_grad_kernel<decltype(max_o)::value><<<grid, block, 0, stream>>>(
+        value_dw, value_db, adv_dw, adv_db, trunk_db, d_heads, h, d_pre, batch, hidden, outputs, value_outputs,
+        partials, counters);
+  });
   FH_CHECK_LAUNCH();
 }
 

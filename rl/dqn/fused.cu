@@ -63,6 +63,26 @@ __device__ __forceinline__ std::int32_t argmax_row(const float* q, std::int64_t 
   return best;
 }
 
+// argmax_row for rows of at most kTdRegActions: the row's loads are issued together (addresses
+// clamped into the row, so unconditional) instead of one dependent load per compare; the same
+// strict scan in order of a over the first n values (same ties, same NaN behaviour).
+constexpr int kTdRegActions = 16;
+
+__device__ __forceinline__ std::int32_t argmax_row_short(const float* __restrict__ q, std::int64_t n) {
+  float v[kTdRegActions];
+#pragma unroll
+  for (int a = 0; a < kTdRegActions; ++a) v[a] = __ldg(q + (a < n ? a : n - 1));
+  std::int32_t best = 0;
+  float bv = v[0];
+#pragma unroll
+  for (int a = 1; a < kTdRegActions; ++a)
+    if (a < n && v[a] > bv) {
+      bv = v[a];
+      best = a;
+    }
+  return best;
+}
+
 // The per-sample arithmetic is targets_kernel's and td_loss_kernel's (rl/dqn/targets.cu), operation
 // for operation; only the batch sums (loss, q_mean) are added here, in double, in a fixed order.
 template <bool kHuber>
@@ -77,19 +97,31 @@ __global__ void __launch_bounds__(kTdThreads)
   __shared__ double s_q[32];
   const float inv_n = 1.f / static_cast<float>(batch * branches);
   double loss_acc = 0.0, q_acc = 0.0;
+  const bool short_rows = actions <= kTdRegActions;
   for (std::int64_t b = threadIdx.x; b < batch; b += kTdThreads) {
+    // Branch 0 peeled: its q_select row, a0 and the sample's scalars in one round trip, then
+    // q_eval[best] and q[a0] together in a second (the common D == 1 needs no more).
+    const std::int64_t row0 = b * branches * actions;
+    const std::int32_t a0 = acts[b * branches];
+    const float disc = discounts[b], ret = returns[b], w = weights ? weights[b] : 1.f;
+    const std::int32_t best0 = short_rows ? argmax_row_short(q_select + row0, actions)
+                                          : argmax_row(q_select + row0, actions);
+    const float qa0 = q[row0 + a0];
     float sum = 0.f;
-    for (std::int64_t d = 0; d < branches; ++d) {
+    sum += q_eval[row0 + best0];
+    for (std::int64_t d = 1; d < branches; ++d) {
       const std::int64_t row = (b * branches + d) * actions;
-      sum += q_eval[row + argmax_row(q_select + row, actions)];
+      const std::int32_t best = short_rows ? argmax_row_short(q_select + row, actions)
+                                           : argmax_row(q_select + row, actions);
+      sum += q_eval[row + best];
     }
-    const float y = fmaf(discounts[b], sum / static_cast<float>(branches), returns[b]);
-    const float scale = (weights ? weights[b] : 1.f) * inv_n;
+    const float y = fmaf(disc, sum / static_cast<float>(branches), ret);
+    const float scale = w * inv_n;
     float loss = 0.f, prio = 0.f;
     for (std::int64_t d = 0; d < branches; ++d) {
       const std::int64_t row = (b * branches + d) * actions;
-      const std::int32_t a = acts[b * branches + d];
-      const float qa = q[row + a];
+      const std::int32_t a = d == 0 ? a0 : acts[b * branches + d];
+      const float qa = d == 0 ? qa0 : q[row + a];
       const float td = qa - y;
       const float ad = fabsf(td);
       float l, g;
@@ -187,6 +219,8 @@ __global__ void __launch_bounds__(gpu::kBlock)
   if (!last) return;  // uniform over the block
   __threadfence();
   float s = 0.f;
+  // the loads of a thread's partials in flight together; the adds keep their order
+#pragma unroll 4
   for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += blockDim.x) s += __ldcg(partials + i);
   s = gpu::block_sum(s);
   if (threadIdx.x == 0) {
@@ -287,72 +321,82 @@ __global__ void __launch_bounds__(gpu::kBlock)
                            float* __restrict__ v, float* __restrict__ target, float* __restrict__ priorities,
                            const float* __restrict__ grads, std::int64_t n, std::int64_t batch, AdamEndParams ap,
                            bool vec4, unsigned int* __restrict__ done_blocks) {
-  __shared__ AdamConstants sc;
-  __shared__ float s_scale;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool copy = ap.tau == 1.f;
+  const std::int64_t n4 = vec4 ? n / 4 : 0;  // vec4: every buffer 16-byte aligned
+  auto* p4 = reinterpret_cast<float4*>(params);
+  auto* m4 = reinterpret_cast<float4*>(m);
+  auto* v4 = reinterpret_cast<float4*>(v);
+  auto* t4 = reinterpret_cast<float4*>(target);
+  const auto* g4 = reinterpret_cast<const float4*>(grads);
+  // This thread's first float4 (the launch gives one per thread for the learner's sizes) is loaded
+  // before the state is read: none of these loads depends on the state, so they are in flight
+  // during thread 0's state read, the constant folding and the barrier (one round trip less).
+  const float4 zero4 = make_float4(0.f, 0.f, 0.f, 0.f);
+  const bool first = tid < n4;
+  const float4 p_first = first ? p4[tid] : zero4, m_first = first ? m4[tid] : zero4;
+  const float4 v_first = first ? v4[tid] : zero4, g_first = first ? g4[tid] : zero4;
+  const float4 t_first = first && !copy ? t4[tid] : zero4;
+  static_assert(gpu::kBlock >= 64, "threads 0 and 32 fold the Adam constants");
+  __shared__ float s_scale, s_decay, s_step, s_bc2;
   __shared__ bool s_skip;
   __shared__ std::int64_t s_applied;  // updates_applied before this update
+  // adam_device_kernel's folding, in double; its two pow() chains in two warps at once (thread 0:
+  // the state and the step size, thread 32: the second bias correction; kBlock >= 64 threads)
   if (threadIdx.x == 0) {
     s_skip = st->skip != 0u;
     s_applied = st->updates_applied;
     s_scale = ap.clip ? st->clip_scale : 1.f;
-    // adam_device_kernel's folding, in double
     const double t = static_cast<double>(s_applied + 1);
     const double l = static_cast<double>(st->lr);
-    AdamConstants k = ap.c;
-    k.decay_factor = ap.decoupled ? static_cast<float>(1.0 - l * ap.weight_decay) : 1.f;
-    k.step_size = static_cast<float>(l / (1.0 - pow(static_cast<double>(ap.beta1), t)));
-    k.bc2_sqrt = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(k.beta2), t)));
-    sc = k;
+    s_decay = ap.decoupled ? static_cast<float>(1.0 - l * ap.weight_decay) : 1.f;
+    s_step = static_cast<float>(l / (1.0 - pow(static_cast<double>(ap.beta1), t)));
+  } else if (threadIdx.x == 32) {
+    const double t = static_cast<double>(st->updates_applied + 1);
+    s_bc2 = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(ap.c.beta2), t)));
   }
   __syncthreads();
-  const AdamConstants k = sc;
+  AdamConstants k = ap.c;
+  k.decay_factor = s_decay;
+  k.step_size = s_step;
+  k.bc2_sqrt = s_bc2;
   const float scale = s_scale;
   const bool skip = s_skip;
   const std::int64_t applied = s_applied + (skip ? 0 : 1);
   const bool move = !skip && applied % ap.period == 0;  // uniform over the grid
-  const bool copy = ap.tau == 1.f;
   const float tau = ap.tau;
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (priorities && skip)
     for (std::int64_t i = tid; i < batch; i += stride) priorities[i] = ap.skip_priority;
   bool bad = false;
-  std::int64_t done = 0;
-  if (vec4) {  // every buffer 16-byte aligned
-    const std::int64_t n4 = n / 4;
-    auto* p4 = reinterpret_cast<float4*>(params);
-    auto* m4 = reinterpret_cast<float4*>(m);
-    auto* v4 = reinterpret_cast<float4*>(v);
-    auto* t4 = reinterpret_cast<float4*>(target);
-    const auto* g4 = reinterpret_cast<const float4*>(grads);
-    for (std::int64_t j = tid; j < n4; j += stride) {
-      float4 p = p4[j];
-      if (!skip) {
-        float4 mm = m4[j], vv = v4[j];
-        const float4 g = g4[j];
-        adam_element(p.x, mm.x, vv.x, g.x, scale, k);
-        adam_element(p.y, mm.y, vv.y, g.y, scale, k);
-        adam_element(p.z, mm.z, vv.z, g.z, scale, k);
-        adam_element(p.w, mm.w, vv.w, g.w, scale, k);
-        p4[j] = p;
-        m4[j] = mm;
-        v4[j] = vv;
-      }
-      bad |= nonfinite(p.x) || nonfinite(p.y) || nonfinite(p.z) || nonfinite(p.w);
-      if (!move) continue;
-      if (copy) {
-        t4[j] = p;
-      } else {
-        float4 t = t4[j];
-        t.x = fmaf(tau, p.x - t.x, t.x);
-        t.y = fmaf(tau, p.y - t.y, t.y);
-        t.z = fmaf(tau, p.z - t.z, t.z);
-        t.w = fmaf(tau, p.w - t.w, t.w);
-        t4[j] = t;
-      }
+  for (std::int64_t j = tid; j < n4; j += stride) {
+    const bool pre = j == tid;  // the prefetched element
+    float4 p = pre ? p_first : p4[j];
+    if (!skip) {
+      float4 mm = pre ? m_first : m4[j], vv = pre ? v_first : v4[j];
+      const float4 g = pre ? g_first : g4[j];
+      adam_element(p.x, mm.x, vv.x, g.x, scale, k);
+      adam_element(p.y, mm.y, vv.y, g.y, scale, k);
+      adam_element(p.z, mm.z, vv.z, g.z, scale, k);
+      adam_element(p.w, mm.w, vv.w, g.w, scale, k);
+      p4[j] = p;
+      m4[j] = mm;
+      v4[j] = vv;
     }
-    done = n4 * 4;
+    bad |= nonfinite(p.x) || nonfinite(p.y) || nonfinite(p.z) || nonfinite(p.w);
+    if (!move) continue;
+    if (copy) {
+      t4[j] = p;
+    } else {
+      float4 t = pre ? t_first : t4[j];
+      t.x = fmaf(tau, p.x - t.x, t.x);
+      t.y = fmaf(tau, p.y - t.y, t.y);
+      t.z = fmaf(tau, p.z - t.z, t.z);
+      t.w = fmaf(tau, p.w - t.w, t.w);
+      t4[j] = t;
+    }
   }
+  const std::int64_t done = n4 * 4;
   for (std::int64_t i = done + tid; i < n; i += stride) {
     float p = params[i];
     if (!skip) {
@@ -416,9 +460,17 @@ void dqn_grad_guard(DqnState* state, const float* grads, std::int64_t n, float m
   auto* partials = static_cast<float*>(workspace);
   auto* counter = reinterpret_cast<unsigned int*>(static_cast<std::byte*>(workspace) +
                                                   (gpu::partial_bytes(n) + 15) / 16 * 16);
-  const int blocks = gpu::partial_blocks(n);  // gpu::global_grad_norm's grid: the same partials
-  grad_guard_kernel<<<blocks, gpu::kBlock, 0, stream>>>(state, grads, n, gpu::aligned16(grads), max_grad_norm,
-                                                        partials, counter);
+  // gpu::global_grad_norm's grid gives the same partials. On the float4 path, when that grid has at
+  // most one float4 per thread (stride >= n / 4), its blocks past ceil(n / 4 / kBlock) hold no
+  // element: their partials are +0, which the in-order finish adds last to sums >= +0 (or NaN / inf),
+  // leaving every bit unchanged. So those empty blocks are not launched (the learner's ~85K
+  // gradients: 84 blocks instead of 333; fewer completion atomics, one partial per finish thread).
+  const bool vec4 = gpu::aligned16(grads);
+  int blocks = gpu::partial_blocks(n);
+  const std::int64_t n4 = n / 4;
+  if (vec4 && static_cast<std::int64_t>(blocks) * gpu::kBlock >= n4)
+    blocks = std::max(1, gpu::ceil_div(n4, gpu::kBlock));
+  grad_guard_kernel<<<blocks, gpu::kBlock, 0, stream>>>(state, grads, n, vec4, max_grad_norm, partials, counter);
   FH_CHECK_LAUNCH();
 }
 

@@ -76,7 +76,11 @@ TEST_F(FusedHeadsTest, MatchFloat64Reference) {
   SCOPED_TRACE(seed_note());
   const std::vector<Case> cases{{1, 1, 1, 1, true},      {37, 33, 1, 9, true},   {256, 256, 1, 9, true},
                                 {1000, 65, 3, 5, true},  {129, 40, 2, 15, true}, {61, 100, 1, 32, false},
-                                {4097, 128, 1, 9, true}, {300, 31, 4, 2, false}};
+                                {4097, 128, 1, 9, true}, {300, 31, 4, 2, false},
+                                // several two-chunk steps per row (float4, H > 256), an 8-output
+                                // float4 head, row counts around the 16-row param-grad splits
+                                {300, 1000, 2, 4, true}, {70, 96, 1, 7, false},  {17, 256, 1, 9, true},
+                                {16, 260, 1, 9, true},   {2049, 512, 1, 15, true}};
   for (const auto& c : cases) {
     SCOPED_TRACE("B " + std::to_string(c.B) + " H " + std::to_string(c.H) + " D " + std::to_string(c.D) + " A " +
                  std::to_string(c.A) + (c.duel ? " dueling" : " plain"));

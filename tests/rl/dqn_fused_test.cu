@@ -32,14 +32,21 @@ TEST_F(DqnFusedTest, TdFusedMatchesFloat64) {
     std::int64_t B, D, A;
     TdLoss kind;
     bool weights;
+    bool ties;  // q_select on a coarse grid: argmax ties (the lowest index wins)
   };
-  for (const Case c : {Case{1, 1, 1, TdLoss::huber, true}, Case{256, 1, 9, TdLoss::huber, true},
-                       Case{1000, 3, 5, TdLoss::mse, false}, Case{4097, 1, 9, TdLoss::huber, true}}) {
-    SCOPED_TRACE("B " + std::to_string(c.B) + " D " + std::to_string(c.D) + " A " + std::to_string(c.A));
+  // A <= 16 takes the register argmax, A > 16 the scan of global memory; 16 is the boundary.
+  for (const Case c : {Case{1, 1, 1, TdLoss::huber, true, false}, Case{256, 1, 9, TdLoss::huber, true, false},
+                       Case{1000, 3, 5, TdLoss::mse, false, false}, Case{4097, 1, 9, TdLoss::huber, true, false},
+                       Case{300, 1, 9, TdLoss::huber, true, true}, Case{257, 2, 16, TdLoss::mse, true, true},
+                       Case{33, 2, 20, TdLoss::huber, false, true}, Case{129, 1, 17, TdLoss::mse, true, false}}) {
+    SCOPED_TRACE("B " + std::to_string(c.B) + " D " + std::to_string(c.D) + " A " + std::to_string(c.A) +
+                 (c.ties ? " ties" : ""));
     const std::int64_t B = c.B, D = c.D, A = c.A, n = B * D * A;
     auto& r = rng();
     const auto q = test::random_normal(static_cast<std::size_t>(n), 0.f, 2.f, r);
-    const auto qs = test::random_normal(static_cast<std::size_t>(n), 0.f, 1.f, r);
+    auto qs = test::random_normal(static_cast<std::size_t>(n), 0.f, 1.f, r);
+    if (c.ties)
+      for (auto& x : qs) x = std::round(x);  // mostly -1, 0, 1: most rows have tied maxima
     const auto qe = test::random_normal(static_cast<std::size_t>(n), 0.f, 1.f, r);
     const auto R = test::random_uniform(static_cast<std::size_t>(B), -1.f, 1.f, r);
     const auto g = test::random_uniform(static_cast<std::size_t>(B), 0.f, 0.99f, r);
