@@ -56,6 +56,14 @@ std::int64_t due_version(const CollectorState& s, std::int64_t steps) {
 void swap_due_policies(CollectorSelf* self) {
   auto& s = self->state;
   const std::int64_t due = due_version(s, s.steps_issued);
+  // Versions restored on a resume come first: every published one is newer.
+  while (!s.restored_policies.empty() && s.restored_policies.front() <= due) {
+    const std::int64_t v = s.restored_policies.front();
+    s.restored_policies.pop_front();
+    s.stage->use_restored_policy(v);
+    s.policy_version = v;
+    s.shared->progress->policy_swaps.fetch_add(1);
+  }
   while (!s.pending_policies.empty() && static_cast<std::int64_t>(s.pending_policies.front().count) <= due) {
     const LocalDeviceHandle p = s.pending_policies.front();
     s.pending_policies.pop_front();
@@ -93,9 +101,17 @@ caf::behavior collector_actor(caf::stateful_actor<CollectorState>* self, std::sh
   for (int k = 0; k < stage->slots(); ++k) st.free_slots.emplace_back(k, 0);
   st.steps_issued = shared->config.start.env_steps;
   st.policy_version = shared->config.start.policy_version;
-  if (shared->config.deterministic)
+  if (shared->config.deterministic) {
     st.ratio = std::make_unique<ReplayRatio>(shared->config.replay_ratio, shared->config.learning_starts,
                                              shared->config.ratio_slack);
+    // A final checkpoint's collector: it acts with the version it saved, and holds the versions
+    // published before the stop that were not due yet.
+    if (const std::int64_t acting = stage->restored_policy_version(); acting >= 0) {
+      st.policy_version = acting;
+      for (const std::int64_t v : stage->restored_pending_policies())
+        if (v > acting) st.restored_policies.push_back(v);
+    }
+  }
 
   // One collect message in the mailbox at a time: credits, policy swaps and exits interleave.
   auto schedule = [self] {
@@ -390,6 +406,10 @@ caf::behavior learner_actor(LearnerSelf* self, std::shared_ptr<LearnerStage> sta
   st.shared = shared;
   st.updates_issued = shared->config.start.updates;
   st.version = shared->config.start.policy_version;
+  // Deterministic mode: a stop right after update v * sync_every, before snapshot v could be taken
+  // (the previous one still publishing), leaves version v owed: taken before the first update.
+  if (shared->config.deterministic && st.updates_issued / shared->config.sync_every > st.version)
+    st.sync_wanted = true;
   if (shared->config.checkpoint_every > 0)
     st.next_checkpoint = (shared->config.start.env_steps / shared->config.checkpoint_every + 1) *
                          shared->config.checkpoint_every;
@@ -401,6 +421,7 @@ caf::behavior learner_actor(LearnerSelf* self, std::shared_ptr<LearnerStage> sta
         self->state.supervisor = supervisor;
       },
       [self](batch_atom, const LocalDeviceHandle& batch) {
+        try_snapshot(self);  // a resumed run's owed version (every actor is wired by now)
         if (updates_held(self->state))
           self->state.queued_batches.push_back(batch);
         else

@@ -84,6 +84,11 @@ struct RunConfig {
   } pipeline;
   struct Checkpoint {
     std::int64_t every_env_steps = 50'000;  // 0: only at stop
+    // Which checkpoints carry the replay buffer (replay.safetensors + replay.pending.safetensors):
+    // "final" the one at the stop only; "always" the periodic ones too (the run then stops and
+    // resumes in-process at each every_env_steps: each periodic checkpoint is a final one, see
+    // actors/train_run.hpp); "never" none (a resume starts with an empty buffer).
+    std::string replay = "final";
   } checkpoint;
   struct Logging {
     std::int64_t progress_interval_ms = 500;
