@@ -72,12 +72,13 @@ void swap_due_policies(CollectorSelf* self) {
 }
 
 // Deterministic mode: false while the version due for the next collect has not arrived. On a
-// resumed run the versions up to start.policy_version are never published again: not waited for.
+// resumed run the versions up to start.policy_version are never published again: not waited for
+// (CollectorState::not_waited_for; restored pending versions are swapped in above instead).
 bool due_policy_ready(CollectorSelf* self) {
   swap_due_policies(self);
   auto& s = self->state;
   const std::int64_t due = due_version(s, s.steps_issued);
-  return s.policy_version >= due || due <= s.shared->config.start.policy_version;
+  return s.policy_version >= due || due <= s.not_waited_for;
 }
 
 // Deterministic mode: the run ends once replay is done and the collector holds the version due
@@ -106,10 +107,17 @@ caf::behavior collector_actor(caf::stateful_actor<CollectorState>* self, std::sh
                                              shared->config.ratio_slack);
     // A final checkpoint's collector: it acts with the version it saved, and holds the versions
     // published before the stop that were not due yet.
+    st.not_waited_for = shared->config.start.policy_version;
     if (const std::int64_t acting = stage->restored_policy_version(); acting >= 0) {
       st.policy_version = acting;
       for (const std::int64_t v : stage->restored_pending_policies())
         if (v > acting) st.restored_policies.push_back(v);
+    } else {
+      // A learner-only (periodic) checkpoint: replay may have issued updates beyond the learner's
+      // (held back behind a snapshot), so versions the ratio made due at the resumed step count
+      // may carry labels the resumed learner never uses. Waiting for them would wait forever.
+      st.not_waited_for = std::max(st.not_waited_for, st.ratio->allowed_updates(shared->config.start.env_steps) /
+                                                          shared->config.sync_every);
     }
   }
 

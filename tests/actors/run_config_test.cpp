@@ -128,7 +128,7 @@ TEST(RunConfigTest, CheckpointReplayKey) {
     const RunConfig c = parse_run_config(std::string("[checkpoint]\nreplay = \"") + v + "\"\n");
     EXPECT_EQ(c.checkpoint.replay, v);
     const std::string resolved = resolved_toml(c);
-    EXPECT_NE(resolved.find(std::string("replay = \"") + v + "\""), std::string::npos) << resolved;
+    EXPECT_NE(resolved.find(std::string("replay = '") + v + "'"), std::string::npos) << resolved;
     EXPECT_EQ(parse_run_config(resolved, "resolved").checkpoint.replay, v);
   }
 }
