@@ -1,6 +1,7 @@
 #include "actors/dqn_stages.hpp"
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include <fstream>
 #include <stdexcept>
@@ -118,7 +119,39 @@ std::function<void(const std::filesystem::path& dir)> DqnCollectorStage::checkpo
                         {"next_stats", next_stats_},
                         {"num_envs", env_->num_envs()},
                         {"obs_dim", env_->obs_dim()},
-                        {"env_state", !env_spans.empty()}};
+                        {"env_state", !env_spans.empty()},
+                        {"policy_version", acting_version_},
+                        {"pending_policies", nullptr}};
+    if (learner_) {
+      // Every version the learner has produced (or, at a multiple of sync_every, is about to) that
+      // the acting network does not hold yet: the resumed run never publishes them again.
+      const std::int64_t last = learner_->updates_total() / sync_every_;
+      const std::size_t bytes = static_cast<std::size_t>(policy_->online_arena().padded_count()) * sizeof(float);
+      std::vector<DeviceSpan> spans;
+      std::vector<std::int64_t> versions;
+      bool complete = true;
+      for (std::int64_t v = acting_version_ + 1; v <= last && complete; ++v) {
+        const float* p = nullptr;
+        for (const auto& [rv, buf] : restored_policies_)
+          if (rv == v) p = buf.data();
+        if (!p) p = learner_->policy_weights(v, sync_every_);
+        complete = p != nullptr;
+        if (p) {
+          spans.push_back({"policy_v" + std::to_string(v), const_cast<float*>(p), bytes});
+          versions.push_back(v);
+        }
+      }
+      if (complete) {
+        learner_->synchronize();
+        write_spans(dir / kPoliciesFile, spans, lane_.stream());
+        j["pending_policies"] = versions;
+      } else {
+        spdlog::warn("checkpoint: the weights of policy version {} are gone (acting version {}, latest {}); a resume "
+                     "keeps acting with version {} until a newer one is due",
+                     versions.empty() ? acting_version_ + 1 : versions.back() + 1, acting_version_, last,
+                     acting_version_);
+      }
+    }
     const std::string text = j.dump(2) + "\n";
     gpu::write_file_atomically(dir / "collector.json", {std::as_bytes(std::span<const char>(text))}, "collector state");
   };
@@ -149,6 +182,24 @@ bool DqnCollectorStage::restore(const std::filesystem::path& dir, bool* env_rest
     read_spans(dir / "collector.obs.bin", obs_spans(obs_, final_obs_), lane_.stream());
   }
   policy_->load(dir / "collector.policy");  // acting weights, epsilon step, act/noise counters
+  restored_version_ = -1;
+  restored_policies_.clear();
+  if (j.contains("policy_version")) {
+    acting_version_ = restored_version_ = j.at("policy_version").get<std::int64_t>();
+    if (const auto& pending = j.at("pending_policies"); pending.is_array()) {
+      const auto floats = static_cast<std::size_t>(policy_->online_arena().padded_count());
+      std::vector<DeviceSpan> spans;
+      for (const auto& v : pending) {
+        const std::int64_t version = v.get<std::int64_t>();
+        if (version <= (restored_policies_.empty() ? acting_version_ : restored_policies_.back().first))
+          throw std::runtime_error(file.string() + ": pending_policies must ascend above policy_version");
+        restored_policies_.emplace_back(version, gpu::DeviceBuffer<float>(floats));
+        spans.push_back({"policy_v" + std::to_string(version), restored_policies_.back().second.data(),
+                         floats * sizeof(float)});
+      }
+      read_spans(dir / kPoliciesFile, spans, lane_.stream());
+    }
+  }
   steps_ = j.at("env_steps").get<std::int64_t>();
   next_stats_ = j.at("next_stats").get<std::int64_t>();
   lane_.synchronize();
@@ -226,9 +277,38 @@ std::uint64_t DqnCollectorStage::use_policy(const LocalDeviceHandle& policy) {
   // after this copy releases it (later collects never touch it).
   FH_CHECK(cudaMemcpyAsync(policy_->online_arena().params(), policy.as<const float>(), policy.bytes,
                            cudaMemcpyDeviceToDevice, lane_.stream()));
+  acting_version_ = static_cast<std::int64_t>(policy.count);
   const gpu::Event& released = released_[policy.slot];
   released.record(lane_.stream());
   return event_id(released.get());
+}
+
+void DqnCollectorStage::attach_learner(std::shared_ptr<DqnLearnerStage> learner, std::int64_t sync_every) {
+  FH_EXPECT(learner != nullptr && sync_every >= 1, "DqnCollectorStage::attach_learner: needs a learner and sync_every >= 1");
+  FH_EXPECT(learner->learner().online_arena().padded_count() == policy_->online_arena().padded_count(),
+            "DqnCollectorStage::attach_learner: the learner's network differs from the acting network");
+  learner_ = std::move(learner);
+  sync_every_ = sync_every;
+}
+
+std::vector<std::int64_t> DqnCollectorStage::restored_pending_policies() const {
+  std::vector<std::int64_t> v;
+  for (const auto& p : restored_policies_) v.push_back(p.first);
+  return v;
+}
+
+void DqnCollectorStage::use_restored_policy(std::int64_t version) {
+  const float* src = nullptr;
+  for (const auto& [v, buf] : restored_policies_)
+    if (v == version) src = buf.data();
+  FH_EXPECT(src != nullptr, "DqnCollectorStage::use_restored_policy: version " + std::to_string(version) +
+                                " was not restored");
+  lane_.make_current();
+  // Stream order: collects enqueued before keep the previous weights, later ones read these.
+  FH_CHECK(cudaMemcpyAsync(policy_->online_arena().params(), src,
+                           static_cast<std::size_t>(policy_->online_arena().padded_count()) * sizeof(float),
+                           cudaMemcpyDeviceToDevice, lane_.stream()));
+  acting_version_ = version;
 }
 
 bool DqnCollectorStage::poll_metrics(Scalars& out) {
@@ -278,7 +358,8 @@ DqnLearnerStage::DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplaySt
                                                  cudaMemcpyDeviceToDevice, cs));
                       });
   }
-  snapshot_ = gpu::DeviceBuffer<float>(static_cast<std::size_t>(learner_->online_arena().padded_count()));
+  for (auto& snap : snapshot_)
+    snap = gpu::DeviceBuffer<float>(static_cast<std::size_t>(learner_->online_arena().padded_count()));
   lane_.synchronize();
 }
 
@@ -305,11 +386,14 @@ LocalDeviceHandle DqnLearnerStage::update(const LocalDeviceHandle& batch) {
 
 LocalDeviceHandle DqnLearnerStage::snapshot(std::uint64_t version, std::uint64_t reuse_after) {
   lane_.make_current();
-  lane_.wait(reuse_after);
-  FH_CHECK(cudaMemcpyAsync(snapshot_.data(), learner_->online_arena().params(), snapshot_.bytes(),
-                           cudaMemcpyDeviceToDevice, lane_.stream()));
+  lane_.wait(reuse_after);  // the sync of the previous version read it (syncs run in order)
+  const auto r = static_cast<std::size_t>(version % kSnapshotRing);
+  gpu::DeviceBuffer<float>& snap = snapshot_[r];
+  FH_CHECK(cudaMemcpyAsync(snap.data(), learner_->online_arena().params(), snap.bytes(), cudaMemcpyDeviceToDevice,
+                           lane_.stream()));
+  snapshot_version_[r] = static_cast<std::int64_t>(version);
   snapshot_ready_.record(lane_.stream());
-  LocalDeviceHandle h = f32_handle(lane_.device(), snapshot_.data(), static_cast<std::int64_t>(snapshot_.size()), 0,
+  LocalDeviceHandle h = f32_handle(lane_.device(), snap.data(), static_cast<std::int64_t>(snap.size()), 0,
                                    event_id(snapshot_ready_.get()));
   h.generation = version;
   h.count = version;
@@ -328,6 +412,13 @@ std::function<void(const std::filesystem::path& dir)> DqnLearnerStage::checkpoin
     checkpoint_ready_.synchronize();  // a worker thread, never a scheduler thread
     shadow_->save(dir / "learner");
   };
+}
+
+const float* DqnLearnerStage::policy_weights(std::int64_t version, std::int64_t sync_every) {
+  if (version < 0 || sync_every < 1) return nullptr;
+  if (version * sync_every == updates_total()) return learner_->online_arena().params();
+  const auto r = static_cast<std::size_t>(version % kSnapshotRing);
+  return snapshot_version_[r] == version ? snapshot_[r].data() : nullptr;
 }
 
 bool DqnLearnerStage::poll_metrics(Scalars& out) {

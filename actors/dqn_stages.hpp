@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "actors/cuda_lane.hpp"
@@ -35,6 +36,8 @@
 #include "rl/envs/vec_env.hpp"
 
 namespace foxhunt::actors {
+
+class DqnLearnerStage;
 
 class DqnCollectorStage final : public CollectorStage {
  public:
@@ -65,13 +68,27 @@ class DqnCollectorStage final : public CollectorStage {
   void resume_at(std::int64_t env_steps);
   // Final checkpoint (quiesced pipeline): collector.json (step counters), collector.policy.*
   // (the acting network with its exploration state: epsilon step, act/noise counters) and, when
-  // the env's state is capturable (actors/env_state.hpp: markets), collector.env.bin and
-  // collector.obs.bin (current and last-final observations); with attach_replay, also the replay
-  // buffer (GpuReplayStage::checkpoint_job), from the same quiesced moment.
+  // the env's state is capturable (actors/env_state.hpp: markets, CartPole), collector.env.bin
+  // and collector.obs.bin (current and last-final observations); with attach_replay, also the
+  // replay buffer (GpuReplayStage::checkpoint_job), from the same quiesced moment; with
+  // attach_learner, kPoliciesFile: the policy versions published but not yet acted on.
   std::function<void(const std::filesystem::path& dir)> checkpoint_job() override;
   // The replay buffer whose state the final checkpoint carries with the collector's (the pipeline
   // asks the collector and the learner only). Setup only.
   void attach_replay(std::shared_ptr<GpuReplayStage> replay) { replay_ = std::move(replay); }
+  // Deterministic mode, setup only: the final checkpoint also writes the weights of the policy
+  // versions (acting version, learner updates / sync_every] into kPoliciesFile (the versions
+  // published before the stop that the collector has not swapped in yet, plus the one the learner
+  // is due to publish next when its update count is a multiple of sync_every: its online weights;
+  // the others come from the learner's snapshot ring). A resumed collector swaps each in when due.
+  void attach_learner(std::shared_ptr<DqnLearnerStage> learner, std::int64_t sync_every);
+  // Setup only: the version the acting network holds when restore() did not set it (a resume
+  // without collector state: the checkpoint's policy_version).
+  void set_policy_version(std::int64_t version) noexcept { acting_version_ = version; }
+  std::int64_t restored_policy_version() const override { return restored_version_; }
+  std::vector<std::int64_t> restored_pending_policies() const override;
+  void use_restored_policy(std::int64_t version) override;
+  static constexpr const char* kPoliciesFile = "collector.policies.bin";
   // Setup only (synchronizes): restores what checkpoint_job wrote. False (nothing changed) when
   // `dir` holds no collector state; std::runtime_error when it does not fit this collector.
   // Returns true; *env_restored says whether the environment continued too (else it restarted).
@@ -98,6 +115,12 @@ class DqnCollectorStage final : public CollectorStage {
   std::int64_t steps_ = 0, stats_every_ = 0, next_stats_ = 0;
   rl::DqnSchedule schedule_;
   std::shared_ptr<GpuReplayStage> replay_;
+  // Policy versions: the one the acting network holds; restore(): the restored acting version
+  // (-1: none) and the pending versions' weights, ascending.
+  std::int64_t acting_version_ = 0, restored_version_ = -1;
+  std::vector<std::pair<std::int64_t, gpu::DeviceBuffer<float>>> restored_policies_;
+  std::shared_ptr<DqnLearnerStage> learner_;  // attach_learner (deterministic mode)
+  std::int64_t sync_every_ = 0;
 };
 
 class DqnLearnerStage final : public LearnerStage {
@@ -122,6 +145,20 @@ class DqnLearnerStage final : public LearnerStage {
   cudaStream_t stream() const noexcept { return lane_.stream(); }
   void set_timeline(StreamTimeline* t) noexcept { lane_.set_timeline(t, "learner"); }
 
+  // Snapshots go round a ring of this many buffers (version % kSnapshotRing), so the last few
+  // published versions stay readable for a final checkpoint (at most three are ever pending in
+  // deterministic mode: one in a policy buffer, one in the snapshot, one not taken yet). One
+  // snapshot is outstanding at a time (the credit), so a ring buffer is rewritten only after the
+  // sync that read it, as with a single buffer.
+  static constexpr int kSnapshotRing = 4;
+  // Setup only: the update count the run resumed from (updates_total() counts on from it).
+  void set_update_base(std::int64_t updates) noexcept { update_base_ = updates; }
+  std::int64_t updates_total() const noexcept { return update_base_ + updates_; }
+  // Idle stream only (final checkpoint): the weights of policy version `version`, i.e. the online
+  // weights right after update version * sync_every: the online network when that is the update
+  // count now, else the ring's copy while it still holds that version; nullptr otherwise.
+  const float* policy_weights(std::int64_t version, std::int64_t sync_every);
+
  private:
   CudaLane lane_;
   GpuReplayStage* replay_;  // outlives this stage (constructor contract)
@@ -130,9 +167,10 @@ class DqnLearnerStage final : public LearnerStage {
   std::vector<gpu::CudaGraph> graphs_;
   std::vector<gpu::DeviceBuffer<float>> td_;
   std::vector<gpu::Event> td_ready_;
-  gpu::DeviceBuffer<float> snapshot_;
+  gpu::DeviceBuffer<float> snapshot_[kSnapshotRing];
+  std::int64_t snapshot_version_[kSnapshotRing] = {-1, -1, -1, -1};
   gpu::Event snapshot_ready_, checkpoint_ready_;
-  std::int64_t updates_ = 0, metrics_every_ = 0;
+  std::int64_t updates_ = 0, metrics_every_ = 0, update_base_ = 0;
   bool metrics_pending_ = false;
 };
 

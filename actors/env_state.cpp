@@ -8,11 +8,22 @@
 
 #include "gpu/atomic_file.hpp"
 #include "gpu/check.hpp"
+#include "rl/envs/cartpole.hpp"
 #include "rl/envs/market.hpp"
 
 namespace foxhunt::actors {
 
 std::vector<DeviceSpan> env_state_spans(rl::VecEnv& env) {
+  if (auto* cartpole = dynamic_cast<rl::CartPoleEnv*>(&env)) {
+    const rl::CartPoleEnv::MutableState st = cartpole->mutable_state();
+    const auto n = static_cast<std::size_t>(cartpole->num_envs());
+    return {
+        {"state", st.state, n * sizeof(float4)},
+        {"episode_steps", st.episode_steps, n * sizeof(std::int32_t)},
+        {"counter", st.counter, n * sizeof(std::uint64_t)},
+        {"accum", st.accum, n * sizeof(rl::EpisodeAccum)},
+    };
+  }
   auto* market = dynamic_cast<rl::MarketEnv*>(&env);
   if (!market) return {};
   const rl::MarketState& st = market->state();

@@ -4,8 +4,10 @@
 // observation rings, episode accumulators). Only what rl/envs exposes can be listed:
 //   rl::MarketEnv   every array of rl::MarketState (MarketEnv::state()), sized from its config;
 //                   the env's seed and "started" flag come from reset() with the run's seed.
-//   rl::CartPoleEnv not capturable: state() is const and the episode-step and Philox counters
-//                   are private (needs an accessor in rl/envs/cartpole.hpp); a resume restarts it.
+//   rl::CartPoleEnv state, episode_steps, counter (the Philox counter of the next reset draw) and
+//                   accum (CartPoleEnv::mutable_state()); seed and "started" as for markets.
+// The observations the collector keeps (current and last final) are its own buffers: the DQN
+// collector writes them beside these (DqnCollectorStage::checkpoint_job).
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -22,7 +24,7 @@ struct DeviceSpan {
   std::size_t bytes = 0;
 };
 
-// Empty when the environment's state cannot be captured (see above).
+// Empty when the environment's state cannot be captured (an env kind not listed above).
 std::vector<DeviceSpan> env_state_spans(rl::VecEnv& env);
 
 // Writes the spans (synchronizes `stream` first, then copies device to host: checkpoints only) as

@@ -51,7 +51,8 @@ class GpuReplayStage final : public ReplayStage {
   // The replay part of a FINAL checkpoint (pipeline quiesced): a job writing kCheckpointFile
   // (rl::ReplayBuffer::save: ring, priority tree, device state, host slot counts) into a
   // directory. The DQN collector runs it with its own checkpoint job (DqnCollectorStage::
-  // attach_replay). Periodic checkpoints do not carry it (taken while inserts run).
+  // attach_replay). The learner's periodic checkpoints do not carry it (taken while inserts run);
+  // with checkpoint.replay = "always" periodic checkpoints are segment ends that do (train_run).
   std::function<void(const std::filesystem::path& dir)> checkpoint_job();
   // Setup only, before the first insert (synchronizes): loads dir/kCheckpointFile. False (nothing
   // changed) when the file is absent; std::runtime_error (buffer unchanged) when it does not fit.

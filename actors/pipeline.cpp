@@ -205,6 +205,11 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
     }
   }
   result.counters = progress->counters();
+  // Deterministic mode: version v is the weights right after update v * sync_every. Whether the
+  // last one was already taken when the run stopped depends on timing (its predecessor may still
+  // have been publishing); the final checkpoint names it either way (the collector's checkpoint
+  // carries its weights), so a resumed learner continues with the next one.
+  if (config.deterministic) result.counters.policy_version = result.counters.updates / config.sync_every;
   if (hooks.store) {
     if (!sync_error.empty()) {
       auto latest = CheckpointStore::latest(hooks.store->root());

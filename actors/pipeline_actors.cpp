@@ -56,6 +56,14 @@ std::int64_t due_version(const CollectorState& s, std::int64_t steps) {
 void swap_due_policies(CollectorSelf* self) {
   auto& s = self->state;
   const std::int64_t due = due_version(s, s.steps_issued);
+  // Versions restored on a resume come first: every published one is newer.
+  while (!s.restored_policies.empty() && s.restored_policies.front() <= due) {
+    const std::int64_t v = s.restored_policies.front();
+    s.restored_policies.pop_front();
+    s.stage->use_restored_policy(v);
+    s.policy_version = v;
+    s.shared->progress->policy_swaps.fetch_add(1);
+  }
   while (!s.pending_policies.empty() && static_cast<std::int64_t>(s.pending_policies.front().count) <= due) {
     const LocalDeviceHandle p = s.pending_policies.front();
     s.pending_policies.pop_front();
@@ -64,12 +72,13 @@ void swap_due_policies(CollectorSelf* self) {
 }
 
 // Deterministic mode: false while the version due for the next collect has not arrived. On a
-// resumed run the versions up to start.policy_version are never published again: not waited for.
+// resumed run the versions up to start.policy_version are never published again: not waited for
+// (CollectorState::not_waited_for; restored pending versions are swapped in above instead).
 bool due_policy_ready(CollectorSelf* self) {
   swap_due_policies(self);
   auto& s = self->state;
   const std::int64_t due = due_version(s, s.steps_issued);
-  return s.policy_version >= due || due <= s.shared->config.start.policy_version;
+  return s.policy_version >= due || due <= s.not_waited_for;
 }
 
 // Deterministic mode: the run ends once replay is done and the collector holds the version due
@@ -93,9 +102,24 @@ caf::behavior collector_actor(caf::stateful_actor<CollectorState>* self, std::sh
   for (int k = 0; k < stage->slots(); ++k) st.free_slots.emplace_back(k, 0);
   st.steps_issued = shared->config.start.env_steps;
   st.policy_version = shared->config.start.policy_version;
-  if (shared->config.deterministic)
+  if (shared->config.deterministic) {
     st.ratio = std::make_unique<ReplayRatio>(shared->config.replay_ratio, shared->config.learning_starts,
                                              shared->config.ratio_slack);
+    // A final checkpoint's collector: it acts with the version it saved, and holds the versions
+    // published before the stop that were not due yet.
+    st.not_waited_for = shared->config.start.policy_version;
+    if (const std::int64_t acting = stage->restored_policy_version(); acting >= 0) {
+      st.policy_version = acting;
+      for (const std::int64_t v : stage->restored_pending_policies())
+        if (v > acting) st.restored_policies.push_back(v);
+    } else {
+      // A learner-only (periodic) checkpoint: replay may have issued updates beyond the learner's
+      // (held back behind a snapshot), so versions the ratio made due at the resumed step count
+      // may carry labels the resumed learner never uses. Waiting for them would wait forever.
+      st.not_waited_for = std::max(st.not_waited_for, st.ratio->allowed_updates(shared->config.start.env_steps) /
+                                                          shared->config.sync_every);
+    }
+  }
 
   // One collect message in the mailbox at a time: credits, policy swaps and exits interleave.
   auto schedule = [self] {
@@ -390,6 +414,10 @@ caf::behavior learner_actor(LearnerSelf* self, std::shared_ptr<LearnerStage> sta
   st.shared = shared;
   st.updates_issued = shared->config.start.updates;
   st.version = shared->config.start.policy_version;
+  // Deterministic mode: a stop right after update v * sync_every, before snapshot v could be taken
+  // (the previous one still publishing), leaves version v owed: taken before the first update.
+  if (shared->config.deterministic && st.updates_issued / shared->config.sync_every > st.version)
+    st.sync_wanted = true;
   if (shared->config.checkpoint_every > 0)
     st.next_checkpoint = (shared->config.start.env_steps / shared->config.checkpoint_every + 1) *
                          shared->config.checkpoint_every;
@@ -401,6 +429,7 @@ caf::behavior learner_actor(LearnerSelf* self, std::shared_ptr<LearnerStage> sta
         self->state.supervisor = supervisor;
       },
       [self](batch_atom, const LocalDeviceHandle& batch) {
+        try_snapshot(self);  // a resumed run's owed version (every actor is wired by now)
         if (updates_held(self->state))
           self->state.queued_batches.push_back(batch);
         else

@@ -60,7 +60,12 @@ struct PipelineConfig {
   //            batches wait while the previous snapshot is still being published);
   //   collector a collect that starts at env step s uses exactly policy version
   //            floor(allowed_updates(s - slots * steps_per_slot) / sync_every) (it waits for it);
-  //            on a resumed run, versions up to start.policy_version are not waited for;
+  //            on a resumed run, the versions the stage restored (CollectorStage::
+//            restored_pending_policies) are swapped in when due like published ones, and versions
+//            up to start.policy_version are not waited for (without restored collector state:
+//            up to allowed_updates(start.env_steps) / sync_every, the learner's version labels
+//            then being behind the ratio's); a resumed learner whose update count
+//            is a multiple of sync_every above start.policy_version publishes that version first;
   //   end      the run completes once every transition is inserted, every update the ratio
   //            allows at total_env_steps has completed (replay tells the collector) and the
   //            collector holds the policy version due at total_env_steps (what its next collect
@@ -117,6 +122,8 @@ struct CollectorState {
   int policy_buffer = 0;
   std::int64_t policy_version = 0;               // version of the weights the collector acts with
   std::deque<LocalDeviceHandle> pending_policies;  // deterministic mode: published, not yet due
+  std::deque<std::int64_t> restored_policies;      // deterministic resume: held by the stage, not yet due
+  std::int64_t not_waited_for = 0;                 // deterministic resume: versions never published again
   std::unique_ptr<ReplayRatio> ratio;              // deterministic mode: which version is due
   bool wired = false, tick_pending = false, finished_sent = false;
   bool replay_done = false;  // deterministic mode: replay has done all work up to total_env_steps

@@ -305,6 +305,7 @@ void read_all(Reader& r, RunConfig& c) {
   r.section("checkpoint");
   r.integer("every_env_steps", c.checkpoint.every_env_steps, 0, kBig);
   r.integer("keep", c.checkpoint.keep, 0, 1'000'000);
+  r.choice("replay", c.checkpoint.replay, {"final", "always", "never"});
 
   r.section("logging");
   r.integer("progress_interval_ms", c.logging.progress_interval_ms, 50, 3'600'000);

@@ -127,6 +127,8 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   const bool replay_restored = resume && replay->restore(*resume);
   auto learner = std::make_shared<DqnLearnerStage>(lc, *replay, options.metrics_every, resume, device);
   learner->synchronize();
+  const Counters start = resume ? CheckpointStore::read_counters(*resume) : Counters{};
+  learner->set_update_base(start.updates);
   const std::int64_t stats_every = std::max(options.stats_every, config.env.num_envs * config.env.steps_per_slot);
   auto collector = std::make_shared<DqnCollectorStage>(std::move(env), lc, layout, config.pipeline.slots,
                                                        config.run.seed, stats_every, device);
@@ -136,9 +138,16 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   // learner's weights from the resumed step count.
   bool restored = false, env_restored = false;
   if (resume) restored = collector->restore(*resume, &env_restored);
-  if (resume && !restored) collector->resume_at(CheckpointStore::read_counters(*resume).env_steps);
+  if (resume && !restored) {
+    collector->resume_at(start.env_steps);
+    collector->set_policy_version(start.policy_version);
+  }
   if (!restored) collector->load_policy(learner->learner().online_arena().params(), floats);
-  collector->attach_replay(replay);  // the final checkpoint writes replay with the collector's state
+  // The final checkpoint writes replay with the collector's state (checkpoint.replay "final" or
+  // "always"; "never": no replay buffer in any checkpoint).
+  if (config.checkpoint.replay != "never") collector->attach_replay(replay);
+  // Deterministic mode: it also carries the policy versions published but not yet acted on.
+  if (config.run.deterministic) collector->attach_learner(learner, config.pipeline.sync_every);
   if (resume && !replay_restored)
     spdlog::warn("resume: the replay buffer starts empty (the checkpoint has no {})", GpuReplayStage::kCheckpointFile);
   if (resume && !env_restored)

@@ -63,6 +63,14 @@ class CollectorStage : public Stage {
   // stream idle): a job writing what an exact resume needs (environment state, observations,
   // acting network and exploration counters) into a directory. Empty: nothing to write.
   virtual std::function<void(const std::filesystem::path& dir)> checkpoint_job() { return {}; }
+  // Resume (deterministic mode): the policy version the restored acting network holds (-1: none
+  // restored), and the versions published before the stop but not yet acted on (ascending, all
+  // greater), whose weights this stage restored with it. The collector actor takes each one with
+  // use_restored_policy when it is due, exactly where the uninterrupted run swapped it in.
+  virtual std::int64_t restored_policy_version() const { return -1; }
+  virtual std::vector<std::int64_t> restored_pending_policies() const { return {}; }
+  // Reads the weights of restored version `version` from now on (enqueued; no policy buffer).
+  virtual void use_restored_policy(std::int64_t version) { (void)version; }
 };
 
 class ReplayStage : public Stage {

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -87,6 +88,8 @@ class ProgressReporter {
     if (jsonl_) jsonl_->flush();
     if (tb_) tb_->flush();
   }
+  // A new run_pipeline segment: its snapshot clock starts at 0 again (the counts continue).
+  void restart_clock() { last_seconds_ = 0; }
   void finish_line() {
     if (tty_) std::fprintf(stderr, "\n");
     flush();
@@ -125,8 +128,6 @@ TrainOutcome run_training(const TrainRequest& req) {
   struct PollingReset {
     ~PollingReset() { set_completion_polling(false); }
   } polling_reset;
-  out.stages = make_stages(cfg, req.resume, req.stage_options);
-  PipelineStages& stages = out.stages;
 
   ProgressReporter reporter(cfg, req.run_dir, req.console);
   RunHooks hooks;
@@ -140,21 +141,52 @@ TrainOutcome run_training(const TrainRequest& req) {
     reporter(s);
     if (req.observer) req.observer(s);
   };
-  if (cfg.logging.timeline) {
-    // Busy intervals of the first ~20k pieces of work (the cap bounds the timing events).
-    auto timeline = std::make_shared<StreamTimeline>(20'000);
-    if (auto c = std::dynamic_pointer_cast<DqnCollectorStage>(stages.collector)) {
-      timeline->start(c->stream());
-      timeline->reserve(20'000);  // its timing events created now, not by the actors while they run
-      c->set_timeline(timeline.get());
-      if (auto l = std::dynamic_pointer_cast<DqnLearnerStage>(stages.learner)) l->set_timeline(timeline.get());
-      if (auto t = std::dynamic_pointer_cast<PolicyPublishStage>(stages.target_sync)) t->set_timeline(timeline.get());
-      if (auto rp = std::dynamic_pointer_cast<GpuReplayStage>(stages.replay)) rp->set_timeline(timeline.get());
-      hooks.timeline = timeline;
-      hooks.timeline_file = req.run_dir / "timeline.json";
+
+  // checkpoint.replay = "always": a periodic checkpoint must hold the replay buffer, the learner
+  // and the collector from one consistent moment, which only a quiesced pipeline has (periodic
+  // checkpoints are otherwise taken by the learner while collection and inserts run). So the run
+  // goes in segments of every_env_steps: each segment is a run_pipeline ending at its boundary
+  // (quiesced, complete final checkpoint), and the next one resumes from that checkpoint exactly
+  // as --resume would (fresh stages, the run's own total_env_steps for every schedule).
+  const bool segmented = cfg.checkpoint.replay == "always" && cfg.checkpoint.every_env_steps > 0;
+  std::optional<fs::path> resume = req.resume;
+  for (bool first = true;; first = false) {
+    PipelineConfig seg = pcfg;
+    if (segmented) {
+      const std::int64_t every = cfg.checkpoint.every_env_steps;
+      seg.checkpoint_every = 0;  // the segment's final checkpoint is the periodic one
+      seg.total_env_steps = std::min(cfg.run.total_env_steps, (seg.start.env_steps / every + 1) * every);
     }
+    out.stages = PipelineStages{};  // the previous segment's device memory goes before the next is built
+    out.stages = make_stages(cfg, resume, req.stage_options);
+    PipelineStages& stages = out.stages;
+    hooks.timeline = nullptr;
+    hooks.timeline_file.clear();
+    if (cfg.logging.timeline && first) {
+      // Busy intervals of the first ~20k pieces of work (the cap bounds the timing events).
+      auto timeline = std::make_shared<StreamTimeline>(20'000);
+      if (auto c = std::dynamic_pointer_cast<DqnCollectorStage>(stages.collector)) {
+        timeline->start(c->stream());
+        timeline->reserve(20'000);  // its timing events created now, not by the actors while they run
+        c->set_timeline(timeline.get());
+        if (auto l = std::dynamic_pointer_cast<DqnLearnerStage>(stages.learner)) l->set_timeline(timeline.get());
+        if (auto t = std::dynamic_pointer_cast<PolicyPublishStage>(stages.target_sync)) t->set_timeline(timeline.get());
+        if (auto rp = std::dynamic_pointer_cast<GpuReplayStage>(stages.replay)) rp->set_timeline(timeline.get());
+        hooks.timeline = timeline;
+        hooks.timeline_file = req.run_dir / "timeline.json";
+      }
+    }
+    reporter.restart_clock();
+    out.result = run_pipeline(seg, stages, hooks);
+    const RunResult& r = out.result;
+    if (!segmented || seg.total_env_steps >= cfg.run.total_env_steps) break;
+    // A stop, a failure or a missing checkpoint ends the run here (with that outcome).
+    if (r.outcome.kind != RunOutcome::Kind::completed || !r.final_checkpoint || r.counters.env_steps < seg.total_env_steps)
+      break;
+    spdlog::info("periodic checkpoint {} (with the replay buffer); continuing from it", r.final_checkpoint->string());
+    resume = *r.final_checkpoint;
+    pcfg.start = CheckpointStore::read_counters(*resume);
   }
-  out.result = run_pipeline(pcfg, stages, hooks);
   const RunResult& r = out.result;
   if (r.overlap >= 0)
     spdlog::info("timeline {}: overlap (>= 2 streams busy) {:.1f}% of the span", (req.run_dir / "timeline.json").string(),

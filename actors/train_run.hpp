@@ -41,6 +41,10 @@ struct TrainOutcome {
 
 // Throws (before anything runs) std::invalid_argument / std::runtime_error for a configuration
 // or checkpoint that cannot run; otherwise the run's outcome (failures are in result.outcome).
+// checkpoint.replay = "always" (with every_env_steps > 0): the run goes in segments ending at each
+// multiple of every_env_steps, each a run_pipeline with its own complete final checkpoint (replay
+// buffer included: the periodic one), the next resuming from it as --resume would; the outcome,
+// the stages and the counts are the last segment's (the counts are the run's).
 TrainOutcome run_training(const TrainRequest& request);
 
 }  // namespace foxhunt::actors

@@ -69,6 +69,8 @@ DqnLearner::DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane) : con
   online_->bind(online_arena_);
   target_->bind(target_arena_);
 
+  if (lane_.workspace_bytes > 0) side_workspace_ = gpu::DeviceBuffer<std::byte>(lane_.workspace_bytes);
+
   const std::int64_t B = config_.batch;
   ws_ = online_->make_workspace(config_.double_q ? 2 * B : B);  // double DQN: rows [s; s']
   if (config_.double_q) obs2_ = gpu::DeviceBuffer<float>(static_cast<std::size_t>(2 * B * config_.net.obs_dim));
@@ -123,8 +125,16 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
   // Forwards. Double DQN: online(s) and online(s') (which only selects the bootstrap action) use the
   // same weights and noise, so they run as ONE forward over the stacked 2B rows [s; s']: rows [0, B)
   // of ws_ are exactly what a B-row forward of s leaves (row-major activations and ReLU masks), so
-  // the backward, the dead-unit count and the loss read them unchanged.
-  target_->forward(ws_target_, batch.next_obs, B, false, lane);
+  // the backward, the dead-unit count and the loss read them unchanged. The target forward reads
+  // only its own weights and workspace: it runs beside the online forward on the side stream.
+  gpu::BlasLane side_lane = lane;
+  side_lane.stream = side_;
+  side_lane.workspace = side_workspace_.data();
+  side_lane.workspace_bytes = side_workspace_.bytes();
+  forked_.record(s);
+  side_.wait(forked_);
+  target_->forward(ws_target_, batch.next_obs, B, false, side_lane);
+  target_done_.record(side_);
   const float* q_select = target_->q(ws_target_);
   if (c.double_q) {
     if (!begin_with_stack) dqn_stack_rows(obs2_.data(), batch.obs, batch.next_obs, B * c.net.obs_dim, s);
@@ -133,6 +143,13 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
   } else {
     online_->forward(ws_, batch.obs, B, false, lane);
   }
+  // The dead-unit count reads the online forward's ReLU masks and writes only state->dead_units:
+  // it runs on the side stream beside the loss and the backward.
+  online_done_.record(s);
+  side_.wait(online_done_);
+  online_->count_dead_units(&st->dead_units, ws_, B, side_);
+  side_done_.record(side_);
+  FH_CHECK(cudaStreamWaitEvent(s, target_done_, 0));
 
   if (Z == 1) {
     // One block: targets, TD loss, d_q, priorities, state->loss / q_mean and the loss guard.
@@ -151,9 +168,8 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
     taken_q_mean(&st->q_mean, online_->q(ws_), batch.actions, B, D, A, s);
     gpu::flag_nonfinite(&st->skip, &st->loss, 1, s);
   }
-  online_->count_dead_units(&st->dead_units, ws_, B, s);
-
   online_->backward(ws_, d_logits_.data(), batch.obs, B, lane);
+  FH_CHECK(cudaStreamWaitEvent(s, side_done_, 0));  // the side stream rejoins (a capture must end joined)
 
   // Guard: a non-finite loss or gradient skips Adam and the target update (bit-exact).
   // One kernel: non-finite gradient flag, global norm and clip scale.

@@ -27,6 +27,7 @@
 #include "gpu/context.hpp"
 #include "gpu/exit.hpp"
 #include "gpu/graph.hpp"
+#include "gpu/stream.hpp"
 #include "models/q_network.hpp"
 #include "rl/dqn/batch.hpp"
 #include "rl/dqn/state.hpp"
@@ -120,6 +121,12 @@ class DqnLearner {
   gpu::DeviceBuffer<std::byte> reduce_ws_, norm_ws_, end_ws_;  // norm_ws_, end_ws_: fused-kernel counters
   gpu::ExitSlot<DqnState> metrics_;
   gpu::CudaGraph graph_;
+  // A second stream for the work that does not depend on the online forward (the target forward,
+  // the dead-unit count): forked from and joined back into the update's stream, so a captured update
+  // holds them as parallel branches. Its own cuBLASLt workspace: concurrent matmuls must not share one.
+  gpu::Stream side_;
+  gpu::DeviceBuffer<std::byte> side_workspace_;
+  gpu::Event forked_, target_done_, online_done_, side_done_;
 };
 
 }  // namespace foxhunt::rl

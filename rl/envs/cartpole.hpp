@@ -61,6 +61,17 @@ class CartPoleEnv final : public VecEnv {
   // Device state, for tests and for policies that read it.
   const float4* state() const { return state_.data(); }
 
+  // Every array the step kernel reads or writes, mutable: what a checkpoint saves and restores
+  // for an exact resume (actors/env_state.cpp). Each holds num_envs() elements. The seed and the
+  // started flag are not listed: they come from reset() with the run's seed.
+  struct MutableState {
+    float4* state;                // {x, x_dot, theta, theta_dot}
+    std::int32_t* episode_steps;  // steps of the running episode (truncation at 500)
+    std::uint64_t* counter;       // total steps: the Philox counter of the next reset draw
+    EpisodeAccum* accum;          // episode statistics accumulators
+  };
+  MutableState mutable_state() { return {state_.data(), episode_steps_.data(), counter_.data(), accum_.data()}; }
+
  private:
   std::int64_t n_;
   std::uint64_t seed_ = 0;

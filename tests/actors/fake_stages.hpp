@@ -47,6 +47,11 @@ struct FakeKnobs {
   int throw_on_collect = 0;         // collect() throws on this call (1-based; 0: never)
   int fault_on_update = 0;          // update() marks the device faulted on this call
   bool drop_collect_callbacks = false;  // the collector's completion callbacks never fire: a stall
+  // A resumed run: transitions the replay buffer restored, and the collector's restored acting
+  // version (-1: none) with the pending versions it holds (CollectorStage::restored_*).
+  std::int64_t stored = 0;
+  std::int64_t restored_version = -1;
+  std::vector<std::int64_t> restored_pending;
 };
 
 class FakeStageBase {
@@ -78,6 +83,10 @@ class FakeCollector : public CollectorStage, FakeStageBase {
   FakeCollector(std::shared_ptr<FakeDevice> d, std::shared_ptr<FakeMemory> m, FakeKnobs k)
       : FakeStageBase(std::move(d), std::move(m)), k_(k) {
     drop_callbacks_ = k.drop_collect_callbacks;
+    if (k.restored_version >= 0) {  // acting with restored weights: no policy buffer read
+      restored_active_ = true;
+      version_ = static_cast<std::uint64_t>(k.restored_version);
+    }
   }
   FOXHUNT_FAKE_STAGE_PLUMBING
   int slots() const override { return k_.slots; }
@@ -89,9 +98,10 @@ class FakeCollector : public CollectorStage, FakeStageBase {
     dev_->wait(s_, reuse_after);
     const int buf = active_;
     const std::uint64_t expect = version_;
+    const bool own_copy = restored_active_;
     auto mem = mem_;
-    dev_->kernel(s_, [mem, slot, gen, buf, expect] {
-      if (mem->policy[buf] != expect)
+    dev_->kernel(s_, [mem, slot, gen, buf, expect, own_copy] {
+      if (!own_copy && mem->policy[buf] != expect)
         mem->violation("collector read policy buffer " + std::to_string(buf) + " version " +
                        std::to_string(mem->policy[buf]) + ", expected " + std::to_string(expect));
       mem->slot[static_cast<std::size_t>(slot)] = gen;
@@ -105,7 +115,17 @@ class FakeCollector : public CollectorStage, FakeStageBase {
     dev_->wait(s_, p.event);
     active_ = p.slot;
     version_ = p.count;
+    restored_active_ = false;
     return released;
+  }
+  std::int64_t restored_policy_version() const override { return k_.restored_version; }
+  std::vector<std::int64_t> restored_pending_policies() const override { return k_.restored_pending; }
+  void use_restored_policy(std::int64_t v) override {
+    bool held = false;
+    for (const std::int64_t p : k_.restored_pending) held = held || p == v;
+    if (!held) mem_->violation("use_restored_policy of version " + std::to_string(v) + ", which was not restored");
+    version_ = static_cast<std::uint64_t>(v);
+    restored_active_ = true;
   }
   bool poll_metrics(Scalars& out) override {
     out = {{"episode_return", 1.0}};
@@ -116,13 +136,17 @@ class FakeCollector : public CollectorStage, FakeStageBase {
   FakeKnobs k_;
   int calls_ = 0, active_ = 0;
   std::uint64_t version_ = 0;
+  bool restored_active_ = false;
 };
 
 class FakeReplay : public ReplayStage, FakeStageBase {
  public:
   FakeReplay(std::shared_ptr<FakeDevice> d, std::shared_ptr<FakeMemory> m, FakeKnobs k)
-      : FakeStageBase(std::move(d), std::move(m)), k_(k) {}
+      : FakeStageBase(std::move(d), std::move(m)), k_(k) {
+    mem_->inserted = k.stored;
+  }
   FOXHUNT_FAKE_STAGE_PLUMBING
+  std::int64_t stored() const override { return k_.stored; }
   int batches() const override { return k_.batches; }
   std::int64_t batch_size() const override { return k_.batch_size; }
   std::uint64_t insert(const LocalDeviceHandle& h) override {

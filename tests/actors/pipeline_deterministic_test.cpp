@@ -5,6 +5,7 @@
 // can tell), and deterministic runs keep the protocol's safety (no resource rewritten while read).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -47,11 +48,18 @@ class TracingCollector final : public CollectorStage {
     version_ = p.count;
     return in_->use_policy(p);
   }
+  std::int64_t restored_policy_version() const override { return in_->restored_policy_version(); }
+  std::vector<std::int64_t> restored_pending_policies() const override { return in_->restored_pending_policies(); }
+  void use_restored_policy(std::int64_t v) override {
+    t_->add(t_->collector, "use v" + std::to_string(v));
+    version_ = static_cast<std::uint64_t>(v);
+    in_->use_restored_policy(v);
+  }
 
  private:
   std::shared_ptr<CollectorStage> in_;
   std::shared_ptr<Trace> t_;
-  std::uint64_t version_ = 0;
+  std::uint64_t version_ = static_cast<std::uint64_t>(std::max<std::int64_t>(0, in_->restored_policy_version()));
 };
 
 class TracingReplay final : public ReplayStage {
@@ -224,3 +232,75 @@ TEST(DeterministicPipelineTest, WithoutTheModeTimingChangesTheOrder) {
 }
 
 }  // namespace
+
+namespace {
+
+std::vector<std::string> collects_of(const std::vector<std::string>& trace) {
+  std::vector<std::string> c;
+  for (const auto& e : trace)
+    if (e.rfind("collect", 0) == 0) c.push_back(e);
+  return c;
+}
+
+}  // namespace
+
+TEST(DeterministicPipelineTest, ResumeSwapsInRestoredPendingVersionsWhenDue) {
+  // A lagging policy schedule: a version every sync_every / ratio = 32 env steps, due 16 steps
+  // (4 slots) after the learner made it, so at a stop the collector may act with version a while
+  // versions up to W = updates / sync_every exist. A resumed collector that restored them (the DQN
+  // collector's final checkpoint, collector.policies.bin) must act, collect for collect, with the
+  // versions the uninterrupted run used.
+  FakeKnobs k;
+  k.slots = 4;
+  k.batches = 2;
+  k.steps_per_slot = 4;
+  k.batch_size = 8;
+  PipelineConfig cfg;
+  cfg.learning_starts = 64;
+  cfg.replay_ratio = 0.25;
+  cfg.ratio_slack = 8;
+  cfg.sync_every = 8;
+  cfg.deterministic = true;
+  const ReplayRatio ratio(cfg.replay_ratio, cfg.learning_starts, cfg.ratio_slack);
+  const std::int64_t sps = k.steps_per_slot;
+  const std::int64_t lag = std::min<std::int64_t>(
+      k.slots * sps, static_cast<std::int64_t>(static_cast<double>(cfg.sync_every) / cfg.replay_ratio) / sps * sps);
+  // The stop: the first slot boundary from 400 at which a version is pending.
+  std::int64_t stop = 400, acting = 0, latest = 0;
+  for (;; stop += sps) {
+    acting = ratio.allowed_updates(std::max<std::int64_t>(0, stop - lag)) / cfg.sync_every;
+    latest = ratio.allowed_updates(stop) / cfg.sync_every;
+    if (latest > acting) break;
+  }
+  cfg.total_env_steps = 2 * stop;
+  const Traced whole = run_traced(cfg, k, 1, 0);
+  ASSERT_EQ(whole.result.outcome.kind, RunOutcome::Kind::completed) << whole.result.outcome.reason;
+  const std::vector<std::string> whole_collects = collects_of(whole.collector);
+  ASSERT_EQ(static_cast<std::int64_t>(whole_collects.size()), cfg.total_env_steps / sps);
+  // The uninterrupted run's first collect from the stop acts with `acting`, a later one with `latest`.
+  const std::vector<std::string> after(whole_collects.begin() + stop / sps, whole_collects.end());
+  ASSERT_EQ(after.front(), "collect v" + std::to_string(acting));
+  ASSERT_NE(std::find(after.begin(), after.end(), "collect v" + std::to_string(latest)), after.end());
+
+  PipelineConfig resumed = cfg;
+  resumed.start = {stop, ratio.allowed_updates(stop), latest};  // a final checkpoint's counters
+  FakeKnobs rk = k;
+  rk.stored = stop;
+  rk.restored_version = acting;
+  for (std::int64_t v = acting + 1; v <= latest; ++v) rk.restored_pending.push_back(v);
+  for (auto [seed, pause] : {std::pair{5u, 0}, std::pair{6u, 100}}) {
+    SCOPED_TRACE("seed " + std::to_string(seed) + ", pauses up to " + std::to_string(pause) + " us");
+    const Traced t = run_traced(resumed, rk, seed, pause);
+    ASSERT_EQ(t.result.outcome.kind, RunOutcome::Kind::completed) << t.result.outcome.reason;
+    EXPECT_EQ(t.violations, 0);
+    EXPECT_EQ(t.result.counters.env_steps, whole.result.counters.env_steps);
+    EXPECT_EQ(t.result.counters.updates, whole.result.counters.updates);
+    EXPECT_EQ(t.result.counters.policy_version, whole.result.counters.policy_version);
+    EXPECT_EQ(first_difference(collects_of(t.collector), after), "") << "collects after the resume";
+  }
+  // Without the pending versions the resumed collector keeps `acting` too long: the test can tell.
+  rk.restored_pending.clear();
+  const Traced stale = run_traced(resumed, rk, 7, 0);
+  ASSERT_EQ(stale.result.outcome.kind, RunOutcome::Kind::completed) << stale.result.outcome.reason;
+  EXPECT_NE(first_difference(collects_of(stale.collector), after), "");
+}

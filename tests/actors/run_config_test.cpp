@@ -99,6 +99,8 @@ TEST(RunConfigTest, MalformedConfigsAreRejectedNamingTheKey) {
       {"[pipeline]\ncompletions = \"fast\"\n", {"pipeline.completions"}},
       {"[checkpoint]\nevery_env_steps = -5\n", {"checkpoint.every_env_steps"}},
       {"[checkpoint]\nkeep = -1\n", {"checkpoint.keep", "[0, "}},
+      {"[checkpoint]\nreplay = \"sometimes\"\n", {"checkpoint.replay", "final | always | never"}},
+      {"[checkpoint]\nreplay = true\n", {"checkpoint.replay", "final | always | never"}},
       {"[logging]\nlevel = \"loud\"\n", {"logging.level", "trace | debug | info | warn | error"}},
       {"[logging]\nprogress_interval_ms = 1\n", {"logging.progress_interval_ms", "[50, "}},
       {"run = 5\n", {"run", "must be a table"}},
@@ -117,6 +119,18 @@ TEST(RunConfigTest, MalformedConfigsAreRejectedNamingTheKey) {
       const std::string msg = e.what();
       for (const char* m : bad.must_mention) EXPECT_NE(msg.find(m), std::string::npos) << "message: " << msg;
     }
+  }
+}
+
+TEST(RunConfigTest, CheckpointReplayKey) {
+  EXPECT_EQ(parse_run_config("").checkpoint.replay, "final");  // today's behaviour by default
+  for (const char* v : {"final", "always", "never"}) {
+    SCOPED_TRACE(v);
+    const RunConfig c = parse_run_config(std::string("[checkpoint]\nreplay = \"") + v + "\"\n");
+    EXPECT_EQ(c.checkpoint.replay, v);
+    const std::string resolved = resolved_toml(c);
+    EXPECT_NE(resolved.find(std::string("replay = '") + v + "'"), std::string::npos) << resolved;
+    EXPECT_EQ(parse_run_config(resolved, "resolved").checkpoint.replay, v);
   }
 }
 
