@@ -37,7 +37,7 @@ read -r -a sanitizer_gpus <<<"${FOXHUNT_SANITIZER_GPUS:-$sanitizer_gpu}"
 # ActorKill.* runs are ActorEndToEnd's kernels and shutdown path plus an actor exit, twice over
 # (the kill and the resume), too long for a shard; the learning suites train for minutes and
 # would take hours under instrumentation (their kernels are the ones the other tests exercise).
-learning="DqnLearning.*:ActorTraining.*:ActorMarket.*:ActorResume.*"
+learning="DqnLearning.*:ActorTraining.*:ActorMarket.*:ActorResume.*:ShippedConfigs.*"
 learning_run=${FOXHUNT_LEARNING:-$learning}  # which of them run (a gtest filter)
 provoked="GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest.UncheckedSyncInvalidatesCaptureAndThrows:ActorFault.*:ActorKill.*"
 sanitizer_filter="$filter-$provoked:$learning"
@@ -48,19 +48,19 @@ solo=${FOXHUNT_SANITIZER_SOLO:-ActorEndToEnd.*:GpuPipelineTest.*:DqnTrainerTest.
 learning_gpu=${FOXHUNT_LEARNING_GPU:-$sanitizer_gpu}  # 0: after the benchmarks, beside the suite
 
 # One sanitizer run over the whole suite takes longer than a device call allows: gtest shards,
-# side by side.
+# side by side, at the lowest CPU priority (the benchmarks' host threads must not wait behind them).
 run_sanitizers() {
   local k=0
   local solos
   solos=$("$dist/bin/foxhunt_gpu_tests" --gtest_list_tests --gtest_filter="$solo" | awk '/^[^ ]/{s=$1} /^  /{print s $1}')
   for tool in "${tools[@]}"; do
     for t in $solos; do
-      CUDA_VISIBLE_DEVICES=${sanitizer_gpus[$((k++ % ${#sanitizer_gpus[@]}))]} timeout "$limit" \
+      CUDA_VISIBLE_DEVICES=${sanitizer_gpus[$((k++ % ${#sanitizer_gpus[@]}))]} nice -n 19 timeout "$limit" \
         "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 "$dist/bin/foxhunt_gpu_tests" \
         --gtest_filter="$t" >"$out/sanitizer_${tool}_${t//[^A-Za-z0-9]/_}.txt" 2>&1 &
     done
     for ((i = 0; i < shards; ++i)); do
-      CUDA_VISIBLE_DEVICES=${sanitizer_gpus[$((k++ % ${#sanitizer_gpus[@]}))]} GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout "$limit" \
+      CUDA_VISIBLE_DEVICES=${sanitizer_gpus[$((k++ % ${#sanitizer_gpus[@]}))]} GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i nice -n 19 timeout "$limit" \
         "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 "$dist/bin/foxhunt_gpu_tests" \
         --gtest_filter="$sanitizer_filter:$solo" >"$out/sanitizer_${tool}_$i.txt" 2>&1 &
     done
