@@ -207,16 +207,14 @@ struct Run {
     const DqnState m = run.learner().metrics().wait();
     res.q_mean = m.q_mean;
     res.loss = m.loss;
-    const EpisodeStats g = run.evaluate(-1);
-    res.greedy = g.mean_sharpe;
-    res.greedy_turnover = g.mean_turnover;
-    if (run.market().process == PriceProcess::ou)
-      res.oracle = run.evaluate(static_cast<int>(BaselinePolicy::ou_oracle)).mean_sharpe;
-    res.hold = run.evaluate(static_cast<int>(BaselinePolicy::buy_and_hold)).mean_sharpe;
-    const EpisodeStats rnd = run.evaluate(static_cast<int>(BaselinePolicy::random));
-    res.random = rnd.mean_sharpe;
-    res.random_turnover = rnd.mean_turnover;
-    res.flat = run.evaluate(static_cast<int>(BaselinePolicy::flat)).mean_sharpe;
+    const MarketDqnRun::Scores sc = run.score();
+    res.greedy = sc.greedy;
+    res.greedy_turnover = sc.greedy_turnover;
+    res.oracle = sc.oracle;
+    res.hold = sc.hold;
+    res.random = sc.random;
+    res.random_turnover = sc.random_turnover;
+    res.flat = sc.flat;
     res.wall_s = seconds_since(start);
   }
 };

@@ -1,6 +1,7 @@
 #include "rl/dqn/market_run.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "gpu/check.hpp"
 #include "rl/dqn/replay_hooks.hpp"
@@ -114,6 +115,21 @@ EpisodeStats MarketDqnRun::evaluate(int policy) {
   }
   eval_.export_stats(exit_, true, s);
   return exit_.wait();
+}
+
+MarketDqnRun::Scores MarketDqnRun::score() {
+  Scores r;
+  const EpisodeStats g = evaluate(-1);
+  r.greedy = g.mean_sharpe;
+  r.greedy_turnover = g.mean_turnover;
+  r.oracle = market_.process == PriceProcess::ou ? evaluate(static_cast<int>(BaselinePolicy::ou_oracle)).mean_sharpe
+                                                 : std::nan("");
+  r.hold = evaluate(static_cast<int>(BaselinePolicy::buy_and_hold)).mean_sharpe;
+  r.flat = evaluate(static_cast<int>(BaselinePolicy::flat)).mean_sharpe;
+  const EpisodeStats rnd = evaluate(static_cast<int>(BaselinePolicy::random));
+  r.random = rnd.mean_sharpe;
+  r.random_turnover = rnd.mean_turnover;
+  return r;
 }
 
 }  // namespace foxhunt::rl

@@ -53,6 +53,15 @@ class MarketDqnRun {
   // BaselinePolicy. Synchronous: the statistics leave through the exit module.
   EpisodeStats evaluate(int policy);
 
+  // The greedy policy's and the baselines' mean episode Sharpe net of costs (and turnover) on those
+  // same evaluation episodes: what the learning tests assert and the sweep tabulates.
+  struct Scores {
+    double greedy = 0, greedy_turnover = 0;
+    double oracle = 0;  // the OU oracle's; NaN unless the market's prices are OU
+    double hold = 0, flat = 0, random = 0, random_turnover = 0;
+  };
+  Scores score();
+
  private:
   MarketConfig market_;
   std::uint64_t seed_;

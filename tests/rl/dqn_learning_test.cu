@@ -227,9 +227,7 @@ MarketConfig recipe_market(const MarketRecipe& r) {
   return mc;
 }
 
-struct MarketOutcome {
-  double greedy = 0, oracle = 0, hold = 0, random = 0, greedy_turnover = 0, random_turnover = 0;
-};
+using MarketOutcome = MarketDqnRun::Scores;
 
 // Trains the recipe for `total_steps` transitions on 64 environments, then evaluates the greedy
 // policy and the baselines on the same fresh episodes (4 per environment, another seed).
@@ -237,16 +235,7 @@ MarketOutcome train_market(const MarketRecipe& r, std::uint64_t seed, std::int64
   MarketDqnRun run(recipe_market(r), r.learning, seed, total_steps, lane);
   run.trainer().reset(seed);
   run.trainer().run(total_steps);
-  MarketOutcome res;
-  const EpisodeStats g = run.evaluate(-1);
-  res.greedy = g.mean_sharpe;
-  res.greedy_turnover = g.mean_turnover;
-  if (run.market().process == PriceProcess::ou)
-    res.oracle = run.evaluate(static_cast<int>(BaselinePolicy::ou_oracle)).mean_sharpe;
-  res.hold = run.evaluate(static_cast<int>(BaselinePolicy::buy_and_hold)).mean_sharpe;
-  const EpisodeStats rnd = run.evaluate(static_cast<int>(BaselinePolicy::random));
-  res.random = rnd.mean_sharpe;
-  res.random_turnover = rnd.mean_turnover;
+  const MarketOutcome res = run.score();
   run.learner().publish_metrics();
   const DqnState m = run.learner().metrics().wait();
   std::printf("  seed %llu: greedy Sharpe %.3f (turnover %.1f / episode), oracle %.3f, buy-and-hold %.3f, random %.3f "
