@@ -161,8 +161,15 @@ std::optional<cublasLtMatmulAlgo_t> pick_algo(const cublasLtMatmulHeuristicResul
     }
   }
   if (first < 0) return std::nullopt;
-  // large GEMMs: the heuristic's own choice (split-K pays off for large k; the GEMM dominates)
-  if (g.k > kNoSplitMaxK || g.m * g.n > kSmallGemmOutputs) return results[first].algo;
+  // large GEMMs: the heuristic's own choice (split-K pays off for large k; the GEMM dominates),
+  // but only where its kernel has the epilogue natively. Otherwise cuBLASLt would run its own
+  // epilogue::globalKernel pass after the GEMM (measured ~2x slower than ours at 8192 x 1024):
+  // report "no fused algorithm" so that linear_forward runs the plain GEMM (same heuristic's
+  // best) and launch_epilogue.
+  if (g.k > kNoSplitMaxK || g.m * g.n > kSmallGemmOutputs) {
+    if (!epilogue_native(results[first].algo, g.epilogue)) return std::nullopt;
+    return results[first].algo;
+  }
   cublasLtMatmulAlgo_t algo = results[best].algo;
   if (splitk_of(algo) > 1) {  // no split-free result: try the best one with one split
     cublasLtMatmulAlgo_t one = algo;
@@ -332,6 +339,57 @@ __global__ void epilogue_kernel(float* __restrict__ out, void* __restrict__ aux,
       x = gelu(x);
     }
     if (in_range) out[row * out_f + col] = x;
+  }
+}
+
+// Same epilogue with 16-byte accesses, for out_f % 4 == 0 with out and bias 16-byte aligned (the
+// large layers: a pure bandwidth pass). Lane l of a warp owns columns c0 + 4l .. c0 + 4l + 3 of one
+// row (c0 = blockIdx.x * 128): a warp covers 128 columns = 4 mask words, word w from lanes
+// 8w .. 8w + 7, each giving 4 bits at bit offset 4 (l % 8); an OR-shuffle over those 8 lanes builds
+// the word. Same float operations per element as epilogue_kernel, so bitwise the same outputs.
+// out_f % 4 == 0: a float4 is wholly in range or wholly out. GELU aux: ld % 8 == 0, aux 16-byte
+// aligned and the column a multiple of 4, so its float4 stores are aligned.
+constexpr int kVecTileCols = 4 * kTileCols;
+
+template <Activation A>
+__global__ void epilogue_vec4_kernel(float* __restrict__ out, void* __restrict__ aux, const float* __restrict__ bias,
+                                     std::int64_t batch, std::int64_t out_f, std::int64_t ld) {
+  const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * kVecTileCols;
+  const std::int64_t col = c0 + 4 * static_cast<std::int64_t>(threadIdx.x);
+  const bool in_range = col < out_f;
+  const float4 b = (bias && in_range) ? *reinterpret_cast<const float4*>(bias + col) : make_float4(0.f, 0.f, 0.f, 0.f);
+  for (std::int64_t row = static_cast<std::int64_t>(blockIdx.y) * kTileRows + threadIdx.y; row < batch;
+       row += static_cast<std::int64_t>(gridDim.y) * kTileRows) {  // warp-uniform bound
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (in_range) {
+      const float4 o = *reinterpret_cast<const float4*>(out + row * out_f + col);
+      x = make_float4(o.x + b.x, o.y + b.y, o.z + b.z, o.w + b.w);
+    }
+    if constexpr (A == Activation::relu) {
+      if (aux) {
+        // bit e of this lane's nibble: element e > 0 (0 past out_f, as the scalar kernel's ballot)
+        std::uint32_t word = in_range ? ((x.x > 0.f ? 1u : 0u) | (x.y > 0.f ? 2u : 0u) | (x.z > 0.f ? 4u : 0u) |
+                                         (x.w > 0.f ? 8u : 0u))
+                                      : 0u;
+        word <<= 4 * (threadIdx.x & 7u);
+        word |= __shfl_xor_sync(0xffffffffu, word, 1);
+        word |= __shfl_xor_sync(0xffffffffu, word, 2);
+        word |= __shfl_xor_sync(0xffffffffu, word, 4);
+        // word w = threadIdx.x / 8 starts at column c0 + 32 w; only words holding a column < out_f
+        // are written (as the scalar kernel: the padding words up to ld are left alone).
+        const std::int64_t word_col = c0 + 32 * static_cast<std::int64_t>(threadIdx.x >> 3);
+        if ((threadIdx.x & 7u) == 0 && word_col < out_f)
+          static_cast<std::uint32_t*>(aux)[(row * ld + word_col) / 32] = word;
+      }
+      x.x = x.x > 0.f ? x.x : 0.f;
+      x.y = x.y > 0.f ? x.y : 0.f;
+      x.z = x.z > 0.f ? x.z : 0.f;
+      x.w = x.w > 0.f ? x.w : 0.f;
+    } else if constexpr (A == Activation::gelu) {
+      if (aux && in_range) *reinterpret_cast<float4*>(static_cast<float*>(aux) + row * ld + col) = x;
+      x = make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w));
+    }
+    if (in_range) *reinterpret_cast<float4*>(out + row * out_f + col) = x;
   }
 }
 
@@ -668,9 +726,21 @@ void small_linear_forward(float* out, void* aux, const float* in, const float* w
 void launch_epilogue(float* out, void* aux, const float* bias, std::int64_t batch, std::int64_t out_f,
                      Activation act, cudaStream_t stream) {
   const dim3 block(kTileCols, kTileRows);
-  const dim3 grid(ceil_div(out_f, kTileCols),
-                  static_cast<unsigned>(std::min<std::int64_t>(ceil_div(batch, kTileRows), 65535)));
   const std::int64_t ld = aux_ld(out_f, act);
+  // One row per thread and grid.y <= 65535 (grid-stride beyond): 8192 x 1024 gets 8192 blocks.
+  const unsigned row_blocks = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(batch, kTileRows), 65535));
+  // aux is 16-byte aligned (checked by linear_forward) and ld % 8 == 0 for gelu
+  if (out_f % 4 == 0 && aligned16(out) && aligned16(bias)) {
+    const dim3 grid(static_cast<unsigned>(ceil_div(out_f, kVecTileCols)), row_blocks);
+    switch (act) {
+      case Activation::relu: epilogue_vec4_kernel<Activation::relu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld); break;
+      case Activation::gelu: epilogue_vec4_kernel<Activation::gelu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld); break;
+      default: epilogue_vec4_kernel<Activation::identity><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld); break;
+    }
+    FH_CHECK_LAUNCH();
+    return;
+  }
+  const dim3 grid(static_cast<unsigned>(ceil_div(out_f, kTileCols)), row_blocks);
   switch (act) {
     case Activation::relu: epilogue_kernel<Activation::relu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld); break;
     case Activation::gelu: epilogue_kernel<Activation::gelu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld); break;

@@ -541,5 +541,172 @@ TEST_F(LinearTest, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// ---- large GEMMs: cuBLASLt, and the fallback epilogue kernel (16-byte and scalar paths) ----------
+
+// Outputs > 2^20 (the large-GEMM algorithm choice: fused only where the heuristic's first kernel
+// has the epilogue natively, else the fallback), out % 4 == 0 (the fallback's float4 kernel; 1024 =
+// the learner's width) and != 0 (its scalar kernel); fused-allowed and forced-unfused. in = 8 keeps
+// the float64 reference cheap; the epilogue does not depend on k.
+TEST_F(LinearTest, LargeForwardMatchesReference) {
+  SCOPED_TRACE(seed_note());
+  for (Shape3 sh : {Shape3{4100, 8, 260}, Shape3{3001, 8, 355}, Shape3{1100, 8, 1024}})
+    for (bool unfused : {false, true})
+      for (Activation act : kActs)
+        for (bool bias : {true, false}) check_forward(sh, act, bias, unfused, rng(), lane());
+}
+
+// Per-bit view of a ReLU mask (row stride round_up(out, 128) bits), valid columns only.
+std::vector<std::uint8_t> mask_bits(const std::vector<std::uint32_t>& words, std::int64_t batch, std::int64_t out) {
+  const std::int64_t ld = (out + 127) / 128 * 128;
+  std::vector<std::uint8_t> bits(static_cast<std::size_t>(batch * out));
+  for (std::int64_t r = 0; r < batch; ++r)
+    for (std::int64_t j = 0; j < out; ++j) {
+      const std::int64_t bit = r * ld + j;
+      bits[r * out + j] = static_cast<std::uint8_t>((words[bit / 32] >> (bit % 32)) & 1u);
+    }
+  return bits;
+}
+
+// GELU aux (row stride round_up(out, 8) floats), valid columns only.
+std::vector<float> gelu_aux_values(const std::vector<float>& raw, std::int64_t batch, std::int64_t out) {
+  const std::int64_t ld = (out + 7) / 8 * 8;
+  std::vector<float> v(static_cast<std::size_t>(batch * out));
+  for (std::int64_t r = 0; r < batch; ++r)
+    for (std::int64_t j = 0; j < out; ++j) v[r * out + j] = raw[r * ld + j];
+  return v;
+}
+
+struct ForwardResult {
+  std::vector<float> y;
+  std::vector<std::uint8_t> mask;  // relu
+  std::vector<float> pre;          // gelu aux
+};
+
+// linear_forward with y and bias at float offsets y_off / b_off inside NaN-filled buffers (offset 1:
+// not 16-byte aligned; 4: aligned, cudaMalloc bases are 256-byte aligned); checks that nothing
+// outside the views was written.
+ForwardResult run_forward_view(const Problem& p, Activation act, bool bias, std::int64_t y_off, std::int64_t b_off,
+                               BlasLane lane) {
+  const auto [B, in, out] = p.sh;
+  const float nan = std::nanf("");
+  const std::size_t n = static_cast<std::size_t>(B * out);
+  auto x = test::upload(p.x, lane.stream), w = test::upload(p.w, lane.stream);
+  std::vector<float> b_host(p.b.size() + 8, nan);
+  std::copy(p.b.begin(), p.b.end(), b_host.begin() + b_off);
+  auto b = test::upload(b_host, lane.stream);
+  auto y = test::upload(std::vector<float>(n + 8, nan), lane.stream);
+  DeviceBuffer<std::byte> aux(linear_aux_bytes(B, out, act));
+  test::poison(aux, lane.stream);
+  linear_forward(y.data() + y_off, aux.data(), x.data(), w.data(), bias ? b.data() + b_off : nullptr, B, in, out, act,
+                 lane);
+  const auto all = test::download(y, lane.stream);
+  ForwardResult r;
+  r.y.assign(all.begin() + y_off, all.begin() + y_off + static_cast<std::int64_t>(n));
+  int outside = 0;
+  for (std::size_t i = 0; i < all.size(); ++i)
+    if ((i < static_cast<std::size_t>(y_off) || i >= static_cast<std::size_t>(y_off) + n) && !std::isnan(all[i]))
+      ++outside;
+  EXPECT_EQ(outside, 0) << "y written outside its view";
+  if (act == Activation::relu)
+    r.mask = mask_bits(test::download(reinterpret_cast<const std::uint32_t*>(aux.data()), aux.size() / 4,
+                                      lane.stream),
+                       B, out);
+  if (act == Activation::gelu)
+    r.pre = gelu_aux_values(
+        test::download(reinterpret_cast<const float*>(aux.data()), aux.size() / sizeof(float), lane.stream), B, out);
+  return r;
+}
+
+// Views: y and bias misaligned (scalar fallback kernel), y aligned with bias misaligned (scalar),
+// both aligned at an offset (float4 kernel), y misaligned with aligned bias (scalar); fused-allowed
+// and forced-unfused; checked against the float64 reference (y, ReLU mask bits, GELU aux).
+TEST_F(LinearTest, LargeForwardUnalignedViews) {
+  SCOPED_TRACE(seed_note());
+  const std::int64_t offsets[][2] = {{1, 1}, {4, 1}, {4, 4}, {1, 4}};
+  for (Shape3 sh : {Shape3{4100, 8, 260}, Shape3{3001, 8, 355}})
+    for (Activation act : kActs) {
+      const Problem p = make_problem(sh, true, rng());  // once per shape and act: the reference is the cost
+      for (bool unfused : {false, true})
+        for (const auto& off : offsets) {
+          SCOPED_TRACE(describe(sh, act, true) + (unfused ? " unfused" : " fused") + " y_off=" +
+                       std::to_string(off[0]) + " b_off=" + std::to_string(off[1]));
+          detail::linear_force_unfused_epilogue(unfused);
+          const ForwardResult r = run_forward_view(p, act, true, off[0], off[1], lane());
+          std::vector<double> ref(p.pre.size()), mag(p.pre.size());
+          for (std::size_t i = 0; i < ref.size(); ++i) {
+            ref[i] = act_ref(act, p.pre[i]);
+            mag[i] = p.pre_mag[i] * std::max(1.0, std::abs(act_grad_ref(act, p.pre[i])));
+          }
+          const bool approx_gelu = act == Activation::gelu && !unfused;  // cuBLASLt's tanh: see check_forward
+          EXPECT_TRUE(close_by_magnitude(r.y, ref, mag, approx_gelu ? 2e-3 : 1e-5)) << "y";
+          if (act == Activation::gelu)
+            EXPECT_TRUE(close_by_magnitude(r.pre, p.pre, p.pre_mag, 1e-5)) << "gelu aux";
+          if (act == Activation::relu) {
+            int wrong = 0;
+            for (std::size_t i = 0; i < p.pre.size(); ++i) {
+              if (std::abs(p.pre[i]) <= 1e-5 * p.pre_mag[i]) continue;  // sign decided by rounding
+              if ((r.mask[i] != 0) != (p.pre[i] > 0)) ++wrong;
+            }
+            EXPECT_EQ(wrong, 0) << "relu mask bits";
+          }
+        }
+    }
+}
+
+// The epilogue part bitwise: with in = 1 and x = a column of floats, the GEMM output is fl(x_r w_j)
+// (one product, no sum) whatever the algorithm, so every path sees the same GEMM output and the
+// pre-activation is fl(fl(x_r w_j) + b_j), computed exactly here in float. The fallback kernels
+// (float4: y aligned, out % 4 == 0; scalar: y misaligned or out % 4 != 0) must match it bit for bit
+// (y for identity/relu, the ReLU mask, the GELU aux) and match each other bit for bit for GELU too
+// (same device tanhf); the fused path (cuBLASLt's epilogue where its kernel has it) must match
+// the fallback bit for bit except the GELU output (cuBLASLt may use an approximate tanh).
+TEST_F(LinearTest, LargeEpilogueFallbackIsBitwiseExact) {
+  SCOPED_TRACE(seed_note());
+  for (Shape3 sh : {Shape3{4096, 1, 1024}, Shape3{3001, 1, 355}, Shape3{2049, 1, 516}})
+    for (Activation act : kActs)
+      for (bool bias : {true, false}) {
+        SCOPED_TRACE(describe(sh, act, bias));
+        const Problem p = make_problem(sh, bias, rng());
+        std::vector<float> pre(p.pre.size());
+        for (std::int64_t r = 0; r < sh.batch; ++r)
+          for (std::int64_t j = 0; j < sh.out; ++j) {
+            volatile float g = p.x[r] * p.w[j];  // volatile: no host FMA contraction of x w + b
+            pre[r * sh.out + j] = bias ? g + p.b[j] : g;
+          }
+        detail::linear_force_unfused_epilogue(true);
+        const ForwardResult vec = run_forward_view(p, act, bias, 4, 4, lane());
+        const ForwardResult scalar = run_forward_view(p, act, bias, 1, 1, lane());
+        detail::linear_force_unfused_epilogue(false);
+        const ForwardResult fused = run_forward_view(p, act, bias, 4, 4, lane());
+        EXPECT_EQ(vec.y, scalar.y) << "float4 and scalar fallback kernels differ";
+        if (act != Activation::gelu) {
+          std::vector<float> want(pre.size());
+          for (std::size_t i = 0; i < pre.size(); ++i)
+            want[i] = act == Activation::relu ? (pre[i] > 0.f ? pre[i] : 0.f) : pre[i];
+          EXPECT_EQ(vec.y, want) << "fallback y";
+          EXPECT_EQ(fused.y, want) << "fused y";
+        }
+        if (act == Activation::relu) {
+          std::vector<std::uint8_t> want(pre.size());
+          for (std::size_t i = 0; i < pre.size(); ++i) want[i] = pre[i] > 0.f ? 1 : 0;
+          EXPECT_EQ(vec.mask, want) << "fallback (float4) relu mask";
+          EXPECT_EQ(scalar.mask, want) << "fallback (scalar) relu mask";
+          EXPECT_EQ(fused.mask, want) << "fused relu mask";
+        }
+        if (act == Activation::gelu) {
+          EXPECT_EQ(vec.pre, pre) << "fallback (float4) gelu aux";
+          EXPECT_EQ(scalar.pre, pre) << "fallback (scalar) gelu aux";
+          EXPECT_EQ(fused.pre, pre) << "fused gelu aux";
+          std::vector<double> ref(pre.size()), mag(pre.size());
+          for (std::size_t i = 0; i < pre.size(); ++i) {
+            ref[i] = act_ref(act, pre[i]);
+            mag[i] = std::max(1.0, std::abs(static_cast<double>(pre[i])));
+          }
+          EXPECT_TRUE(close_by_magnitude(vec.y, ref, mag, 1e-6)) << "fallback gelu y";
+          EXPECT_TRUE(close_by_magnitude(fused.y, ref, mag, 2e-3)) << "fused gelu y";
+        }
+      }
+}
+
 }  // namespace
 }  // namespace foxhunt::gpu
