@@ -241,16 +241,20 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // Row splits of the param-grad kernel: about kSplitRows rows per split, at most kMaxSplits splits.
-// Many small splits: the learner's batch of 256 runs as 16 splits x (tiles + 1) column blocks
-// (144 blocks for H = 256) with one row per thread, instead of 9 blocks walking 16 rows each; the
-// last block of each column tile adds the 16 partials.
+// Many small splits at small batch: the learner's batch of 256 runs as 16 splits x (tiles + 1)
+// column blocks (144 blocks for H = 256) with one row per thread, instead of 9 blocks walking 16 rows
+// each. At large batch the split count stays at 16 and rows per split grow (each block loops over
+// its rows, kRowUnroll of them in flight per thread): the grid stays about one or two waves (batch
+// 4096, H 1024: 33 x 16 blocks instead of 33 x 128), and the last block of each column tile adds
+// only 16 partials in order.
 constexpr std::int64_t kSplitRows = 16;
-constexpr std::int64_t kMaxSplits = 128;
+constexpr std::int64_t kMaxSplits = 16;
 
-// Rows a thread loads together (independent loads in flight), within the 128-register budget of a
-// 512-thread block: kRowUnroll<MaxO> * MaxO d_heads values live at once.
+// Rows a thread loads together (independent loads in flight). A row costs three registers (h, d_pre
+// and this lane's d_heads value, shuffled to the warp per output), so the loads of 8 rows fit the
+// 64-register budget of two 512-thread blocks per SM next to the MaxO accumulators (no spills).
 template <int MaxO>
-constexpr int kRowUnroll = MaxO <= 8 ? 4 : (MaxO <= 16 ? 2 : 1);
+constexpr int kRowUnroll = MaxO <= 16 ? 4 : 2;
 
 std::int64_t param_grad_splits(std::int64_t batch) {
   return std::max<std::int64_t>(1, std::min<std::int64_t>((batch + kSplitRows - 1) / kSplitRows, kMaxSplits));
@@ -259,15 +263,18 @@ std::int64_t param_grad_splits(std::int64_t batch) {
 // Grid (tiles + 1, splits), block (32, kPgRows). blockIdx.x < tiles owns 32 columns j of H; the last
 // column block computes the bias gradients (h replaced by 1). blockIdx.y owns a contiguous range of
 // rows. Thread (x, y) sums rows y, y + kPgRows, ... of its range for every output in registers
-// (compile-time indices: the loops over MaxO are unrolled; the h, d_pre and d_heads loads of
-// kRowUnroll rows issued together, unconditionally from clamped addresses, the FMAs predicated);
-// the kPgRows partials of each slot are then added in order through shared memory, kSlotGroup slots
-// per barrier pair (thread y adds slot group * kSlotGroup + y). One split: that sum is the result.
-// Several: each block stores it in partials[split][slot][col] and the last block of the column tile
-// to finish (a per-tile completion counter) adds the splits in order. Slots: the O head outputs, then
-// the trunk bias. No float atomics: deterministic.
+// (compile-time indices: the loops over MaxO are unrolled). Per group of kRowUnroll rows every load
+// is issued first, unconditionally from clamped addresses: h and d_pre at the thread's column, and
+// d_heads[b, x] (one coalesced load per row and warp; lane o's value reaches the other lanes by a
+// shuffle), then the FMAs. The row loop is warp-uniform (a warp is one y), so every lane takes part
+// in the shuffles; lanes past H load a clamped column and are never stored. The kPgRows partials of
+// each slot are then added in order through shared memory, kSlotGroup slots per barrier pair (thread
+// y adds slot group * kSlotGroup + y). One split: that sum is the result. Several: each block stores
+// it in partials[split][slot][col] and the last block of the column tile to finish (a per-tile
+// completion counter) adds the splits in order. Slots: the O head outputs, then the trunk bias. No
+// float atomics: deterministic.
 template <int MaxO>
-__global__ void __launch_bounds__(32 * kPgRows)
+__global__ void __launch_bounds__(32 * kPgRows, 2)
     heads_param_grad_kernel(float* __restrict__ vdw, float* __restrict__ vdb, float* __restrict__ adw,
                             float* __restrict__ adb, float* __restrict__ tdb, const float* __restrict__ d_heads,
                             const float* __restrict__ h, const float* __restrict__ d_pre, std::int64_t batch,
@@ -308,28 +315,26 @@ __global__ void __launch_bounds__(32 * kPgRows)
   float acc[MaxO];
 #pragma unroll
   for (int o = 0; o < MaxO; ++o) acc[o] = 0.f;
-  float acc_pre = 0.f;  // trunk bias: column sum of d_pre
-  if (active) {
-    for (std::int64_t b0 = row_begin + y; b0 < row_end; b0 += U * kPgRows) {
-      float hv[U], pv[U], dv[U][MaxO];
+  float acc_pre = 0.f;                                 // trunk bias: column sum of d_pre
+  const std::int64_t jc = j < hidden ? j : hidden - 1;  // lanes past H: a valid column, never stored
+  const int d_lane = x < outputs ? x : outputs - 1;    // the d_heads output this lane loads
+  for (std::int64_t b0 = row_begin + y; b0 < row_end; b0 += U * kPgRows) {  // warp-uniform
+    float hv[U], pv[U], dv[U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {  // every load of the group first; rows past the end clamped to b0
-        const std::int64_t b = b0 + static_cast<std::int64_t>(u) * kPgRows;
-        const std::int64_t bc = b < row_end ? b : b0;
-        hv[u] = bias_block ? 1.f : h[bc * hidden + j];
-        pv[u] = trunk_bias ? d_pre[bc * hidden + j] : 0.f;
-        const float* dr = d_heads + bc * outputs;
+    for (int u = 0; u < U; ++u) {  // every load of the group first; rows past the end clamped to b0
+      const std::int64_t b = b0 + static_cast<std::int64_t>(u) * kPgRows;
+      const std::int64_t bc = b < row_end ? b : b0;
+      hv[u] = bias_block ? 1.f : h[bc * hidden + jc];
+      pv[u] = trunk_bias ? d_pre[bc * hidden + jc] : 0.f;
+      dv[u] = __ldg(d_heads + bc * outputs + d_lane);
+    }
 #pragma unroll
-        for (int o = 0; o < MaxO; ++o) dv[u][o] = __ldg(dr + (o < outputs ? o : outputs - 1));
-      }
+    for (int u = 0; u < U; ++u) {
+      if (b0 + static_cast<std::int64_t>(u) * kPgRows >= row_end) break;  // rows ascend with u (uniform)
+      acc_pre += pv[u];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (b0 + static_cast<std::int64_t>(u) * kPgRows >= row_end) break;  // rows ascend with u
-        acc_pre += pv[u];
-#pragma unroll
-        for (int o = 0; o < MaxO; ++o)
-          if (o < outputs) acc[o] = fmaf(dv[u][o], hv[u], acc[o]);
-      }
+      for (int o = 0; o < MaxO; ++o)
+        if (o < outputs) acc[o] = fmaf(__shfl_sync(0xffffffffu, dv[u], o), hv[u], acc[o]);  // uniform
     }
   }
   // Block sums over y, kSlotGroup slots per round; thread (x, y) adds slot group * kSlotGroup + y in
