@@ -250,9 +250,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 constexpr std::int64_t kSplitRows = 16;
 constexpr std::int64_t kMaxSplits = 16;
 
-// Rows a thread loads together (independent loads in flight). A row costs three registers (h, d_pre
-// and this lane's d_heads value, shuffled to the warp per output), so the loads of 8 rows fit the
-// 64-register budget of two 512-thread blocks per SM next to the MaxO accumulators (no spills).
+// Rows a thread loads together (independent loads in flight). A row costs three values (h, d_pre
+// and this lane's d_heads value, shuffled to the warp per output) plus 64-bit addresses: 4 rows
+// (2 at MaxO 32) fit the 64-register budget of two 512-thread blocks per SM (ptxas: no spills).
 template <int MaxO>
 constexpr int kRowUnroll = MaxO <= 16 ? 4 : 2;
 
