@@ -52,6 +52,26 @@ __device__ __forceinline__ float dot_part(typename VecT<Vec>::type x, typename V
 template <int MaxO>
 constexpr int kChunks = MaxO <= 16 ? 2 : 1;
 
+// Above these H the float4 row kernels take one chunk per step even for MaxO <= 16: two chunks of
+// weights (2 * 16 float4) cost ~170 registers (ptxas, sm_90): 3 blocks per SM for the forward, 2
+// for backward_input, which leaves the large learner (H 1024: four or more steps per row anyway)
+// short of warps. One chunk: 96 / 80 registers, 5 / 6 blocks per SM. The H <= 512 learners (the
+// standard one: H 256, one step per row) keep two chunks. Same FMA order per output (chunk by chunk
+// in j): the same bits either way.
+constexpr std::int64_t kForwardTwoChunkMaxHidden = 512;
+constexpr std::int64_t kBackwardTwoChunkMaxHidden = 512;
+
+// Calls f(integral_constant Chunks) with the chunk count of a row kernel for (MaxO, Vec, hidden).
+template <int MaxO, int Vec, class F>
+void with_chunks(std::int64_t hidden, std::int64_t two_chunk_max_hidden, F&& f) {
+  if constexpr (Vec == 4 && kChunks<MaxO> == 2) {
+    if (hidden > two_chunk_max_hidden) f(std::integral_constant<int, 1>{});
+    else f(std::integral_constant<int, 2>{});
+  } else {
+    f(std::integral_constant<int, kChunks<MaxO>>{});
+  }
+}
+
 // Row o of the head weights, o clamped to O - 1 so that the loads can be unconditional (a branch per
 // output would serialize them); the clamped duplicates hit L1 and their products are never used.
 __device__ __forceinline__ const float* weight_row(const float* vw, const float* aw, int o, int O, int V,
@@ -62,14 +82,13 @@ __device__ __forceinline__ const float* weight_row(const float* vw, const float*
 
 // One warp per row b: every head output o (lanes over H, then a warp sum) into shared memory, then
 // the dueling combine with dueling_forward's arithmetic. Per lane and output the FMAs run in order
-// of j (chunk by chunk), so the result does not depend on kChunks or on the batch.
-template <int MaxO, int Vec>
+// of j (chunk by chunk), so the result does not depend on the chunk count C or on the batch.
+template <int MaxO, int Vec, int C>
 __global__ void __launch_bounds__(kWarps * 32)
     heads_forward_kernel(float* __restrict__ logits, const float* __restrict__ h, const float* __restrict__ vw,
                          const float* __restrict__ vb, const float* __restrict__ aw, const float* __restrict__ ab,
                          std::int64_t batch, std::int64_t hidden, std::int64_t branches, std::int64_t actions) {
   using V_t = typename VecT<Vec>::type;
-  constexpr int C = kChunks<MaxO>;
   constexpr std::int64_t kStep = 32 * Vec;
   __shared__ float s_out[kWarps][MaxO];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -143,7 +162,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 // chains of global loads), d_heads (dueling_backward's arithmetic for Z == 1) into shared memory
 // and global, then into registers (static indices), then d_h[b, j] = sum_o d_heads[o] W_o[j] (lanes
 // over j, coalesced; every weight and mask load of a step issued before the FMAs).
-template <int MaxO, int Vec>
+template <int MaxO, int Vec, int C>
 __global__ void __launch_bounds__(kWarps * 32)
     heads_backward_input_kernel(float* __restrict__ d_h, float* __restrict__ d_heads,
                                 const float* __restrict__ d_logits, const float* __restrict__ vw,
@@ -151,7 +170,6 @@ __global__ void __launch_bounds__(kWarps * 32)
                                 std::int64_t batch, std::int64_t hidden, std::int64_t branches,
                                 std::int64_t actions) {
   using V_t = typename VecT<Vec>::type;
-  constexpr int C = kChunks<MaxO>;
   constexpr std::int64_t kStep = 32 * Vec;
   const std::int64_t mask_ld = (hidden + 127) / 128 * 128;  // bits per row (gpu/linear's ReLU aux)
   __shared__ float s_g[kWarps][MaxO];
@@ -419,8 +437,11 @@ void fused_heads_forward(float* logits, const float* h, const float* value_w, co
   const int O = static_cast<int>(branches * actions) + (value_w != nullptr ? 1 : 0);
   const bool vec = hidden % 4 == 0 && gpu::aligned16(h) && gpu::aligned16(adv_w) && gpu::aligned16(value_w);
   dispatch(O, vec, [&](auto max_o, auto vec_w) {
-    heads_forward_kernel<decltype(max_o)::value, decltype(vec_w)::value><<<row_blocks(batch), kWarps * 32, 0, stream>>>(
-        logits, h, value_w, value_b, adv_w, adv_b, batch, hidden, branches, actions);
+    constexpr int kO = decltype(max_o)::value, kV = decltype(vec_w)::value;
+    with_chunks<kO, kV>(hidden, kForwardTwoChunkMaxHidden, [&](auto chunks) {
+      heads_forward_kernel<kO, kV, decltype(chunks)::value><<<row_blocks(batch), kWarps * 32, 0, stream>>>(
+          logits, h, value_w, value_b, adv_w, adv_b, batch, hidden, branches, actions);
+    });
   });
   FH_CHECK_LAUNCH();
 }
@@ -435,10 +456,12 @@ void fused_heads_backward_input(float* d_h, float* d_heads, const float* d_logit
   const int O = static_cast<int>(branches * actions) + (value_w != nullptr ? 1 : 0);
   const bool vec = hidden % 4 == 0 && gpu::aligned16(d_h) && gpu::aligned16(adv_w) && gpu::aligned16(value_w);
   dispatch(O, vec, [&](auto max_o, auto vec_w) {
-    heads_backward_input_kernel<decltype(max_o)::value, decltype(vec_w)::value>
-        <<<row_blocks(batch), kWarps * 32, 0, stream>>>(d_h, d_heads, d_logits, value_w, adv_w,
-                                                        static_cast<const std::uint32_t*>(relu_mask), batch, hidden,
-                                                        branches, actions);
+    constexpr int kO = decltype(max_o)::value, kV = decltype(vec_w)::value;
+    with_chunks<kO, kV>(hidden, kBackwardTwoChunkMaxHidden, [&](auto chunks) {
+      heads_backward_input_kernel<kO, kV, decltype(chunks)::value><<<row_blocks(batch), kWarps * 32, 0, stream>>>(
+          d_h, d_heads, d_logits, value_w, adv_w, static_cast<const std::uint32_t*>(relu_mask), batch, hidden,
+          branches, actions);
+    });
   });
   FH_CHECK_LAUNCH();
 }

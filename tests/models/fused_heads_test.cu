@@ -84,7 +84,9 @@ TEST_F(FusedHeadsTest, MatchFloat64Reference) {
                                 // the large learner's shapes: several row groups per param-grad thread
                                 // in each of the 16 splits (uneven at 4097), every MaxO
                                 {4096, 1024, 1, 9, true}, {4097, 1024, 3, 3, true}, {4097, 1024, 3, 5, false},
-                                {4097, 1024, 1, 31, true}};
+                                {4097, 1024, 1, 31, true},
+                                // one chunk per step above H 512 (float4, MaxO 8 and 16), two at 512
+                                {100, 1024, 1, 7, false}, {33, 516, 1, 9, true}, {40, 512, 1, 9, true}};
   for (const auto& c : cases) {
     SCOPED_TRACE("B " + std::to_string(c.B) + " H " + std::to_string(c.H) + " D " + std::to_string(c.D) + " A " +
                  std::to_string(c.A) + (c.duel ? " dueling" : " plain"));
