@@ -52,6 +52,26 @@ __device__ __forceinline__ float dot_part(typename VecT<Vec>::type x, typename V
 template <int MaxO>
 constexpr int kChunks = MaxO <= 16 ? 2 : 1;
 
+// Above these H the float4 row kernels take one chunk per step even for MaxO <= 16: two chunks of
+// weights (2 * 16 float4) cost ~170 registers (ptxas, sm_90): 3 blocks per SM for the forward, 2
+// for backward_input, which leaves the large learner (H 1024: four or more steps per row anyway)
+// short of warps. One chunk: 96 / 80 registers, 5 / 6 blocks per SM. The H <= 512 learners (the
+// standard one: H 256, one step per row) keep two chunks. Same FMA order per output (chunk by chunk
+// in j): the same bits either way.
+constexpr std::int64_t kForwardTwoChunkMaxHidden = 512;
+constexpr std::int64_t kBackwardTwoChunkMaxHidden = 512;
+
+// Calls f(integral_constant Chunks) with the chunk count of a row kernel for (MaxO, Vec, hidden).
+template <int MaxO, int Vec, class F>
+void with_chunks(std::int64_t hidden, std::int64_t two_chunk_max_hidden, F&& f) {
+  if constexpr (Vec == 4 && kChunks<MaxO> == 2) {
+    if (hidden > two_chunk_max_hidden) f(std::integral_constant<int, 1>{});
+    else f(std::integral_constant<int, 2>{});
+  } else {
+    f(std::integral_constant<int, kChunks<MaxO>>{});
+  }
+}
+
 // Row o of the head weights, o clamped to O - 1 so that the loads can be unconditional (a branch per
 // output would serialize them); the clamped duplicates hit L1 and their products are never used.
 __device__ __forceinline__ const float* weight_row(const float* vw, const float* aw, int o, int O, int V,
@@ -62,14 +82,13 @@ __device__ __forceinline__ const float* weight_row(const float* vw, const float*
 
 // One warp per row b: every head output o (lanes over H, then a warp sum) into shared memory, then
 // the dueling combine with dueling_forward's arithmetic. Per lane and output the FMAs run in order
-// of j (chunk by chunk), so the result does not depend on kChunks or on the batch.
-template <int MaxO, int Vec>
+// of j (chunk by chunk), so the result does not depend on the chunk count C or on the batch.
+template <int MaxO, int Vec, int C>
 __global__ void __launch_bounds__(kWarps * 32)
     heads_forward_kernel(float* __restrict__ logits, const float* __restrict__ h, const float* __restrict__ vw,
                          const float* __restrict__ vb, const float* __restrict__ aw, const float* __restrict__ ab,
                          std::int64_t batch, std::int64_t hidden, std::int64_t branches, std::int64_t actions) {
   using V_t = typename VecT<Vec>::type;
-  constexpr int C = kChunks<MaxO>;
   constexpr std::int64_t kStep = 32 * Vec;
   __shared__ float s_out[kWarps][MaxO];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -143,7 +162,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 // chains of global loads), d_heads (dueling_backward's arithmetic for Z == 1) into shared memory
 // and global, then into registers (static indices), then d_h[b, j] = sum_o d_heads[o] W_o[j] (lanes
 // over j, coalesced; every weight and mask load of a step issued before the FMAs).
-template <int MaxO, int Vec>
+template <int MaxO, int Vec, int C>
 __global__ void __launch_bounds__(kWarps * 32)
     heads_backward_input_kernel(float* __restrict__ d_h, float* __restrict__ d_heads,
                                 const float* __restrict__ d_logits, const float* __restrict__ vw,
@@ -151,7 +170,6 @@ __global__ void __launch_bounds__(kWarps * 32)
                                 std::int64_t batch, std::int64_t hidden, std::int64_t branches,
                                 std::int64_t actions) {
   using V_t = typename VecT<Vec>::type;
-  constexpr int C = kChunks<MaxO>;
   constexpr std::int64_t kStep = 32 * Vec;
   const std::int64_t mask_ld = (hidden + 127) / 128 * 128;  // bits per row (gpu/linear's ReLU aux)
   __shared__ float s_g[kWarps][MaxO];
@@ -241,16 +259,20 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // Row splits of the param-grad kernel: about kSplitRows rows per split, at most kMaxSplits splits.
-// Many small splits: the learner's batch of 256 runs as 16 splits x (tiles + 1) column blocks
-// (144 blocks for H = 256) with one row per thread, instead of 9 blocks walking 16 rows each; the
-// last block of each column tile adds the 16 partials.
+// Many small splits at small batch: the learner's batch of 256 runs as 16 splits x (tiles + 1)
+// column blocks (144 blocks for H = 256) with one row per thread, instead of 9 blocks walking 16 rows
+// each. At large batch the split count stays at 16 and rows per split grow (each block loops over
+// its rows, kRowUnroll of them in flight per thread): the grid stays about one or two waves (batch
+// 4096, H 1024: 33 x 16 blocks instead of 33 x 128), and the last block of each column tile adds
+// only 16 partials in order.
 constexpr std::int64_t kSplitRows = 16;
-constexpr std::int64_t kMaxSplits = 128;
+constexpr std::int64_t kMaxSplits = 16;
 
-// Rows a thread loads together (independent loads in flight), within the 128-register budget of a
-// 512-thread block: kRowUnroll<MaxO> * MaxO d_heads values live at once.
+// Rows a thread loads together (independent loads in flight). A row costs three values (h, d_pre
+// and this lane's d_heads value, shuffled to the warp per output) plus 64-bit addresses: 4 rows
+// (2 at MaxO 32) fit the 64-register budget of two 512-thread blocks per SM (ptxas: no spills).
 template <int MaxO>
-constexpr int kRowUnroll = MaxO <= 8 ? 4 : (MaxO <= 16 ? 2 : 1);
+constexpr int kRowUnroll = MaxO <= 16 ? 4 : 2;
 
 std::int64_t param_grad_splits(std::int64_t batch) {
   return std::max<std::int64_t>(1, std::min<std::int64_t>((batch + kSplitRows - 1) / kSplitRows, kMaxSplits));
@@ -259,15 +281,18 @@ std::int64_t param_grad_splits(std::int64_t batch) {
 // Grid (tiles + 1, splits), block (32, kPgRows). blockIdx.x < tiles owns 32 columns j of H; the last
 // column block computes the bias gradients (h replaced by 1). blockIdx.y owns a contiguous range of
 // rows. Thread (x, y) sums rows y, y + kPgRows, ... of its range for every output in registers
-// (compile-time indices: the loops over MaxO are unrolled; the h, d_pre and d_heads loads of
-// kRowUnroll rows issued together, unconditionally from clamped addresses, the FMAs predicated);
-// the kPgRows partials of each slot are then added in order through shared memory, kSlotGroup slots
-// per barrier pair (thread y adds slot group * kSlotGroup + y). One split: that sum is the result.
-// Several: each block stores it in partials[split][slot][col] and the last block of the column tile
-// to finish (a per-tile completion counter) adds the splits in order. Slots: the O head outputs, then
-// the trunk bias. No float atomics: deterministic.
+// (compile-time indices: the loops over MaxO are unrolled). Per group of kRowUnroll rows every load
+// is issued first, unconditionally from clamped addresses: h and d_pre at the thread's column, and
+// d_heads[b, x] (one coalesced load per row and warp; lane o's value reaches the other lanes by a
+// shuffle), then the FMAs. The row loop is warp-uniform (a warp is one y), so every lane takes part
+// in the shuffles; lanes past H load a clamped column and are never stored. The kPgRows partials of
+// each slot are then added in order through shared memory, kSlotGroup slots per barrier pair (thread
+// y adds slot group * kSlotGroup + y). One split: that sum is the result. Several: each block stores
+// it in partials[split][slot][col] and the last block of the column tile to finish (a per-tile
+// completion counter) adds the splits in order. Slots: the O head outputs, then the trunk bias. No
+// float atomics: deterministic.
 template <int MaxO>
-__global__ void __launch_bounds__(32 * kPgRows)
+__global__ void __launch_bounds__(32 * kPgRows, 2)
     heads_param_grad_kernel(float* __restrict__ vdw, float* __restrict__ vdb, float* __restrict__ adw,
                             float* __restrict__ adb, float* __restrict__ tdb, const float* __restrict__ d_heads,
                             const float* __restrict__ h, const float* __restrict__ d_pre, std::int64_t batch,
@@ -308,28 +333,26 @@ __global__ void __launch_bounds__(32 * kPgRows)
   float acc[MaxO];
 #pragma unroll
   for (int o = 0; o < MaxO; ++o) acc[o] = 0.f;
-  float acc_pre = 0.f;  // trunk bias: column sum of d_pre
-  if (active) {
-    for (std::int64_t b0 = row_begin + y; b0 < row_end; b0 += U * kPgRows) {
-      float hv[U], pv[U], dv[U][MaxO];
+  float acc_pre = 0.f;                                 // trunk bias: column sum of d_pre
+  const std::int64_t jc = j < hidden ? j : hidden - 1;  // lanes past H: a valid column, never stored
+  const int d_lane = x < outputs ? x : outputs - 1;    // the d_heads output this lane loads
+  for (std::int64_t b0 = row_begin + y; b0 < row_end; b0 += U * kPgRows) {  // warp-uniform
+    float hv[U], pv[U], dv[U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {  // every load of the group first; rows past the end clamped to b0
-        const std::int64_t b = b0 + static_cast<std::int64_t>(u) * kPgRows;
-        const std::int64_t bc = b < row_end ? b : b0;
-        hv[u] = bias_block ? 1.f : h[bc * hidden + j];
-        pv[u] = trunk_bias ? d_pre[bc * hidden + j] : 0.f;
-        const float* dr = d_heads + bc * outputs;
+    for (int u = 0; u < U; ++u) {  // every load of the group first; rows past the end clamped to b0
+      const std::int64_t b = b0 + static_cast<std::int64_t>(u) * kPgRows;
+      const std::int64_t bc = b < row_end ? b : b0;
+      hv[u] = bias_block ? 1.f : h[bc * hidden + jc];
+      pv[u] = trunk_bias ? d_pre[bc * hidden + jc] : 0.f;
+      dv[u] = __ldg(d_heads + bc * outputs + d_lane);
+    }
 #pragma unroll
-        for (int o = 0; o < MaxO; ++o) dv[u][o] = __ldg(dr + (o < outputs ? o : outputs - 1));
-      }
+    for (int u = 0; u < U; ++u) {
+      if (b0 + static_cast<std::int64_t>(u) * kPgRows >= row_end) break;  // rows ascend with u (uniform)
+      acc_pre += pv[u];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (b0 + static_cast<std::int64_t>(u) * kPgRows >= row_end) break;  // rows ascend with u
-        acc_pre += pv[u];
-#pragma unroll
-        for (int o = 0; o < MaxO; ++o)
-          if (o < outputs) acc[o] = fmaf(dv[u][o], hv[u], acc[o]);
-      }
+      for (int o = 0; o < MaxO; ++o)
+        if (o < outputs) acc[o] = fmaf(__shfl_sync(0xffffffffu, dv[u], o), hv[u], acc[o]);  // uniform
     }
   }
   // Block sums over y, kSlotGroup slots per round; thread (x, y) adds slot group * kSlotGroup + y in
@@ -414,8 +437,11 @@ void fused_heads_forward(float* logits, const float* h, const float* value_w, co
   const int O = static_cast<int>(branches * actions) + (value_w != nullptr ? 1 : 0);
   const bool vec = hidden % 4 == 0 && gpu::aligned16(h) && gpu::aligned16(adv_w) && gpu::aligned16(value_w);
   dispatch(O, vec, [&](auto max_o, auto vec_w) {
-    heads_forward_kernel<decltype(max_o)::value, decltype(vec_w)::value><<<row_blocks(batch), kWarps * 32, 0, stream>>>(
-        logits, h, value_w, value_b, adv_w, adv_b, batch, hidden, branches, actions);
+    constexpr int kO = decltype(max_o)::value, kV = decltype(vec_w)::value;
+    with_chunks<kO, kV>(hidden, kForwardTwoChunkMaxHidden, [&](auto chunks) {
+      heads_forward_kernel<kO, kV, decltype(chunks)::value><<<row_blocks(batch), kWarps * 32, 0, stream>>>(
+          logits, h, value_w, value_b, adv_w, adv_b, batch, hidden, branches, actions);
+    });
   });
   FH_CHECK_LAUNCH();
 }
@@ -430,10 +456,12 @@ void fused_heads_backward_input(float* d_h, float* d_heads, const float* d_logit
   const int O = static_cast<int>(branches * actions) + (value_w != nullptr ? 1 : 0);
   const bool vec = hidden % 4 == 0 && gpu::aligned16(d_h) && gpu::aligned16(adv_w) && gpu::aligned16(value_w);
   dispatch(O, vec, [&](auto max_o, auto vec_w) {
-    heads_backward_input_kernel<decltype(max_o)::value, decltype(vec_w)::value>
-        <<<row_blocks(batch), kWarps * 32, 0, stream>>>(d_h, d_heads, d_logits, value_w, adv_w,
-                                                        static_cast<const std::uint32_t*>(relu_mask), batch, hidden,
-                                                        branches, actions);
+    constexpr int kO = decltype(max_o)::value, kV = decltype(vec_w)::value;
+    with_chunks<kO, kV>(hidden, kBackwardTwoChunkMaxHidden, [&](auto chunks) {
+      heads_backward_input_kernel<kO, kV, decltype(chunks)::value><<<row_blocks(batch), kWarps * 32, 0, stream>>>(
+          d_h, d_heads, d_logits, value_w, adv_w, static_cast<const std::uint32_t*>(relu_mask), batch, hidden,
+          branches, actions);
+    });
   });
   FH_CHECK_LAUNCH();
 }

@@ -48,9 +48,21 @@ __global__ void begin_stack_kernel(DqnState* __restrict__ st, DqnSchedule sc, fl
   for (std::int64_t i = tid; i < 2 * n; i += stride) out[i] = i < n ? a[i] : b[i - n];
 }
 
-// ---- targets + TD loss + statistics (one block) -------------------------------------------------
+// ---- targets + TD loss + statistics ------------------------------------------------------------
 
-constexpr int kTdThreads = 1024;  // one block: B = 4096 is 4 rows per thread
+// One block up to kTdThreads samples (the standard learner's 256: no completion step). Larger batches
+// with a workspace: ceil(B / kTdThreads) blocks (B = 4096: 4 blocks, one sample per thread instead
+// of four in series per thread), each storing its block sums; the last block to finish adds them in
+// block order (deterministic for a given B).
+constexpr int kTdThreads = 1024;
+constexpr std::int64_t kTdMaxBlocks = 64;
+
+std::int64_t td_blocks(std::int64_t batch) {
+  return std::min<std::int64_t>((batch + kTdThreads - 1) / kTdThreads, kTdMaxBlocks);
+}
+
+// Workspace layout: the completion counter on its own 16-byte slot, then (loss, q sum) per block.
+constexpr std::size_t kTdCounterBytes = 16;
 
 __device__ __forceinline__ std::int32_t argmax_row(const float* q, std::int64_t n) {
   std::int32_t best = 0;
@@ -84,21 +96,24 @@ __device__ __forceinline__ std::int32_t argmax_row_short(const float* __restrict
 }
 
 // The per-sample arithmetic is targets_kernel's and td_loss_kernel's (rl/dqn/targets.cu), operation
-// for operation; only the batch sums (loss, q_mean) are added here, in double, in a fixed order.
+// for operation; only the batch sums (loss, q_mean) are added here, in double, in a fixed order:
+// per block as below, then (several blocks) the block sums in block order by the last block.
 template <bool kHuber>
 __global__ void __launch_bounds__(kTdThreads)
     td_fused_kernel(float* __restrict__ d_q, float* __restrict__ priorities, DqnState* __restrict__ st,
                     const float* __restrict__ q, const float* __restrict__ q_select, const float* __restrict__ q_eval,
                     const std::int32_t* __restrict__ acts, const float* __restrict__ returns,
                     const float* __restrict__ discounts, const float* __restrict__ weights, std::int64_t batch,
-                    std::int64_t branches, std::int64_t actions, float delta, float eps) {
+                    std::int64_t branches, std::int64_t actions, float delta, float eps,
+                    double* __restrict__ partials, unsigned int* __restrict__ counter) {
   static_assert(kTdThreads == 32 * 32, "the block sums assume 32 warps");
   __shared__ double s_loss[32];
   __shared__ double s_q[32];
   const float inv_n = 1.f / static_cast<float>(batch * branches);
   double loss_acc = 0.0, q_acc = 0.0;
   const bool short_rows = actions <= kTdRegActions;
-  for (std::int64_t b = threadIdx.x; b < batch; b += kTdThreads) {
+  for (std::int64_t b = static_cast<std::int64_t>(blockIdx.x) * kTdThreads + threadIdx.x; b < batch;
+       b += static_cast<std::int64_t>(gridDim.x) * kTdThreads) {
     // Branch 0 peeled: its q_select row, a0 and the sample's scalars in one round trip, then
     // q_eval[best] and q[a0] together in a second (the common D == 1 needs no more).
     const std::int64_t row0 = b * branches * actions;
@@ -164,12 +179,29 @@ __global__ void __launch_bounds__(kTdThreads)
       s_q[0] = q_acc;
     }
   }
-  if (threadIdx.x == 0) {
-    const float loss = static_cast<float>(s_loss[0]);
-    st->loss = loss;
-    st->q_mean = static_cast<float>(s_q[0] / static_cast<double>(batch * branches));
-    if (nonfinite(loss)) st->skip = 1u;  // the only writer of skip while this kernel runs
+  double loss_sum = 0.0, q_sum = 0.0;  // thread 0: the batch sums
+  if (gridDim.x == 1) {
+    if (threadIdx.x != 0) return;
+    loss_sum = s_loss[0];
+    q_sum = s_q[0];
+  } else {
+    // Completion (thread 0 alone: it wrote s_loss[0] and s_q[0] itself, lane 0 of warp 0).
+    if (threadIdx.x != 0) return;
+    partials[2 * blockIdx.x] = s_loss[0];
+    partials[2 * blockIdx.x + 1] = s_q[0];
+    __threadfence();  // this block's sums are visible device-wide before the count says so
+    if (atomicAdd(counter, 1u) != gridDim.x - 1) return;  // not the last block
+    __threadfence();
+    for (unsigned int i = 0; i < gridDim.x; ++i) {  // block order
+      loss_sum += __ldcg(partials + 2 * i);
+      q_sum += __ldcg(partials + 2 * i + 1);
+    }
+    *counter = 0u;  // ready for the next call
   }
+  const float loss = static_cast<float>(loss_sum);
+  st->loss = loss;
+  st->q_mean = static_cast<float>(q_sum / static_cast<double>(batch * branches));
+  if (nonfinite(loss)) st->skip = 1u;  // the only writer of skip while this kernel runs
 }
 
 // ---- gradient guard: non-finite flag, global norm, clip scale (one kernel) ------------------------
@@ -424,10 +456,24 @@ void dqn_stack_rows(float* out, const float* a, const float* b, std::int64_t n, 
   FH_CHECK_LAUNCH();
 }
 
+std::size_t dqn_td_fused_workspace_bytes(std::int64_t batch) {
+  FH_EXPECT(batch >= 1, "dqn_td_fused_workspace_bytes: batch must be >= 1, got " + std::to_string(batch));
+  const std::int64_t blocks = td_blocks(batch);
+  return kTdCounterBytes + (blocks > 1 ? static_cast<std::size_t>(blocks) * 2 * sizeof(double) : 0);
+}
+
 void dqn_td_fused(float* d_q, float* priorities, DqnState* state, const float* q, const float* q_select,
                   const float* q_eval, const std::int32_t* actions, const float* returns, const float* discounts,
                   const float* weights, std::int64_t batch, std::int64_t branches, std::int64_t actions_count,
                   TdLoss kind, float huber_delta, float priority_eps, cudaStream_t stream) {
+  dqn_td_fused(d_q, priorities, state, q, q_select, q_eval, actions, returns, discounts, weights, batch, branches,
+               actions_count, kind, huber_delta, priority_eps, nullptr, stream);
+}
+
+void dqn_td_fused(float* d_q, float* priorities, DqnState* state, const float* q, const float* q_select,
+                  const float* q_eval, const std::int32_t* actions, const float* returns, const float* discounts,
+                  const float* weights, std::int64_t batch, std::int64_t branches, std::int64_t actions_count,
+                  TdLoss kind, float huber_delta, float priority_eps, void* workspace, cudaStream_t stream) {
   FH_EXPECT(batch >= 1 && branches >= 1 && actions_count >= 1,
             "dqn_td_fused: need batch, branches, actions >= 1; got " + std::to_string(batch) + ", " +
                 std::to_string(branches) + ", " + std::to_string(actions_count));
@@ -435,14 +481,23 @@ void dqn_td_fused(float* d_q, float* priorities, DqnState* state, const float* q
             "dqn_td_fused: huber_delta must be finite and > 0, got " + std::to_string(huber_delta));
   FH_EXPECT(priority_eps >= 0.f, "dqn_td_fused: priority_eps must be >= 0");
   FH_EXPECT(d_q && state && q && q_select && q_eval && actions && returns && discounts, "dqn_td_fused: null pointer");
+  FH_EXPECT(workspace == nullptr || gpu::aligned16(workspace), "dqn_td_fused: workspace must be 16-byte aligned");
+  // No workspace: one block for any batch (the sums in the single-block order).
+  const int blocks = workspace != nullptr ? static_cast<int>(td_blocks(batch)) : 1;
+  auto* counter = static_cast<unsigned int*>(workspace);
+  auto* partials = workspace != nullptr
+                       ? reinterpret_cast<double*>(static_cast<std::byte*>(workspace) + kTdCounterBytes)
+                       : nullptr;
   if (kind == TdLoss::huber)
-    td_fused_kernel<true><<<1, kTdThreads, 0, stream>>>(d_q, priorities, state, q, q_select, q_eval, actions, returns,
-                                                        discounts, weights, batch, branches, actions_count,
-                                                        huber_delta, priority_eps);
+    td_fused_kernel<true><<<blocks, kTdThreads, 0, stream>>>(d_q, priorities, state, q, q_select, q_eval, actions,
+                                                             returns, discounts, weights, batch, branches,
+                                                             actions_count, huber_delta, priority_eps, partials,
+                                                             counter);
   else
-    td_fused_kernel<false><<<1, kTdThreads, 0, stream>>>(d_q, priorities, state, q, q_select, q_eval, actions,
-                                                         returns, discounts, weights, batch, branches, actions_count,
-                                                         huber_delta, priority_eps);
+    td_fused_kernel<false><<<blocks, kTdThreads, 0, stream>>>(d_q, priorities, state, q, q_select, q_eval, actions,
+                                                              returns, discounts, weights, batch, branches,
+                                                              actions_count, huber_delta, priority_eps, partials,
+                                                              counter);
   FH_CHECK_LAUNCH();
 }
 

@@ -22,7 +22,8 @@ void dqn_begin_and_stack(DqnState* state, const DqnSchedule& schedule, float* ou
                          std::int64_t n, cudaStream_t stream);
 
 // Targets, TD loss, priorities and the loss statistics of one Z == 1 update, in ONE block (so the
-// batch sums have a fixed order): per sample b, with D branches of A actions,
+// batch sums have a fixed order; the workspace overload below: several blocks for large batches):
+// per sample b, with D branches of A actions,
 //   y_b          = returns[b] + discounts[b] * mean_d q_eval[b, d, argmax_a q_select[b, d, :]]   (dqn_targets)
 //   d_q, priorities as td_loss with that y (d_q (B, D, A) fully written),
 //   state->loss   = sum_b w_b / (B D) * sum_d l(delta_bd)   (accumulated in double)
@@ -33,6 +34,19 @@ void dqn_td_fused(float* d_q, float* priorities, DqnState* state, const float* q
                   const float* q_eval, const std::int32_t* actions, const float* returns, const float* discounts,
                   const float* weights, std::int64_t batch, std::int64_t branches, std::int64_t actions_count,
                   TdLoss kind, float huber_delta, float priority_eps, cudaStream_t stream);
+
+// Workspace of the dqn_td_fused overload below for this batch (a completion counter and per-block
+// sums). Zero it once before the first call; each call leaves it ready for the next.
+std::size_t dqn_td_fused_workspace_bytes(std::int64_t batch);
+
+// dqn_td_fused with a workspace (dqn_td_fused_workspace_bytes(batch), 16-byte aligned; nullptr: one
+// block, as above). Batches above 1024 then run one sample per thread over several blocks; the
+// last block to finish adds the per-block sums in block order (no float atomics; the same bits for
+// a given batch, not necessarily the one-block bits). Batches up to 1024: one block either way.
+void dqn_td_fused(float* d_q, float* priorities, DqnState* state, const float* q, const float* q_select,
+                  const float* q_eval, const std::int32_t* actions, const float* returns, const float* discounts,
+                  const float* weights, std::int64_t batch, std::int64_t branches, std::int64_t actions_count,
+                  TdLoss kind, float huber_delta, float priority_eps, void* workspace, cudaStream_t stream);
 
 // Workspace of dqn_grad_guard for n gradients (partials and a completion counter). The workspace
 // must be zeroed once before the first call; each call leaves it ready for the next.

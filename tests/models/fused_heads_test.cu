@@ -80,7 +80,13 @@ TEST_F(FusedHeadsTest, MatchFloat64Reference) {
                                 // several two-chunk steps per row (float4, H > 256), an 8-output
                                 // float4 head, row counts around the 16-row param-grad splits
                                 {300, 1000, 2, 4, true}, {70, 96, 1, 7, false},  {17, 256, 1, 9, true},
-                                {16, 260, 1, 9, true},   {2049, 512, 1, 15, true}};
+                                {16, 260, 1, 9, true},   {2049, 512, 1, 15, true},
+                                // the large learner's shapes: several row groups per param-grad thread
+                                // in each of the 16 splits (uneven at 4097), every MaxO
+                                {4096, 1024, 1, 9, true}, {4097, 1024, 3, 3, true}, {4097, 1024, 3, 5, false},
+                                {4097, 1024, 1, 31, true},
+                                // one chunk per step above H 512 (float4, MaxO 8 and 16), two at 512
+                                {100, 1024, 1, 7, false}, {33, 516, 1, 9, true}, {40, 512, 1, 9, true}};
   for (const auto& c : cases) {
     SCOPED_TRACE("B " + std::to_string(c.B) + " H " + std::to_string(c.H) + " D " + std::to_string(c.D) + " A " +
                  std::to_string(c.A) + (c.duel ? " dueling" : " plain"));
@@ -130,7 +136,7 @@ TEST_F(FusedHeadsTest, MatchFloat64Reference) {
 TEST_F(FusedHeadsTest, ReluMaskAndTrunkBias) {
   SCOPED_TRACE(seed_note());
   for (const Case c : {Case{37, 33, 1, 9, true}, Case{256, 256, 1, 9, true}, Case{1000, 130, 3, 5, false},
-                       Case{9000, 64, 1, 9, true}}) {
+                       Case{9000, 64, 1, 9, true}, Case{4096, 1024, 1, 9, true}, Case{4097, 1024, 3, 3, true}}) {
     SCOPED_TRACE("B " + std::to_string(c.B) + " H " + std::to_string(c.H));
     const std::int64_t K = c.D * c.A, V = c.duel ? 1 : 0, O = V + K, ld = (c.H + 127) / 128 * 128;
     auto& r = rng();

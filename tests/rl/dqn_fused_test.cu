@@ -38,9 +38,14 @@ TEST_F(DqnFusedTest, TdFusedMatchesFloat64) {
   for (const Case c : {Case{1, 1, 1, TdLoss::huber, true, false}, Case{256, 1, 9, TdLoss::huber, true, false},
                        Case{1000, 3, 5, TdLoss::mse, false, false}, Case{4097, 1, 9, TdLoss::huber, true, false},
                        Case{300, 1, 9, TdLoss::huber, true, true}, Case{257, 2, 16, TdLoss::mse, true, true},
-                       Case{33, 2, 20, TdLoss::huber, false, true}, Case{129, 1, 17, TdLoss::mse, true, false}}) {
+                       Case{33, 2, 20, TdLoss::huber, false, true}, Case{129, 1, 17, TdLoss::mse, true, false},
+                       // the large learner's batch (several blocks with a workspace), uneven, branches,
+                       // and more samples than the block cap (several samples per thread)
+                       Case{4096, 1, 9, TdLoss::huber, true, false}, Case{4097, 3, 3, TdLoss::mse, true, false},
+                       Case{4097, 3, 5, TdLoss::huber, false, true}, Case{70001, 1, 9, TdLoss::huber, true, false}})
+  for (const bool with_ws : {false, true}) {  // one block / the workspace overload
     SCOPED_TRACE("B " + std::to_string(c.B) + " D " + std::to_string(c.D) + " A " + std::to_string(c.A) +
-                 (c.ties ? " ties" : ""));
+                 (c.ties ? " ties" : "") + (with_ws ? " workspace" : ""));
     const std::int64_t B = c.B, D = c.D, A = c.A, n = B * D * A;
     auto& r = rng();
     const auto q = test::random_normal(static_cast<std::size_t>(n), 0.f, 2.f, r);
@@ -91,8 +96,18 @@ TEST_F(DqnFusedTest, TdFusedMatchesFloat64) {
     test::poison(prio, s());
     gpu::DeviceBuffer<DqnState> st(1);
     upload_state(st, DqnState{}, s());
-    dqn_td_fused(dq.data(), prio.data(), st.data(), d_q.data(), d_qs.data(), d_qe.data(), d_a.data(), d_R.data(),
-                 d_g.data(), c.weights ? d_w.data() : nullptr, B, D, A, c.kind, delta, eps, s());
+    gpu::DeviceBuffer<std::byte> ws(dqn_td_fused_workspace_bytes(B));
+    FH_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), s()));
+    auto run = [&](const gpu::DeviceBuffer<float>& returns) {
+      if (with_ws)
+        dqn_td_fused(dq.data(), prio.data(), st.data(), d_q.data(), d_qs.data(), d_qe.data(), d_a.data(),
+                     returns.data(), d_g.data(), c.weights ? d_w.data() : nullptr, B, D, A, c.kind, delta, eps,
+                     ws.data(), s());
+      else
+        dqn_td_fused(dq.data(), prio.data(), st.data(), d_q.data(), d_qs.data(), d_qe.data(), d_a.data(),
+                     returns.data(), d_g.data(), c.weights ? d_w.data() : nullptr, B, D, A, c.kind, delta, eps, s());
+    };
+    run(d_R);
     EXPECT_LT(test::rel_error(test::download(dq, s()), d_ref), 1e-5);
     EXPECT_TRUE(test::all_close(test::download(prio, s()), p_ref, 1e-5, 1e-5));
     const DqnState h = download_state(st, s());
@@ -100,12 +115,17 @@ TEST_F(DqnFusedTest, TdFusedMatchesFloat64) {
     EXPECT_NEAR(h.q_mean, q_ref, 1e-5 * (std::abs(q_ref) + 1.0));
     EXPECT_EQ(h.skip, 0u);
 
+    // A second call on the same workspace (the completion counter reset) gives the same bits.
+    run(d_R);
+    const DqnState h2 = download_state(st, s());
+    EXPECT_EQ(h2.loss, h.loss);
+    EXPECT_EQ(h2.q_mean, h.q_mean);
+
     // A NaN return makes the loss non-finite: the guard sets skip.
     auto R_nan = R;
     R_nan[static_cast<std::size_t>(B / 2)] = std::numeric_limits<float>::quiet_NaN();
     auto d_Rn = test::upload(R_nan, s());
-    dqn_td_fused(dq.data(), prio.data(), st.data(), d_q.data(), d_qs.data(), d_qe.data(), d_a.data(), d_Rn.data(),
-                 d_g.data(), c.weights ? d_w.data() : nullptr, B, D, A, c.kind, delta, eps, s());
+    run(d_Rn);
     EXPECT_EQ(download_state(st, s()).skip, 1u);
   }
 }
