@@ -89,6 +89,8 @@ DqnLearner::DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane) : con
   FH_CHECK(cudaMemsetAsync(norm_ws_.data(), 0, norm_ws_.bytes(), s));  // dqn_grad_guard's counter starts at 0
   end_ws_ = gpu::DeviceBuffer<std::byte>(kDqnEndWorkspaceBytes);
   FH_CHECK(cudaMemsetAsync(end_ws_.data(), 0, end_ws_.bytes(), s));  // and dqn_adam_end_and_target_update's
+  td_ws_ = gpu::DeviceBuffer<std::byte>(std::max<std::size_t>(dqn_td_fused_workspace_bytes(B), 16));
+  FH_CHECK(cudaMemsetAsync(td_ws_.data(), 0, td_ws_.bytes(), s));  // and dqn_td_fused's (several blocks)
 
   DqnState init{};
   init.relu_units = online_->relu_units();
@@ -155,7 +157,7 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
     // One block: targets, TD loss, d_q, priorities, state->loss / q_mean and the loss guard.
     dqn_td_fused(d_logits_.data(), priorities_.data(), st, online_->q(ws_), q_select, target_->q(ws_target_),
                  batch.actions, batch.returns, batch.discounts, batch.weights, B, D, A, c.loss, c.huber_delta,
-                 c.priority_eps, s);
+                 c.priority_eps, td_ws_.data(), s);
   } else {
     greedy_actions(next_actions_.data(), q_select, B, 1, A, s);
     models::c51_project(m_.data(), target_->probs(ws_target_), next_actions_.data(), batch.returns, batch.discounts, B,

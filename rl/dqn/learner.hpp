@@ -118,7 +118,7 @@ class DqnLearner {
   gpu::DeviceBuffer<DqnState> state_;
   gpu::DeviceBuffer<float> y_, d_logits_, sample_loss_, weighted_loss_, priorities_, m_, obs2_;
   gpu::DeviceBuffer<std::int32_t> next_actions_;
-  gpu::DeviceBuffer<std::byte> reduce_ws_, norm_ws_, end_ws_;  // norm_ws_, end_ws_: fused-kernel counters
+  gpu::DeviceBuffer<std::byte> reduce_ws_, norm_ws_, end_ws_, td_ws_;  // norm_ws_, end_ws_, td_ws_: fused-kernel counters
   gpu::ExitSlot<DqnState> metrics_;
   gpu::CudaGraph graph_;
   // A second stream for the work that does not depend on the online forward (the target forward,
