@@ -64,9 +64,6 @@ __global__ void __launch_bounds__(kDeadBlock)
   dead_units_column(dead, layers.mask[i], batch, layers.units[i], w);
 }
 
-}  // namespace
-
-namespace {
 // Starts a side-lane backward: checks the lane and the workspace, and forks the side stream from
 // the main one (everything enqueued so far, e.g. the caller's d_out, is then visible to it).
 void fork_side(const SideLane& side, const Mlp::Workspace& ws, std::size_t layers, gpu::BlasLane lane) {
@@ -83,6 +80,7 @@ void join_side(const SideLane& side, gpu::BlasLane lane) {
   FH_CHECK(cudaEventRecord(side.join, side.lane.stream));
   FH_CHECK(cudaStreamWaitEvent(lane.stream, side.join, 0));
 }
+
 }  // namespace
 
 void count_dead_relu_units(std::uint32_t* dead, const void* relu_mask, std::int64_t batch, std::int64_t out_features,

@@ -144,6 +144,11 @@ void QNetwork::forward(Workspace& ws, const float* obs, std::int64_t batch, bool
 void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, std::int64_t batch,
                         gpu::BlasLane lane, const SideLane* side) {
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "QNetwork::backward: batch out of range");
+  FH_EXPECT(side == nullptr || (side->lane.stream != nullptr && side->lane.stream != lane.stream && side->lane.lt &&
+                                side->fork && side->join &&
+                                ws.trunk.split_d_pre.size() == spec_.hidden.size()),
+            "QNetwork::backward: a SideLane needs its own created stream, a cuBLASLt handle, both events and a "
+            "workspace from make_workspace(max_batch, true)");
   const float* h = trunk_.output(ws.trunk);
   const std::int64_t hw = spec_.hidden.back();
   if (heads_fused()) {
@@ -163,8 +168,6 @@ void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, 
     // returns (in order: after this kernel too), on either path.
     cudaStream_t param_stream = lane.stream;
     if (side != nullptr) {
-      FH_EXPECT(side->lane.stream != nullptr && side->lane.stream != lane.stream && side->fork && side->join,
-                "QNetwork::backward: the SideLane needs its own created stream and both events");
       FH_CHECK(cudaEventRecord(side->fork, lane.stream));
       FH_CHECK(cudaStreamWaitEvent(side->lane.stream, side->fork, 0));
       param_stream = side->lane.stream;

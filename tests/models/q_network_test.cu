@@ -1,16 +1,21 @@
 // QNetwork assembled from specs (plain, dueling, noisy dueling, BDQ branches, C51 with dueling and
 // noise): every parameter tensor's gradient against central finite differences of the GPU forward;
 // the C51 probabilities and expected values against float64; dead-unit counting against a network
-// whose dead units are known by construction.
+// whose dead units are known by construction; the side-lane backward bitwise against the one-lane one.
 #include "models/fd_support.hpp"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gpu/arena.hpp"
+#include "gpu/check.hpp"
+#include "gpu/context.hpp"
+#include "gpu/stream.hpp"
 #include "models/mlp.hpp"
 #include "models/q_network.hpp"
 
@@ -113,6 +118,87 @@ TEST_F(QNetworkTest, GradientsMatchFiniteDifferences) {
       EXPECT_TRUE(test::all_close(q, q_ref, 1e-5, 1e-5));
     }
   }
+}
+
+// Holds a stream for ~`ns` nanoseconds: delays the side lane's work so that a main-stream write into
+// a buffer the side still reads (a missing per-layer buffer, a missing fork) shows up as a difference.
+__global__ void spin_kernel(unsigned ns) {
+  for (unsigned t = 0; t < ns; t += 1000) __nanosleep(1000);
+}
+
+// A backward with a side lane (parameter gradients on a second stream) writes bitwise the gradients
+// of the one-lane backward on the same forward: every variant (fused heads with ReLU/identity/GELU
+// trunks, GEMM heads, noisy, C51), one to three trunk layers, batches on our small-GEMM kernels and
+// (B > 1024) on cuBLASLt; once with the side stream held back before the backward.
+TEST_F(QNetworkTest, SideLaneBackwardIsBitwiseOneLane) {
+  SCOPED_TRACE(seed_note());
+  auto with_act = [](QNetworkSpec s, gpu::Activation a) {
+    s.act = a;
+    return s;
+  };
+  const std::vector<Named> cases{
+      {"plain relu", with_act(make(6, {16, 12}, 1, 3, 1, false, false), gpu::Activation::relu)},
+      {"dueling relu, 3 layers", with_act(make(5, {20, 33, 17}, 1, 4, 1, true, false), gpu::Activation::relu)},
+      {"bdq identity", with_act(make(4, {13, 10}, 3, 5, 1, true, false), gpu::Activation::identity)},
+      {"dueling gelu (fused, unmasked d_h)", make(5, {20, 9}, 1, 4, 1, true, false)},
+      {"one layer relu", with_act(make(7, {24}, 1, 3, 1, true, false), gpu::Activation::relu)},
+      {"bdq, GEMM heads", gemm_heads(make(4, {13, 10}, 3, 5, 1, true, false))},
+      {"identity, GEMM heads", with_act(gemm_heads(make(4, {13, 10, 8}, 1, 5, 1, false, false)),
+                                        gpu::Activation::identity)},
+      {"noisy dueling", make(7, {9, 11}, 1, 5, 1, true, true)},
+      {"c51 noisy dueling", make(3, {10, 6}, 1, 3, 7, true, true)},
+  };
+  gpu::DeviceContext side_ctx(0, 1);  // its own stream and a workspace of the fixture lane's size
+  gpu::Event fork, join;
+  const SideLane side{side_ctx.blas(0), fork, join};
+  for (const std::int64_t B : {std::int64_t{37}, std::int64_t{1100}}) {
+    for (const auto& c : cases) {
+      SCOPED_TRACE(std::string(c.what) + ", B " + std::to_string(B));
+      QNetwork net(c.spec, "", 40);
+      gpu::ParameterArena arena;
+      net.declare(arena);
+      arena.finalize(s());
+      net.init(arena, rng(), s());
+      net.bind(arena);
+      std::vector<std::uint64_t> counter{3};
+      auto d_counter = test::upload(counter, s());
+      net.resample_noise(rng()(), d_counter.data(), s());
+      auto ws = net.make_workspace(B, true);
+      auto d_obs = test::upload(
+          test::random_uniform(static_cast<std::size_t>(B * c.spec.obs_dim), -1.f, 1.f, rng()), s());
+      auto d_u = test::upload(test::random_uniform(static_cast<std::size_t>(B * net.outputs()), -1.f, 1.f, rng()),
+                              s());
+      const auto n = static_cast<std::size_t>(arena.padded_count());
+      net.forward(ws, d_obs.data(), B, false, lane());
+      auto run = [&](const SideLane* sl, bool hold_side) {
+        FH_CHECK(cudaMemsetAsync(arena.grads(), 0xFF, n * 4, s()));  // NaN: unwritten entries differ
+        if (hold_side) {
+          FH_CHECK(cudaStreamSynchronize(s()));
+          spin_kernel<<<1, 1, 0, side_ctx.stream()>>>(200000u);
+          FH_CHECK_LAUNCH();
+        }
+        net.backward(ws, d_u.data(), d_obs.data(), B, lane(), sl);
+        return test::download(arena.grads(), n, s());  // on s(): after the join
+      };
+      const auto one = run(nullptr, false);
+      for (const bool hold : {false, true}) {
+        SCOPED_TRACE(hold ? "side held back" : "side free");
+        const auto two = run(&side, hold);
+        ASSERT_EQ(two.size(), one.size());
+        for (const auto& e : arena.entries()) {
+          for (std::int64_t i = 0; i < e.numel; ++i) {
+            const auto k = static_cast<std::size_t>(e.offset + i);
+            ASSERT_TRUE(std::isfinite(one[k])) << e.name << "[" << i << "] not written by the one-lane backward";
+            std::uint32_t a = 0, b = 0;
+            std::memcpy(&a, &one[k], 4);
+            std::memcpy(&b, &two[k], 4);
+            ASSERT_EQ(a, b) << e.name << "[" << i << "]: one lane " << one[k] << ", side lane " << two[k];
+          }
+        }
+      }
+    }
+  }
+  FH_CHECK(cudaStreamSynchronize(side_ctx.stream()));
 }
 
 TEST_F(QNetworkTest, EvalUsesMuOnly) {
