@@ -201,6 +201,63 @@ TEST_F(QNetworkTest, SideLaneBackwardIsBitwiseOneLane) {
   FH_CHECK(cudaStreamSynchronize(side_ctx.stream()));
 }
 
+// The same for a bare Mlp: noisy layers (they stay on the main stream), every activation, and the
+// input gradient asked for (layer 0 then splits too); d_in compared bitwise as well.
+TEST_F(QNetworkTest, MlpSideLaneBackwardIsBitwiseOneLane) {
+  SCOPED_TRACE(seed_note());
+  gpu::DeviceContext side_ctx(0, 1);
+  gpu::Event fork, join;
+  const SideLane side{side_ctx.blas(0), fork, join};
+  const std::int64_t in_f = 9, B = 53;
+  for (const auto act : {gpu::Activation::relu, gpu::Activation::gelu, gpu::Activation::identity}) {
+    for (const bool noisy : {false, true}) {
+      SCOPED_TRACE(std::string(gpu::activation_name(act)) + (noisy ? ", noisy" : ""));
+      Mlp mlp(MlpSpec{"m", in_f, {14, 31, 6}, act, noisy, 0.5f, gpu::LinearMath::fp32}, 7);
+      gpu::ParameterArena arena;
+      mlp.declare(arena);
+      arena.finalize(s());
+      mlp.init(arena, rng(), s());
+      mlp.bind(arena);
+      std::vector<std::uint64_t> counter{2};
+      auto d_counter = test::upload(counter, s());
+      mlp.resample_noise(rng()(), d_counter.data(), s());
+      auto ws = mlp.make_workspace(B, true);
+      auto d_x = test::upload(test::random_uniform(static_cast<std::size_t>(B * in_f), -1.f, 1.f, rng()), s());
+      auto d_y = test::upload(test::random_uniform(static_cast<std::size_t>(B * 6), -1.f, 1.f, rng()), s());
+      gpu::DeviceBuffer<float> d_in(static_cast<std::size_t>(B * in_f));
+      const auto n = static_cast<std::size_t>(arena.padded_count());
+      mlp.forward(ws, d_x.data(), B, false, lane());
+      auto run = [&](const SideLane* sl) {
+        FH_CHECK(cudaMemsetAsync(arena.grads(), 0xFF, n * 4, s()));
+        FH_CHECK(cudaMemsetAsync(d_in.data(), 0xFF, d_in.bytes(), s()));
+        if (sl) {
+          spin_kernel<<<1, 1, 0, side_ctx.stream()>>>(200000u);  // the side starts late
+          FH_CHECK_LAUNCH();
+        }
+        mlp.backward(d_in.data(), ws, d_y.data(), d_x.data(), B, lane(), sl);
+        auto g = test::download(arena.grads(), n, s());
+        const auto di = test::download(d_in.data(), d_in.size(), s());
+        g.insert(g.end(), di.begin(), di.end());
+        return g;
+      };
+      const auto one = run(nullptr), two = run(&side);
+      ASSERT_EQ(one.size(), two.size());
+      for (std::size_t k = 0; k < one.size(); ++k) {
+        std::uint32_t a = 0, b = 0;
+        std::memcpy(&a, &one[k], 4);
+        std::memcpy(&b, &two[k], 4);
+        ASSERT_EQ(a, b) << "element " << k << " of the grads (padded " << n << ") then d_in: " << one[k] << " vs "
+                        << two[k];
+      }
+      for (const auto& e : arena.entries())
+        for (std::int64_t i = 0; i < e.numel; ++i)
+          ASSERT_TRUE(std::isfinite(one[static_cast<std::size_t>(e.offset + i)])) << e.name << "[" << i << "]";
+      for (std::size_t k = n; k < one.size(); ++k) ASSERT_TRUE(std::isfinite(one[k])) << "d_in[" << k - n << "]";
+    }
+  }
+  FH_CHECK(cudaStreamSynchronize(side_ctx.stream()));
+}
+
 TEST_F(QNetworkTest, EvalUsesMuOnly) {
   SCOPED_TRACE(seed_note());
   auto spec = make(5, {8}, 1, 4, 1, true, true);
