@@ -28,6 +28,8 @@
 //     trunk layer 0: 3 (no dX: its input is the observation)  17 -> 6  (fused heads: d_h masked by the
 //       ReLU + head grads + trunk layer 1's bias grad: 2 kernels; trunk layer 1: dW, dX GEMMs;
 //       trunk layer 0: ReLU/bias-grad (one split up to 1024 rows: no finish) + dW GEMM)
+//       Two branches (models::SideLane): the head grads and layer 1's dW GEMM on the side stream,
+//       so the critical chain is d_h -> layer 1 dX -> layer 0 ReLU/bias-grad -> layer 0 dW.
 //   flag_nonfinite(grads), grad-norm partials + finish,
 //     clip_scale                                               4 -> 1  (dqn_grad_guard, last-block finish)
 //   Adam, dqn_end_update, target Polyak,

@@ -64,6 +64,23 @@ __global__ void __launch_bounds__(kDeadBlock)
   dead_units_column(dead, layers.mask[i], batch, layers.units[i], w);
 }
 
+// Starts a side-lane backward: checks the lane and the workspace, and forks the side stream from
+// the main one (everything enqueued so far, e.g. the caller's d_out, is then visible to it).
+void fork_side(const SideLane& side, const Mlp::Workspace& ws, std::size_t layers, gpu::BlasLane lane) {
+  FH_EXPECT(side.lane.stream != nullptr && side.lane.stream != lane.stream && side.fork && side.join,
+            "SideLane: needs its own created stream (not the main lane's) and both events");
+  FH_EXPECT(side.lane.lt != nullptr, "SideLane: needs a cuBLASLt handle");
+  FH_EXPECT(ws.split_d_pre.size() == layers && ws.split_d_out.size() == layers,
+            "Mlp backward with a SideLane needs a workspace from make_workspace(max_batch, true)");
+  FH_CHECK(cudaEventRecord(side.fork, lane.stream));
+  FH_CHECK(cudaStreamWaitEvent(side.lane.stream, side.fork, 0));
+}
+// Ends it: the main stream waits for all side work enqueued so far (the side stream is in order).
+void join_side(const SideLane& side, gpu::BlasLane lane) {
+  FH_CHECK(cudaEventRecord(side.join, side.lane.stream));
+  FH_CHECK(cudaStreamWaitEvent(lane.stream, side.join, 0));
+}
+
 }  // namespace
 
 void count_dead_relu_units(std::uint32_t* dead, const void* relu_mask, std::int64_t batch, std::int64_t out_features,
@@ -105,7 +122,7 @@ void Mlp::resample_noise(std::uint64_t seed, const std::uint64_t* counter, cudaS
   for (auto& l : layers_) l.resample_noise(seed, counter, stream);
 }
 
-Mlp::Workspace Mlp::make_workspace(std::int64_t max_batch) const {
+Mlp::Workspace Mlp::make_workspace(std::int64_t max_batch, bool side_lane) const {
   FH_EXPECT(max_batch >= 1, "Mlp::make_workspace: max_batch must be >= 1");
   Workspace ws;
   ws.max_batch = max_batch;
@@ -119,6 +136,11 @@ Mlp::Workspace Mlp::make_workspace(std::int64_t max_batch) const {
   ws.grad_a = gpu::DeviceBuffer<float>(n);
   ws.grad_b = gpu::DeviceBuffer<float>(n);
   ws.d_pre = gpu::DeviceBuffer<float>(n);
+  if (side_lane)
+    for (const auto& l : layers_) {
+      ws.split_d_pre.emplace_back(static_cast<std::size_t>(max_batch * l.spec().out));
+      ws.split_d_out.emplace_back(static_cast<std::size_t>(max_batch * l.spec().out));
+    }
   return ws;
 }
 
@@ -133,8 +155,14 @@ void Mlp::forward(Workspace& ws, const float* in, std::int64_t batch, bool eval,
 }
 
 void Mlp::backward(float* d_in, Workspace& ws, const float* d_out, const float* in, std::int64_t batch,
-                   gpu::BlasLane lane) {
+                   gpu::BlasLane lane, const SideLane* side) {
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "Mlp " + spec_.name + ": batch out of range");
+  if (side != nullptr) {
+    fork_side(*side, ws, layers_.size(), lane);
+    backward_split(d_in, ws, d_out, in, batch, layers_.size(), lane, *side);
+    join_side(*side, lane);
+    return;
+  }
   const float* g = d_out;
   float* ping = ws.grad_a.data();
   float* pong = ws.grad_b.data();
@@ -148,11 +176,26 @@ void Mlp::backward(float* d_in, Workspace& ws, const float* d_out, const float* 
 }
 
 void Mlp::backward_from_last_pre(float* d_in, Workspace& ws, const float* d_last_pre, const float* in,
-                                 std::int64_t batch, gpu::BlasLane lane) {
+                                 std::int64_t batch, gpu::BlasLane lane, const SideLane* side) {
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "Mlp " + spec_.name + ": batch out of range");
   FH_EXPECT(!spec_.noisy, "Mlp " + spec_.name + ": backward_from_last_pre needs a deterministic last layer");
   const std::size_t last = layers_.size() - 1;
   Dense& l = layers_[last];
+  if (side != nullptr) {
+    // d_last_pre is ready now: the side lane takes the last layer's weight gradient at once, the
+    // main stream its input gradient (the two GEMMs of the one-lane path, same arguments).
+    fork_side(*side, ws, layers_.size(), lane);
+    const float* x = last == 0 ? in : ws.out[last - 1].data();
+    gpu::linear_backward(nullptr, l.weight_grad(), nullptr, nullptr, d_last_pre, nullptr, x, nullptr, batch,
+                         l.spec().in, l.spec().out, gpu::Activation::identity, false, l.spec().math, side->lane);
+    float* dx = last == 0 ? d_in : ws.split_d_out[last - 1].data();
+    if (dx != nullptr)
+      gpu::linear_backward(dx, nullptr, nullptr, nullptr, d_last_pre, nullptr, nullptr, l.weight(), batch,
+                           l.spec().in, l.spec().out, gpu::Activation::identity, false, l.spec().math, lane);
+    backward_split(d_in, ws, dx, in, batch, last, lane, *side);
+    join_side(*side, lane);
+    return;
+  }
   // Identity epilogue and no bias: just d_weight = d_pre^T x and d_in = d_pre W (no ReLU/bias pass).
   gpu::linear_backward(last == 0 ? d_in : ws.grad_a.data(), l.weight_grad(), nullptr, nullptr, d_last_pre, nullptr,
                        last == 0 ? in : ws.out[last - 1].data(), l.weight(), batch, l.spec().in, l.spec().out,
@@ -166,6 +209,34 @@ void Mlp::backward_from_last_pre(float* d_in, Workspace& ws, const float* d_last
     layers_[k].backward(dx, ws.d_pre.data(), g, ws.aux[k].data(), x, batch, lane);
     g = ping;
     std::swap(ping, pong);
+  }
+}
+
+void Mlp::backward_split(float* d_in, Workspace& ws, const float* g, const float* in, std::int64_t batch,
+                         std::size_t count, gpu::BlasLane lane, const SideLane& side) {
+  for (std::size_t k = count; k-- > 0;) {
+    Dense& l = layers_[k];
+    const DenseSpec& sp = l.spec();
+    const float* x = k == 0 ? in : ws.out[k - 1].data();
+    float* dx = k == 0 ? d_in : ws.split_d_out[k - 1].data();  // per layer: the side may still read g
+    float* d_pre = ws.split_d_pre[k].data();                     // per layer: likewise
+    if (sp.noisy || dx == nullptr) {
+      // Noisy layers compose their gradients after the GEMMs, and without d_in linear_backward would
+      // not write d_pre: the whole layer stays on the main stream (layer 0: its weight gradient is
+      // the chain's last step anyway).
+      l.backward(dx, d_pre, g, ws.aux[k].data(), x, batch, lane);
+    } else {
+      // Main: d_pre (masked) and the bias gradient in one kernel, then d_in. Side, once they are
+      // written: d_weight = d_pre^T x, the same GEMM the one-lane call runs (identity: d_pre is g).
+      gpu::linear_backward(dx, nullptr, l.bias_grad(), d_pre, g, ws.aux[k].data(), nullptr, l.weight(), batch, sp.in,
+                           sp.out, sp.act, false, sp.math, lane);
+      const float* dw_src = sp.act == gpu::Activation::identity ? g : d_pre;
+      FH_CHECK(cudaEventRecord(side.fork, lane.stream));
+      FH_CHECK(cudaStreamWaitEvent(side.lane.stream, side.fork, 0));
+      gpu::linear_backward(nullptr, l.weight_grad(), nullptr, nullptr, dw_src, nullptr, x, nullptr, batch, sp.in,
+                           sp.out, gpu::Activation::identity, false, sp.math, side.lane);
+    }
+    g = dx;
   }
 }
 

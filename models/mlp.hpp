@@ -15,6 +15,20 @@
 
 namespace foxhunt::models {
 
+// An optional second lane for a backward's parameter-gradient work (the weight-gradient GEMMs, the
+// fused heads' parameter gradients): forked from the main stream once their inputs are ready and
+// joined back before the backward returns, so callers and graph capture see one joined stream (a
+// captured backward holds them as parallel branches beside the critical input-gradient chain).
+// Its own stream and cuBLASLt workspace (concurrent matmuls must not share one; give it the main
+// lane's workspace size so that cuBLASLt picks the same algorithms: results are bitwise those of a
+// one-lane backward). fork / join: caller-owned events, re-recorded at every fork (a wait binds the
+// record current when it is enqueued, eagerly and in capture alike).
+struct SideLane {
+  gpu::BlasLane lane;
+  cudaEvent_t fork = nullptr;  // recorded on the main stream, waited for by lane.stream
+  cudaEvent_t join = nullptr;  // recorded on lane.stream, waited for by the main stream
+};
+
 struct MlpSpec {
   std::string name;
   std::int64_t in = 0;
@@ -35,27 +49,34 @@ class Mlp {
     std::vector<gpu::DeviceBuffer<float>> out;       // per layer (max_batch, sizes[i])
     std::vector<gpu::DeviceBuffer<std::byte>> aux;   // per layer, gpu/linear's aux
     gpu::DeviceBuffer<float> grad_a, grad_b, d_pre;  // (max_batch, max width) each
+    // Side-lane backwards only (make_workspace(.., true)): per layer i, (max_batch, sizes[i]) each.
+    // The side lane's weight-gradient GEMM of layer i still reads layer i's d_pre (or, identity,
+    // its d_out) while the main stream goes on with the layers below, so no buffer is reused.
+    std::vector<gpu::DeviceBuffer<float>> split_d_pre, split_d_out;
   };
 
   void declare(gpu::ParameterArena& arena) const;
   void init(gpu::ParameterArena& arena, std::mt19937_64& rng, cudaStream_t stream) const;
   void bind(gpu::ParameterArena& arena);
   void resample_noise(std::uint64_t seed, const std::uint64_t* counter, cudaStream_t stream);
-  Workspace make_workspace(std::int64_t max_batch) const;
+  // side_lane: also the buffers a backward with a SideLane needs.
+  Workspace make_workspace(std::int64_t max_batch, bool side_lane = false) const;
 
   // ws.out.back() (B, sizes.back()) = trunk(in (B, in)).
   void forward(Workspace& ws, const float* in, std::int64_t batch, bool eval, gpu::BlasLane lane);
   const float* output(const Workspace& ws) const { return ws.out.back().data(); }
   // From d_out (B, sizes.back()): writes every layer's parameter gradients; d_in (B, in) nullable.
+  // side (nullable; ws from make_workspace(.., true)): the weight-gradient GEMMs of the deterministic
+  // layers that have an input gradient run there (see SideLane); the results are the same.
   void backward(float* d_in, Workspace& ws, const float* d_out, const float* in, std::int64_t batch,
-                gpu::BlasLane lane);
+                gpu::BlasLane lane, const SideLane* side = nullptr);
 
   // backward() for a caller that already applied the last layer's activation derivative and wrote
   // its bias gradient (models/fused_heads does both in its kernels): d_last_pre (B, sizes.back()) is
   // the last layer's pre-activation gradient; that layer then costs only its two GEMMs. The last
   // layer must not be noisy.
   void backward_from_last_pre(float* d_in, Workspace& ws, const float* d_last_pre, const float* in,
-                              std::int64_t batch, gpu::BlasLane lane);
+                              std::int64_t batch, gpu::BlasLane lane, const SideLane* side = nullptr);
 
   // ReLU trunks only (0 otherwise): the number of units across all layers.
   std::int64_t relu_units() const;
@@ -68,6 +89,10 @@ class Mlp {
   std::int64_t out_features() const { return spec_.sizes.back(); }
 
  private:
+  // Side-lane backward of layers count-1 .. 0 from g, the gradient of layer count-1's output.
+  void backward_split(float* d_in, Workspace& ws, const float* g, const float* in, std::int64_t batch,
+                      std::size_t count, gpu::BlasLane lane, const SideLane& side);
+
   MlpSpec spec_;
   std::vector<Dense> layers_;
 };

@@ -81,10 +81,10 @@ std::vector<std::string> QNetwork::weight_mu_names() const {
   return names;
 }
 
-QNetwork::Workspace QNetwork::make_workspace(std::int64_t max_batch) const {
+QNetwork::Workspace QNetwork::make_workspace(std::int64_t max_batch, bool side_lane) const {
   Workspace ws;
   ws.max_batch = max_batch;
-  ws.trunk = trunk_.make_workspace(max_batch);
+  ws.trunk = trunk_.make_workspace(max_batch, side_lane);
   const auto B = static_cast<std::size_t>(max_batch);
   const auto out = static_cast<std::size_t>(outputs());
   const auto h = static_cast<std::size_t>(spec_.hidden.back());
@@ -142,8 +142,13 @@ void QNetwork::forward(Workspace& ws, const float* obs, std::int64_t batch, bool
 }
 
 void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, std::int64_t batch,
-                        gpu::BlasLane lane) {
+                        gpu::BlasLane lane, const SideLane* side) {
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "QNetwork::backward: batch out of range");
+  FH_EXPECT(side == nullptr || (side->lane.stream != nullptr && side->lane.stream != lane.stream && side->lane.lt &&
+                                side->fork && side->join &&
+                                ws.trunk.split_d_pre.size() == spec_.hidden.size()),
+            "QNetwork::backward: a SideLane needs its own created stream, a cuBLASLt handle, both events and a "
+            "workspace from make_workspace(max_batch, true)");
   const float* h = trunk_.output(ws.trunk);
   const std::int64_t hw = spec_.hidden.back();
   if (heads_fused()) {
@@ -157,12 +162,22 @@ void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, 
     const void* mask = spec_.act == gpu::Activation::relu ? ws.trunk.aux.back().data() : nullptr;
     fused_heads_backward_input(ws.d_h.data(), ws.d_heads.data(), d_logits, value ? value->weight() : nullptr,
                                adv.weight(), mask, batch, hw, spec_.branches, spec_.actions, lane.stream);
+    // The parameter gradients read d_heads, h and d_h, which nothing in the rest of the backward
+    // writes, and write only the heads' gradients and the last trunk layer's bias gradient: with a
+    // side lane they run there, forked now. The trunk backward below joins the side stream before it
+    // returns (in order: after this kernel too), on either path.
+    cudaStream_t param_stream = lane.stream;
+    if (side != nullptr) {
+      FH_CHECK(cudaEventRecord(side->fork, lane.stream));
+      FH_CHECK(cudaStreamWaitEvent(side->lane.stream, side->fork, 0));
+      param_stream = side->lane.stream;
+    }
     fused_heads_param_grads(value ? value->weight_grad() : nullptr, value ? value->bias_grad() : nullptr,
                             adv.weight_grad(), adv.bias_grad(), pre ? trunk_.layers().back().bias_grad() : nullptr,
                             ws.d_heads.data(), h, pre ? ws.d_h.data() : nullptr, batch, hw, spec_.branches,
-                            spec_.actions, ws.head_grad_ws.data(), lane.stream);
+                            spec_.actions, ws.head_grad_ws.data(), param_stream);
     if (pre) {
-      trunk_.backward_from_last_pre(nullptr, ws.trunk, ws.d_h.data(), obs, batch, lane);
+      trunk_.backward_from_last_pre(nullptr, ws.trunk, ws.d_h.data(), obs, batch, lane, side);
       return;
     }
   } else if (spec_.dueling) {
@@ -174,7 +189,7 @@ void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, 
   } else {
     heads_[0].backward(ws.d_h.data(), ws.d_pre.data(), d_logits, nullptr, h, batch, lane);
   }
-  trunk_.backward(nullptr, ws.trunk, ws.d_h.data(), obs, batch, lane);
+  trunk_.backward(nullptr, ws.trunk, ws.d_h.data(), obs, batch, lane, side);
 }
 
 }  // namespace foxhunt::models

@@ -58,7 +58,8 @@ class QNetwork {
   void init(gpu::ParameterArena& arena, std::mt19937_64& rng, cudaStream_t stream) const;
   void bind(gpu::ParameterArena& arena);
   void resample_noise(std::uint64_t seed, const std::uint64_t* counter, cudaStream_t stream);
-  Workspace make_workspace(std::int64_t max_batch) const;
+  // side_lane: also the buffers a backward with a SideLane needs (models/mlp.hpp).
+  Workspace make_workspace(std::int64_t max_batch, bool side_lane = false) const;
 
   // Fills ws.logits (B, D, A, Z), ws.probs (Z > 1) and q(ws) (B, D, A) from obs (B, obs_dim).
   void forward(Workspace& ws, const float* obs, std::int64_t batch, bool eval, gpu::BlasLane lane);
@@ -66,7 +67,11 @@ class QNetwork {
   const float* logits(const Workspace& ws) const { return ws.logits.data(); }
   const float* probs(const Workspace& ws) const { return ws.probs.data(); }
   // From d_logits (B, D, A, Z) (for Z == 1, dL/dQ): overwrites every parameter gradient in the arena.
-  void backward(Workspace& ws, const float* d_logits, const float* obs, std::int64_t batch, gpu::BlasLane lane);
+  // side (nullable; ws from make_workspace(.., true)): the parameter-gradient work that is off the
+  // input-gradient chain (the fused heads' parameter gradients, the trunk's weight-gradient GEMMs)
+  // runs there, joined back before this returns; the gradients are bitwise the same.
+  void backward(Workspace& ws, const float* d_logits, const float* obs, std::int64_t batch, gpu::BlasLane lane,
+                const SideLane* side = nullptr);
 
   std::int64_t relu_units() const { return trunk_.relu_units(); }
   void count_dead_units(std::uint32_t* dead, const Workspace& ws, std::int64_t batch, cudaStream_t stream) const {

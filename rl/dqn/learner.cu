@@ -72,7 +72,8 @@ DqnLearner::DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane) : con
   if (lane_.workspace_bytes > 0) side_workspace_ = gpu::DeviceBuffer<std::byte>(lane_.workspace_bytes);
 
   const std::int64_t B = config_.batch;
-  ws_ = online_->make_workspace(config_.double_q ? 2 * B : B);  // double DQN: rows [s; s']
+  // Double DQN: rows [s; s']. true: the buffers of the side-lane backward.
+  ws_ = online_->make_workspace(config_.double_q ? 2 * B : B, true);
   if (config_.double_q) obs2_ = gpu::DeviceBuffer<float>(static_cast<std::size_t>(2 * B * config_.net.obs_dim));
   ws_target_ = target_->make_workspace(B);
   act_ws_ = online_->make_workspace(config_.act_rows);
@@ -170,7 +171,12 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
     taken_q_mean(&st->q_mean, online_->q(ws_), batch.actions, B, D, A, s);
     gpu::flag_nonfinite(&st->skip, &st->loss, 1, s);
   }
-  online_->backward(ws_, d_logits_.data(), batch.obs, B, lane);
+  // The backward's parameter gradients (heads, trunk weight GEMMs) run on the side stream behind the
+  // dead-unit count; the backward joins it back into s before it returns, and nothing reads the
+  // gradients before the guard below. side_lane's workspace is free again: the target forward that
+  // used it is earlier on the same stream.
+  const models::SideLane backward_side{side_lane, backward_fork_, backward_join_};
+  online_->backward(ws_, d_logits_.data(), batch.obs, B, lane, &backward_side);
   FH_CHECK(cudaStreamWaitEvent(s, side_done_, 0));  // the side stream rejoins (a capture must end joined)
 
   // Guard: a non-finite loss or gradient skips Adam and the target update (bit-exact).

@@ -5,7 +5,8 @@
 //     -> forward target(s'), online([s; s']) (double DQN: one forward over the stacked 2B rows)
 //     -> targets (double DQN / BDQ mean over branches; C51: projection) -> loss, d_logits,
 //        per-sample priorities (Z == 1: one fused kernel, rl/dqn/fused.hpp) -> dead-unit count
-//     -> backward (flat gradients; Z == 1 heads fused, models/fused_heads.hpp)
+//     -> backward (flat gradients; Z == 1 heads fused, models/fused_heads.hpp; parameter-gradient
+//        work on the side stream, models::SideLane)
 //     -> guard (non-finite loss or gradient sets skip), global grad norm, clip scale (one kernel)
 //     -> Adam over the flat arena (skipped bit-exactly on skip), end (counters; priorities made
 //        safe on skip), target update (hard every K / Polyak) and the non-finite-parameter check
@@ -127,6 +128,9 @@ class DqnLearner {
   gpu::Stream side_;
   gpu::DeviceBuffer<std::byte> side_workspace_;
   gpu::Event forked_, target_done_, online_done_, side_done_;
+  // The backward's parameter-gradient work also runs on side_ (after the dead-unit count there):
+  // its fork and join events (models::SideLane).
+  gpu::Event backward_fork_, backward_join_;
 };
 
 }  // namespace foxhunt::rl

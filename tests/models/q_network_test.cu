@@ -1,16 +1,21 @@
 // QNetwork assembled from specs (plain, dueling, noisy dueling, BDQ branches, C51 with dueling and
 // noise): every parameter tensor's gradient against central finite differences of the GPU forward;
 // the C51 probabilities and expected values against float64; dead-unit counting against a network
-// whose dead units are known by construction.
+// whose dead units are known by construction; the side-lane backward bitwise against the one-lane one.
 #include "models/fd_support.hpp"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gpu/arena.hpp"
+#include "gpu/check.hpp"
+#include "gpu/context.hpp"
+#include "gpu/stream.hpp"
 #include "models/mlp.hpp"
 #include "models/q_network.hpp"
 
@@ -113,6 +118,144 @@ TEST_F(QNetworkTest, GradientsMatchFiniteDifferences) {
       EXPECT_TRUE(test::all_close(q, q_ref, 1e-5, 1e-5));
     }
   }
+}
+
+// Holds a stream for ~`ns` nanoseconds: delays the side lane's work so that a main-stream write into
+// a buffer the side still reads (a missing per-layer buffer, a missing fork) shows up as a difference.
+__global__ void spin_kernel(unsigned ns) {
+  for (unsigned t = 0; t < ns; t += 1000) __nanosleep(1000);
+}
+
+// A backward with a side lane (parameter gradients on a second stream) writes bitwise the gradients
+// of the one-lane backward on the same forward: every variant (fused heads with ReLU/identity/GELU
+// trunks, GEMM heads, noisy, C51), one to three trunk layers, batches on our small-GEMM kernels and
+// (B > 1024) on cuBLASLt; once with the side stream held back before the backward.
+TEST_F(QNetworkTest, SideLaneBackwardIsBitwiseOneLane) {
+  SCOPED_TRACE(seed_note());
+  auto with_act = [](QNetworkSpec s, gpu::Activation a) {
+    s.act = a;
+    return s;
+  };
+  const std::vector<Named> cases{
+      {"plain relu", with_act(make(6, {16, 12}, 1, 3, 1, false, false), gpu::Activation::relu)},
+      {"dueling relu, 3 layers", with_act(make(5, {20, 33, 17}, 1, 4, 1, true, false), gpu::Activation::relu)},
+      {"bdq identity", with_act(make(4, {13, 10}, 3, 5, 1, true, false), gpu::Activation::identity)},
+      {"dueling gelu (fused, unmasked d_h)", make(5, {20, 9}, 1, 4, 1, true, false)},
+      {"one layer relu", with_act(make(7, {24}, 1, 3, 1, true, false), gpu::Activation::relu)},
+      {"bdq, GEMM heads", gemm_heads(make(4, {13, 10}, 3, 5, 1, true, false))},
+      {"identity, GEMM heads", with_act(gemm_heads(make(4, {13, 10, 8}, 1, 5, 1, false, false)),
+                                        gpu::Activation::identity)},
+      {"noisy dueling", make(7, {9, 11}, 1, 5, 1, true, true)},
+      {"c51 noisy dueling", make(3, {10, 6}, 1, 3, 7, true, true)},
+  };
+  gpu::DeviceContext side_ctx(0, 1);  // its own stream and a workspace of the fixture lane's size
+  gpu::Event fork, join;
+  const SideLane side{side_ctx.blas(0), fork, join};
+  for (const std::int64_t B : {std::int64_t{37}, std::int64_t{1100}}) {
+    for (const auto& c : cases) {
+      SCOPED_TRACE(std::string(c.what) + ", B " + std::to_string(B));
+      QNetwork net(c.spec, "", 40);
+      gpu::ParameterArena arena;
+      net.declare(arena);
+      arena.finalize(s());
+      net.init(arena, rng(), s());
+      net.bind(arena);
+      std::vector<std::uint64_t> counter{3};
+      auto d_counter = test::upload(counter, s());
+      net.resample_noise(rng()(), d_counter.data(), s());
+      auto ws = net.make_workspace(B, true);
+      auto d_obs = test::upload(
+          test::random_uniform(static_cast<std::size_t>(B * c.spec.obs_dim), -1.f, 1.f, rng()), s());
+      auto d_u = test::upload(test::random_uniform(static_cast<std::size_t>(B * net.outputs()), -1.f, 1.f, rng()),
+                              s());
+      const auto n = static_cast<std::size_t>(arena.padded_count());
+      net.forward(ws, d_obs.data(), B, false, lane());
+      auto run = [&](const SideLane* sl, bool hold_side) {
+        FH_CHECK(cudaMemsetAsync(arena.grads(), 0xFF, n * 4, s()));  // NaN: unwritten entries differ
+        if (hold_side) {
+          FH_CHECK(cudaStreamSynchronize(s()));
+          spin_kernel<<<1, 1, 0, side_ctx.stream()>>>(200000u);
+          FH_CHECK_LAUNCH();
+        }
+        net.backward(ws, d_u.data(), d_obs.data(), B, lane(), sl);
+        return test::download(arena.grads(), n, s());  // on s(): after the join
+      };
+      const auto one = run(nullptr, false);
+      for (const bool hold : {false, true}) {
+        SCOPED_TRACE(hold ? "side held back" : "side free");
+        const auto two = run(&side, hold);
+        ASSERT_EQ(two.size(), one.size());
+        for (const auto& e : arena.entries()) {
+          for (std::int64_t i = 0; i < e.numel; ++i) {
+            const auto k = static_cast<std::size_t>(e.offset + i);
+            ASSERT_TRUE(std::isfinite(one[k])) << e.name << "[" << i << "] not written by the one-lane backward";
+            std::uint32_t a = 0, b = 0;
+            std::memcpy(&a, &one[k], 4);
+            std::memcpy(&b, &two[k], 4);
+            ASSERT_EQ(a, b) << e.name << "[" << i << "]: one lane " << one[k] << ", side lane " << two[k];
+          }
+        }
+      }
+    }
+  }
+  FH_CHECK(cudaStreamSynchronize(side_ctx.stream()));
+}
+
+// The same for a bare Mlp: noisy layers (they stay on the main stream), every activation, and the
+// input gradient asked for (layer 0 then splits too); d_in compared bitwise as well.
+TEST_F(QNetworkTest, MlpSideLaneBackwardIsBitwiseOneLane) {
+  SCOPED_TRACE(seed_note());
+  gpu::DeviceContext side_ctx(0, 1);
+  gpu::Event fork, join;
+  const SideLane side{side_ctx.blas(0), fork, join};
+  const std::int64_t in_f = 9, B = 53;
+  for (const auto act : {gpu::Activation::relu, gpu::Activation::gelu, gpu::Activation::identity}) {
+    for (const bool noisy : {false, true}) {
+      SCOPED_TRACE(std::string(gpu::activation_name(act)) + (noisy ? ", noisy" : ""));
+      Mlp mlp(MlpSpec{"m", in_f, {14, 31, 6}, act, noisy, 0.5f, gpu::LinearMath::fp32}, 7);
+      gpu::ParameterArena arena;
+      mlp.declare(arena);
+      arena.finalize(s());
+      mlp.init(arena, rng(), s());
+      mlp.bind(arena);
+      std::vector<std::uint64_t> counter{2};
+      auto d_counter = test::upload(counter, s());
+      mlp.resample_noise(rng()(), d_counter.data(), s());
+      auto ws = mlp.make_workspace(B, true);
+      auto d_x = test::upload(test::random_uniform(static_cast<std::size_t>(B * in_f), -1.f, 1.f, rng()), s());
+      auto d_y = test::upload(test::random_uniform(static_cast<std::size_t>(B * 6), -1.f, 1.f, rng()), s());
+      gpu::DeviceBuffer<float> d_in(static_cast<std::size_t>(B * in_f));
+      const auto n = static_cast<std::size_t>(arena.padded_count());
+      mlp.forward(ws, d_x.data(), B, false, lane());
+      auto run = [&](const SideLane* sl) {
+        FH_CHECK(cudaMemsetAsync(arena.grads(), 0xFF, n * 4, s()));
+        FH_CHECK(cudaMemsetAsync(d_in.data(), 0xFF, d_in.bytes(), s()));
+        if (sl) {
+          spin_kernel<<<1, 1, 0, side_ctx.stream()>>>(200000u);  // the side starts late
+          FH_CHECK_LAUNCH();
+        }
+        mlp.backward(d_in.data(), ws, d_y.data(), d_x.data(), B, lane(), sl);
+        auto g = test::download(arena.grads(), n, s());
+        const auto di = test::download(d_in.data(), d_in.size(), s());
+        g.insert(g.end(), di.begin(), di.end());
+        return g;
+      };
+      const auto one = run(nullptr), two = run(&side);
+      ASSERT_EQ(one.size(), two.size());
+      for (std::size_t k = 0; k < one.size(); ++k) {
+        std::uint32_t a = 0, b = 0;
+        std::memcpy(&a, &one[k], 4);
+        std::memcpy(&b, &two[k], 4);
+        ASSERT_EQ(a, b) << "element " << k << " of the grads (padded " << n << ") then d_in: " << one[k] << " vs "
+                        << two[k];
+      }
+      for (const auto& e : arena.entries())
+        for (std::int64_t i = 0; i < e.numel; ++i)
+          ASSERT_TRUE(std::isfinite(one[static_cast<std::size_t>(e.offset + i)])) << e.name << "[" << i << "]";
+      for (std::size_t k = n; k < one.size(); ++k) ASSERT_TRUE(std::isfinite(one[k])) << "d_in[" << k - n << "]";
+    }
+  }
+  FH_CHECK(cudaStreamSynchronize(side_ctx.stream()));
 }
 
 TEST_F(QNetworkTest, EvalUsesMuOnly) {
