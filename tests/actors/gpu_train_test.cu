@@ -86,7 +86,8 @@ constexpr std::int64_t kWindow = 50'000;           // episode statistics window 
 constexpr double kSolvedV1 = 475.0;                // asserted: the best window's mean return
 constexpr double kMinEpisodes = 90;                // finished episodes in a window that counts (~100 at 475-500)
 constexpr std::int64_t kAuditFrom = 30'000, kAuditTo = 90'000;  // steady state: learning, no checkpoints
-constexpr auto kDeadline = std::chrono::seconds(150);  // the run is stopped (and the test fails) after this
+constexpr auto kDeadline = std::chrono::seconds(300);  // the run is stopped (and the test fails) after this
+// (alone on an H200 a run takes 4-16 s; beside seven other learning processes hostfn took 131 s)
 
 class ActorTraining : public test::GpuTest, public ::testing::WithParamInterface<std::string> {};
 
