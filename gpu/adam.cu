@@ -29,10 +29,7 @@ __global__ void adam_kernel(float* __restrict__ params, float* __restrict__ m, f
     for (std::int64_t j = tid; j < n4; j += stride) {
       float4 p = p4[j], mm = m4[j], vv = v4[j];
       const float4 g = g4[j];
-      adam_element(p.x, mm.x, vv.x, g.x, scale, c);
-      adam_element(p.y, mm.y, vv.y, g.y, scale, c);
-      adam_element(p.z, mm.z, vv.z, g.z, scale, c);
-      adam_element(p.w, mm.w, vv.w, g.w, scale, c);
+      adam_element4(p, mm, vv, g, scale, c);
       p4[j] = p;
       m4[j] = mm;
       v4[j] = vv;

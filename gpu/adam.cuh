@@ -29,4 +29,13 @@ __device__ __forceinline__ void adam_element(float& p, float& m, float& v, float
   p = fmaf(-c.step_size, m / denom, p);
 }
 
+// Four consecutive elements (the float4 paths of the flat-buffer kernels).
+__device__ __forceinline__ void adam_element4(float4& p, float4& m, float4& v, const float4& g, float scale,
+                                              const AdamConstants& c) {
+  adam_element(p.x, m.x, v.x, g.x, scale, c);
+  adam_element(p.y, m.y, v.y, g.y, scale, c);
+  adam_element(p.z, m.z, v.z, g.z, scale, c);
+  adam_element(p.w, m.w, v.w, g.w, scale, c);
+}
+
 }  // namespace foxhunt::gpu

@@ -335,6 +335,7 @@ __global__ void end_target_kernel(DqnState* __restrict__ st, float* __restrict__
 
 using gpu::AdamConstants;
 using gpu::adam_element;  // gpu/adam.cuh: the same bits as adam_step_device
+using gpu::adam_element4;
 
 struct AdamEndParams {
   AdamConstants c;  // host-folded part (as adam_step_device)
@@ -407,10 +408,7 @@ __global__ void __launch_bounds__(gpu::kBlock)
     if (!skip) {
       float4 mm = pre ? m_first : m4[j], vv = pre ? v_first : v4[j];
       const float4 g = pre ? g_first : g4[j];
-      adam_element(p.x, mm.x, vv.x, g.x, scale, k);
-      adam_element(p.y, mm.y, vv.y, g.y, scale, k);
-      adam_element(p.z, mm.z, vv.z, g.z, scale, k);
-      adam_element(p.w, mm.w, vv.w, g.w, scale, k);
+      adam_element4(p, mm, vv, g, scale, k);
       p4[j] = p;
       m4[j] = mm;
       v4[j] = vv;
