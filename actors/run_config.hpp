@@ -79,8 +79,8 @@ struct RunConfig {
     std::int64_t sync_every = 100;       // updates per target sync / policy publication
     // How the host learns that a stage's GPU work completed: "hostfn" (cudaLaunchHostFunc in the
     // stream) or "polled" (one poller thread queries the events: no host function in any stream;
-    // 1.05x the slowest stream in bench/pipeline.cu against 1.75x for hostfn on an H200; the
-    // CartPole end-to-end test: 3.5 s against 5.4 s, both >= 475).
+    // 1.04x the slowest stream in bench/pipeline.cu against 1.88x for hostfn on an H200; the
+    // CartPole end-to-end test: 3.5-4.2 s against 5.4-16 s, both >= 475).
     std::string completions = "polled";
   } pipeline;
   struct Checkpoint {
