@@ -131,9 +131,7 @@ std::function<void(const std::filesystem::path& dir)> DqnCollectorStage::checkpo
       std::vector<std::int64_t> versions;
       bool complete = true;
       for (std::int64_t v = acting_version_ + 1; v <= last && complete; ++v) {
-        const float* p = nullptr;
-        for (const auto& [rv, buf] : restored_policies_)
-          if (rv == v) p = buf.data();
+        const float* p = restored_weights(v);
         if (!p) p = learner_->policy_weights(v, sync_every_);
         complete = p != nullptr;
         if (p) {
@@ -297,10 +295,14 @@ std::vector<std::int64_t> DqnCollectorStage::restored_pending_policies() const {
   return v;
 }
 
-void DqnCollectorStage::use_restored_policy(std::int64_t version) {
-  const float* src = nullptr;
+const float* DqnCollectorStage::restored_weights(std::int64_t version) const {
   for (const auto& [v, buf] : restored_policies_)
-    if (v == version) src = buf.data();
+    if (v == version) return buf.data();
+  return nullptr;
+}
+
+void DqnCollectorStage::use_restored_policy(std::int64_t version) {
+  const float* src = restored_weights(version);
   FH_EXPECT(src != nullptr, "DqnCollectorStage::use_restored_policy: version " + std::to_string(version) +
                                 " was not restored");
   lane_.make_current();

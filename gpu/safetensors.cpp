@@ -204,7 +204,9 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> file, std::string_v
 namespace {
 
 // [u64 N][header JSON padded with spaces to a multiple of 8]; offsets assigned in list order.
-std::string build_header(std::span<const SafetensorsTensor> tensors, const std::map<std::string, std::string>& metadata) {
+// with_data: each tensor's data must hold numel * dtype size bytes.
+std::string build_header(std::span<const SafetensorsTensor> tensors, const std::map<std::string, std::string>& metadata,
+                         bool with_data) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::set<std::string_view> names;
@@ -216,7 +218,7 @@ std::string build_header(std::span<const SafetensorsTensor> tensors, const std::
     if (!checked_numel(t.shape, &numel))
       throw std::invalid_argument("safetensors: tensor '" + t.name + "' has a bad shape " + shape_str(t.shape));
     const std::uint64_t bytes = static_cast<std::uint64_t>(numel) * dtype_size(t.dtype);
-    if (t.data.size() != bytes)
+    if (with_data && t.data.size() != bytes)
       throw std::invalid_argument("safetensors: tensor '" + t.name + "' has " + std::to_string(t.data.size()) +
                                   " bytes of data, shape " + shape_str(t.shape) + " needs " + std::to_string(bytes));
     header[t.name] = {{"dtype", std::string(dtype_name(t.dtype))}, {"shape", t.shape},
@@ -241,9 +243,14 @@ std::vector<std::span<const std::byte>> file_pieces(const std::string& header, s
 
 }  // namespace
 
+std::string safetensors_header(std::span<const SafetensorsTensor> tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  return build_header(tensors, metadata, false);
+}
+
 std::vector<std::byte> serialize_safetensors(std::span<const SafetensorsTensor> tensors,
                                              const std::map<std::string, std::string>& metadata) {
-  const std::string header = build_header(tensors, metadata);
+  const std::string header = build_header(tensors, metadata, true);
   std::vector<std::byte> out;
   for (const auto& piece : file_pieces(header, tensors)) out.insert(out.end(), piece.begin(), piece.end());
   return out;
@@ -251,7 +258,7 @@ std::vector<std::byte> serialize_safetensors(std::span<const SafetensorsTensor> 
 
 void write_safetensors_file(const std::filesystem::path& path, std::span<const SafetensorsTensor> tensors,
                             const std::map<std::string, std::string>& metadata) {
-  const std::string header = build_header(tensors, metadata);
+  const std::string header = build_header(tensors, metadata, true);
   write_file_atomically(path, file_pieces(header, tensors), "safetensors file");
 }
 

@@ -69,6 +69,13 @@ struct SafetensorsTensor {
 std::vector<std::byte> serialize_safetensors(std::span<const SafetensorsTensor> tensors,
                                              const std::map<std::string, std::string>& metadata);
 
+// The head of a file holding these tensors, data offsets assigned in list order: [u64 N][JSON
+// header padded with spaces to a multiple of 8]. For writers that stream the data section
+// themselves (rl/replay/snapshot): each tensor's `data` is not read. Throws std::invalid_argument
+// on a duplicate or reserved name or a negative dimension.
+std::string safetensors_header(std::span<const SafetensorsTensor> tensors,
+                               const std::map<std::string, std::string>& metadata);
+
 // Writes the file atomically: to "<path>.tmp.<pid>", fsync, rename over `path`, fsync the
 // directory. On failure the temporary file is removed, any previous file at `path` is left
 // untouched, and std::runtime_error names the path, the failing step and the errno text.

@@ -10,7 +10,6 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
 #include <system_error>
@@ -45,29 +44,16 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t w) {
   return h ^ (h >> 29);
 }
 
-// [u64 N][JSON header padded with spaces to a multiple of 8]; offsets in list order.
+// gpu::safetensors_header with each tensor's checksum in the metadata ("checksum.<name>").
 std::string build_header(std::span<const SnapshotTensor> tensors, const std::map<std::string, std::string>& metadata,
                          const std::vector<std::uint64_t>& checksums) {
-  nlohmann::ordered_json meta = nlohmann::ordered_json::object();
-  for (const auto& [k, v] : metadata) meta[k] = v;
-  for (std::size_t i = 0; i < tensors.size(); ++i) meta[std::string(kChecksumPrefix) + tensors[i].name] = hex16(checksums[i]);
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  header["__metadata__"] = meta;
-  std::uint64_t offset = 0;
-  for (const auto& t : tensors) {
-    std::uint64_t numel = 1;
-    for (const std::int64_t d : t.shape) numel *= static_cast<std::uint64_t>(d);
-    const std::uint64_t bytes = numel * gpu::dtype_size(t.dtype);
-    header[t.name] = {{"dtype", std::string(gpu::dtype_name(t.dtype))}, {"shape", t.shape},
-                      {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+  std::map<std::string, std::string> meta = metadata;
+  std::vector<gpu::SafetensorsTensor> entries;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    meta[std::string(kChecksumPrefix) + tensors[i].name] = hex16(checksums[i]);
+    entries.push_back({tensors[i].name, tensors[i].dtype, tensors[i].shape, {}});
   }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  const std::uint64_t n = text.size();
-  std::string out(8, '\0');
-  std::memcpy(out.data(), &n, 8);  // little-endian host (gpu/safetensors.cpp asserts it)
-  return out + text;
+  return gpu::safetensors_header(entries, meta);
 }
 
 std::uint64_t tensor_bytes(const SnapshotTensor& t) {
