@@ -241,16 +241,23 @@ double find(const std::vector<Result>& r, const std::string& name) {
 }  // namespace
 
 int main() {
+  // FOXHUNT_BENCH_OURS_ONLY=1 (or =large_fp32, =large_tf32): that learner alone (a profiler run),
+  // no baselines and no table; 1 is the standard learner.
+  const char* only_env = std::getenv("FOXHUNT_BENCH_OURS_ONLY");
+  const std::string only = only_env ? only_env : "";
+  if (!only.empty() && only != "1" && only != "large_fp32" && only != "large_tf32") {
+    std::fprintf(stderr, "foxhunt_bench_dqn: FOXHUNT_BENCH_OURS_ONLY='%s': allowed values are 1, large_fp32, large_tf32\n",
+                 only.c_str());
+    return 2;
+  }
   gpu::DeviceContext ctx(0, 1);
   const cudaStream_t s = ctx.stream();
   std::printf("DQN learner updates/s (one CUDA graph per update) vs PyTorch on the same GPU\n");
   std::vector<Result> fox;
   const double sgemm_fp32 = sgemm_tflops(false, ctx), sgemm_tf32 = sgemm_tflops(true, ctx);
   std::printf("  cuBLASLt ceiling (4096x1024x1024): fp32 %.1f TFLOP/s, TF32 %.1f TFLOP/s\n", sgemm_fp32, sgemm_tf32);
-  // FOXHUNT_BENCH_OURS_ONLY=1 (or =large_fp32, =large_tf32): that learner alone (a profiler run),
-  // no baselines and no table; 1 is the standard learner.
-  if (const char* only = std::getenv("FOXHUNT_BENCH_OURS_ONLY"); only && *only) {
-    const std::string which = only;
+  if (!only.empty()) {
+    const std::string& which = only;
     if (which == "large_fp32") bench_foxhunt("large_fp32", "large (1024-1024, B 4096)", 1024, 4096, false, ctx);
     else if (which == "large_tf32") bench_foxhunt("large_tf32", "large TF32", 1024, 4096, true, ctx);
     else bench_foxhunt("standard_fp32", "standard (256-256, B 256)", 256, 256, false, ctx);

@@ -521,6 +521,13 @@ void report() {
 }  // namespace
 
 int main() {
+  // FOXHUNT_BENCH_OURS_ONLY=1: our kernels alone (a profiler run), no baselines and no table.
+  const char* only_env = std::getenv("FOXHUNT_BENCH_OURS_ONLY");
+  const std::string only = only_env ? only_env : "";
+  if (!only.empty() && only != "1") {
+    std::fprintf(stderr, "foxhunt_bench_replay: FOXHUNT_BENCH_OURS_ONLY='%s': the allowed value is 1\n", only.c_str());
+    return 2;
+  }
   std::string why;
   if (gpu::device_count(&why) == 0) {
     std::printf("foxhunt_bench_replay: no CUDA device (%s)\n", why.c_str());
@@ -537,8 +544,7 @@ int main() {
       bench_ours(C, s);  // frees its device memory before the next capacity and before PyTorch runs
     }
   }
-  // FOXHUNT_BENCH_OURS_ONLY=1: our kernels alone (a profiler run), no baselines and no table.
-  if (const char* only = std::getenv("FOXHUNT_BENCH_OURS_ONLY"); only && std::string(only) == "1") return 0;
+  if (only == "1") return 0;
   for (std::int64_t C : kCapacities) {
     std::printf("CPU sum tree: capacity %lld ...\n", static_cast<long long>(C));
     std::fflush(stdout);
