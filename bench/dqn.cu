@@ -15,11 +15,12 @@
 // Inventory of one replay, standard learner (dueling, double DQN, Huber, Z = 1, ReLU, not noisy); the
 // bench prints the real count (cudaGraphGetNodes on the captured graph). Before -> now:
 //   replay sample                                              1 -> 1
-//   dqn_begin_update (schedules, counters)                     1 -> 0  (rides in the stacking kernel)
+//   dqn_begin_update (schedules, counters)                     1 -> 1  (its own branch, beside the forwards)
 //   forward target(s'): 2 trunk GEMMs (bias+ReLU+mask epilogue),
 //     value GEMM, advantage GEMM, dueling combine              5 -> 3  (fused heads: 1 kernel)
-//   forward online(s') and online(s)                          10 -> 4  (begin + stack [s; s'], ONE 2B
-//                                                                       forward: 2 GEMMs + fused heads)
+//   forward online(s') and online(s)                          10 -> 3  (ONE 2B-row forward: 2 GEMMs +
+//                                                                       fused heads, straight from the
+//                                                                       sampled batch's [s; s'] buffer)
 //   dqn_targets, td_loss, reduce_sum(loss), taken_q_mean,
 //     flag_nonfinite(loss)                                     5 -> 1  (dqn_td_fused, one block)
 //   dead-unit count (one per ReLU layer)                       2 -> 1  (all layers, one launch)
@@ -34,8 +35,9 @@
 //     clip_scale                                               4 -> 1  (dqn_grad_guard, last-block finish)
 //   Adam, dqn_end_update, target Polyak,
 //     flag_nonfinite(params)                                   4 -> 1  (dqn_adam_end_and_target_update)
-//   replay priority update (leaves + 2 tree levels at 2^20)    3 -> 3
-//   total                                                     52 -> 21  (the learner's own: 48 -> 17)
+//   replay priority update (leaves + 2 tree levels at 2^20)    3 -> 1  (one kernel, beside Adam: the
+//                                                                       guard makes the priorities final)
+//   total                                                     52 -> 19  (the learner's own: 48 -> 17)
 // A GEMM counts 1 above. Through cuBLASLt it could cost 2-3 nodes (a split-K reduction, an
 // epilogue::globalKernel when the kernel lacks the bias+ReLU+mask epilogue); the standard learner's
 // GEMMs (outputs <= 2^18, k <= 1024) now run as one gpu/linear kernel each, epilogue inside. Left: layer 0's ReLU/bias-grad pass could fold into layer 1's dX GEMM as a

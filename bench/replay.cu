@@ -65,6 +65,12 @@ struct Row {
 std::map<Key, Row> g_rows;
 std::map<std::string, std::size_t> g_launches;  // kernel nodes per captured call (graphs of one op)
 std::map<std::pair<std::int64_t, std::int64_t>, double> g_cycle_us;  // (batch, capacity): measured cycle
+// (batch, capacity): the floor of this timing, an empty kernel and a kernel doing only the one
+// dependent atomic per index that any priority update (or insert) of B random slots must do.
+struct Floor {
+  double empty_us = NAN, scatter_us = NAN;
+};
+std::map<std::pair<std::int64_t, std::int64_t>, Floor> g_floor;
 
 // ---- device data ---------------------------------------------------------------------------
 
@@ -99,6 +105,16 @@ __global__ void fill_flags(std::uint8_t* terminated, std::uint8_t* truncated, st
     truncated[i] = h == 1;
   }
 }
+__global__ void empty_kernel() {}
+
+// One 64-bit atomicMax per index into a capacity-sized array: what a priority update must do at
+// least (a leaf write per sampled slot, with its index loaded first), with nothing above the leaves.
+__global__ void scatter_max_kernel(unsigned long long* slots, const std::int32_t* indices, std::int64_t n,
+                                   unsigned long long stamp) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) atomicMax(slots + indices[i], stamp);
+}
+
 __global__ void fill_iota(std::int32_t* out, std::int64_t n, std::int64_t first) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
@@ -258,6 +274,21 @@ void bench_ours(std::int64_t capacity, cudaStream_t s) {
       g_rows[{ops[o], B, capacity}].ours_launched_us = idle.op_us[o];
     }
     g_cycle_us[{B, capacity}] = busy.total_us;
+
+    // The floor, timed the same way (stream kept busy) in the same cycle slots.
+    gpu::DeviceBuffer<unsigned long long> slots(static_cast<std::size_t>(capacity));
+    slots.zero(s);
+    unsigned long long stamp = 0;
+    const auto empty = [&] {
+      empty_kernel<<<1, 32, 0, s>>>();
+      FH_CHECK_LAUNCH();
+    };
+    const auto scatter = [&] {
+      scatter_max_kernel<<<gpu::ceil_div(B, 256), 256, 0, s>>>(slots.data(), out.view().indices, B, ++stamp);
+      FH_CHECK_LAUNCH();
+    };
+    const Cycle floor = median_cycle(empty, scatter, empty, s, true);
+    g_floor[{B, capacity}] = {floor.op_us[0], floor.op_us[1]};
     FH_CHECK(cudaStreamSynchronize(s));
   }
 }
@@ -498,6 +529,16 @@ void report() {
                   static_cast<long long>(B), static_cast<long long>(C), fmt(ours, "%.2f").c_str(),
                   fmt(g_cycle_us[{B, C}], "%.2f").c_str(), fmt(torch).c_str(), fmt(torch / ours).c_str(),
                   fmt(cpu).c_str(), fmt(cpu / ours).c_str());
+    }
+  bench::print_rule(134);
+  // The ceiling of a latency: what the same timing gives for (nearly) no work.
+  for (std::int64_t C : kCapacities)
+    for (std::int64_t B : kBatches) {
+      const Floor& f = g_floor[{B, C}];
+      std::printf("floor batch %lld capacity %lld: empty kernel %s us; one 64-bit atomicMax per sampled index "
+                  "(nothing above the leaves) %s us\n",
+                  static_cast<long long>(B), static_cast<long long>(C), fmt(f.empty_us, "%.2f").c_str(),
+                  fmt(f.scatter_us, "%.2f").c_str());
     }
   bench::print_rule(134);
 

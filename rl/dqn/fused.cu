@@ -8,7 +8,6 @@
 #include "gpu/check.hpp"
 #include "gpu/launch.cuh"
 #include "gpu/partial_sum.cuh"
-#include "rl/dqn/schedule.cuh"
 
 namespace foxhunt::rl {
 namespace {
@@ -23,22 +22,6 @@ __global__ void stack_kernel(float* __restrict__ out, const float* __restrict__ 
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (vec4) {  // n % 4 == 0 and every pointer 16-byte aligned: out + n is aligned too
-    const std::int64_t n4 = n / 4;
-    auto* o4 = reinterpret_cast<float4*>(out);
-    for (std::int64_t j = tid; j < 2 * n4; j += stride)
-      o4[j] = j < n4 ? reinterpret_cast<const float4*>(a)[j] : reinterpret_cast<const float4*>(b)[j - n4];
-    return;
-  }
-  for (std::int64_t i = tid; i < 2 * n; i += stride) out[i] = i < n ? a[i] : b[i - n];
-}
-
-__global__ void begin_stack_kernel(DqnState* __restrict__ st, DqnSchedule sc, float* __restrict__ out,
-                                   const float* __restrict__ a, const float* __restrict__ b, std::int64_t n,
-                                   bool vec4) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) detail::begin_update(st, sc);
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (vec4) {
     const std::int64_t n4 = n / 4;
     auto* o4 = reinterpret_cast<float4*>(out);
     for (std::int64_t j = tid; j < 2 * n4; j += stride)
@@ -214,8 +197,9 @@ __device__ __forceinline__ float clip_coefficient(float norm, float max_norm) {
 // First pass exactly as gpu/grad_norm's sum_squares_kernel (same grid, same per-thread order, same
 // block_sum), second pass exactly as finish_partial_sum_kernel, run by the last block to finish.
 __global__ void __launch_bounds__(gpu::kBlock)
-    grad_guard_kernel(DqnState* __restrict__ st, const float* __restrict__ grad, std::int64_t n, bool vec4,
-                      float max_norm, float* __restrict__ partials, unsigned int* __restrict__ done_blocks) {
+    grad_guard_kernel(DqnState* __restrict__ st, float* __restrict__ priorities, const float* __restrict__ grad,
+                      std::int64_t n, bool vec4, float max_norm, std::int64_t batch, float skip_priority,
+                      float* __restrict__ partials, unsigned int* __restrict__ done_blocks) {
   const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   float acc = 0.f;
@@ -255,12 +239,17 @@ __global__ void __launch_bounds__(gpu::kBlock)
 #pragma unroll 4
   for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += blockDim.x) s += __ldcg(partials + i);
   s = gpu::block_sum(s);
+  __shared__ bool skip;
   if (threadIdx.x == 0) {
     const float norm = sqrtf(s);
     st->grad_norm = norm;
     if (max_norm > 0.f) st->clip_scale = clip_coefficient(norm, max_norm);
     *done_blocks = 0u;  // ready for the next call (no other block touches it any more)
+    skip = __ldcg(&st->skip) != 0u;  // final: the loss guard ran before, every block's flag is in
   }
+  __syncthreads();
+  if (priorities && skip)
+    for (std::int64_t i = threadIdx.x; i < batch; i += blockDim.x) priorities[i] = skip_priority;
 }
 
 // ---- end of update + target update + parameter check -----------------------------------------------
@@ -504,9 +493,10 @@ std::size_t dqn_grad_guard_workspace_bytes(std::int64_t n) {
   return (gpu::partial_bytes(n) + 15) / 16 * 16 + 16;
 }
 
-void dqn_grad_guard(DqnState* state, const float* grads, std::int64_t n, float max_grad_norm, void* workspace,
-                    cudaStream_t stream) {
+void dqn_grad_guard(DqnState* state, float* priorities, const float* grads, std::int64_t n, float max_grad_norm,
+                    std::int64_t batch, float skip_priority, void* workspace, cudaStream_t stream) {
   FH_EXPECT(n >= 1, "dqn_grad_guard: n must be >= 1, got " + std::to_string(n));
+  FH_EXPECT(priorities == nullptr || batch >= 0, "dqn_grad_guard: batch must be >= 0");
   FH_EXPECT(std::isfinite(max_grad_norm), "dqn_grad_guard: max_grad_norm must be finite (<= 0: no clipping)");
   FH_EXPECT(state && grads && workspace, "dqn_grad_guard: null pointer (workspace: dqn_grad_guard_workspace_bytes)");
   FH_EXPECT(gpu::aligned16(workspace), "dqn_grad_guard: workspace must be 16-byte aligned");
@@ -523,17 +513,8 @@ void dqn_grad_guard(DqnState* state, const float* grads, std::int64_t n, float m
   const std::int64_t n4 = n / 4;
   if (vec4 && static_cast<std::int64_t>(blocks) * gpu::kBlock >= n4)
     blocks = std::max(1, gpu::ceil_div(n4, gpu::kBlock));
-  grad_guard_kernel<<<blocks, gpu::kBlock, 0, stream>>>(state, grads, n, vec4, max_grad_norm, partials, counter);
-  FH_CHECK_LAUNCH();
-}
-
-void dqn_begin_and_stack(DqnState* state, const DqnSchedule& schedule, float* out, const float* a, const float* b,
-                         std::int64_t n, cudaStream_t stream) {
-  FH_EXPECT(n >= 1, "dqn_begin_and_stack: n must be >= 1, got " + std::to_string(n));
-  FH_EXPECT(state && out && a && b, "dqn_begin_and_stack: null pointer");
-  const bool vec4 = n % 4 == 0 && gpu::aligned16(out) && gpu::aligned16(a) && gpu::aligned16(b);
-  const std::int64_t items = vec4 ? n / 2 : 2 * n;
-  begin_stack_kernel<<<gpu::grid_stride_blocks(items), gpu::kBlock, 0, stream>>>(state, schedule, out, a, b, n, vec4);
+  grad_guard_kernel<<<blocks, gpu::kBlock, 0, stream>>>(state, priorities, grads, n, vec4, max_grad_norm, batch,
+                                                        skip_priority, partials, counter);
   FH_CHECK_LAUNCH();
 }
 

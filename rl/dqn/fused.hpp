@@ -16,11 +16,6 @@ namespace foxhunt::rl {
 // out must not alias a or b.
 void dqn_stack_rows(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t stream);
 
-// dqn_begin_update (rl/dqn/state.hpp) and dqn_stack_rows in one launch (one thread does the state).
-// Only for updates where nothing between the begin and the stacking reads the state (no noise).
-void dqn_begin_and_stack(DqnState* state, const DqnSchedule& schedule, float* out, const float* a, const float* b,
-                         std::int64_t n, cudaStream_t stream);
-
 // Targets, TD loss, priorities and the loss statistics of one Z == 1 update, in ONE block (so the
 // batch sums have a fixed order; the workspace overload below: several blocks for large batches):
 // per sample b, with D branches of A actions,
@@ -56,9 +51,12 @@ std::size_t dqn_grad_guard_workspace_bytes(std::int64_t n);
 //   state->skip = 1 when any gradient is NaN/inf (never cleared here),
 //   state->grad_norm = sqrt(sum grad^2) (the same two-pass order as gpu::global_grad_norm, so the
 //     same bits), and when max_grad_norm > 0 state->clip_scale = min(1, max / (norm + 1e-6)).
+//   priorities (batch) (nullable) = skip_priority everywhere when the update is skipped (a
+//     non-finite loss or gradient), so they are final when this kernel ends: the priority update
+//     can run beside Adam instead of after it.
 // The last block to finish adds the per-block partials (a completion counter, no float atomics).
-void dqn_grad_guard(DqnState* state, const float* grads, std::int64_t n, float max_grad_norm, void* workspace,
-                    cudaStream_t stream);
+void dqn_grad_guard(DqnState* state, float* priorities, const float* grads, std::int64_t n, float max_grad_norm,
+                    std::int64_t batch, float skip_priority, void* workspace, cudaStream_t stream);
 
 // Workspace of dqn_end_and_target_update: a completion counter. Zero it once before the first call.
 inline constexpr std::size_t kDqnEndWorkspaceBytes = 16;

@@ -103,7 +103,7 @@ DqnLearner::DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane) : con
   FH_CHECK(cudaStreamSynchronize(s));  // set-up: host values above must be uploaded before they die
 }
 
-void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
+void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s, const std::function<void(cudaStream_t)>& after) {
   const auto& c = config_;
   FH_EXPECT(batch.size == c.batch, "DqnLearner: batch.size must equal config.batch (" + std::to_string(c.batch) +
                                        "), got " + std::to_string(batch.size));
@@ -114,11 +114,14 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
   lane.stream = s;
   DqnState* st = state_.data();
 
-  // Begin (schedules, counters). Without noise nothing reads the state before the TD kernel, so the
-  // begin rides along with the [s; s'] stacking (one launch).
-  const bool begin_with_stack = c.double_q && !c.net.noisy;
-  if (begin_with_stack) {
-    dqn_begin_and_stack(st, c.schedule, obs2_.data(), batch.obs, batch.next_obs, B * c.net.obs_dim, s);
+  // Begin (schedules, counter resets). Without noise nothing reads the state before the TD kernel
+  // and the dead-unit count, so the begin runs on its own branch beside the forwards.
+  const bool begin_aside = !c.net.noisy;
+  if (begin_aside) {
+    begin_fork_.record(s);
+    begin_lane_.wait(begin_fork_);
+    dqn_begin_update(st, c.schedule, begin_lane_);
+    begin_done_.record(begin_lane_);
   } else {
     dqn_begin_update(st, c.schedule, s);
     online_->resample_noise(c.seed, &st->noise_counter, s);
@@ -140,8 +143,12 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
   target_done_.record(side_);
   const float* q_select = target_->q(ws_target_);
   if (c.double_q) {
-    if (!begin_with_stack) dqn_stack_rows(obs2_.data(), batch.obs, batch.next_obs, B * c.net.obs_dim, s);
-    online_->forward(ws_, obs2_.data(), 2 * B, false, lane);
+    const float* rows = batch.obs;  // [s; s'] as they lie in a SampledBatch, else stacked here
+    if (batch.next_obs != batch.obs + B * c.net.obs_dim) {
+      dqn_stack_rows(obs2_.data(), batch.obs, batch.next_obs, B * c.net.obs_dim, s);
+      rows = obs2_.data();
+    }
+    online_->forward(ws_, rows, 2 * B, false, lane);
     q_select = online_->q(ws_) + B * D * A;  // Q(s') (B, D, A): the second half of the 2B rows
   } else {
     online_->forward(ws_, batch.obs, B, false, lane);
@@ -150,9 +157,11 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
   // it runs on the side stream beside the loss and the backward.
   online_done_.record(s);
   side_.wait(online_done_);
+  if (begin_aside) side_.wait(begin_done_);  // the begin zeroes the count
   online_->count_dead_units(&st->dead_units, ws_, B, side_);
   side_done_.record(side_);
   FH_CHECK(cudaStreamWaitEvent(s, target_done_, 0));
+  if (begin_aside) FH_CHECK(cudaStreamWaitEvent(s, begin_done_, 0));
 
   if (Z == 1) {
     // One block: targets, TD loss, d_q, priorities, state->loss / q_mean and the loss guard.
@@ -180,15 +189,24 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s) {
   FH_CHECK(cudaStreamWaitEvent(s, side_done_, 0));  // the side stream rejoins (a capture must end joined)
 
   // Guard: a non-finite loss or gradient skips Adam and the target update (bit-exact).
-  // One kernel: non-finite gradient flag, global norm and clip scale.
+  // One kernel: non-finite gradient flag, global norm, clip scale, and the safe priorities of a
+  // skipped update: priorities_ is final when it ends.
   const std::int64_t n = online_arena_.padded_count();
-  dqn_grad_guard(st, online_arena_.grads(), n, c.max_grad_norm, norm_ws_.data(), s);
+  dqn_grad_guard(st, priorities_.data(), online_arena_.grads(), n, c.max_grad_norm, B, c.skip_priority,
+                 norm_ws_.data(), s);
+  if (after) {  // the priority update, beside Adam and the target update
+    after_fork_.record(s);
+    side_.wait(after_fork_);
+    after(side_);
+    after_done_.record(side_);
+  }
   // Adam (lr and step from the state, skipped bit-exactly on skip), the end of the update
-  // (counters, safe priorities on skip), the target update (hard every K / Polyak) and the
-  // non-finite-parameter check in one pass over the flat buffers.
+  // (counters), the target update (hard every K / Polyak) and the non-finite-parameter check in
+  // one pass over the flat buffers.
   dqn_adam_end_and_target_update(st, online_arena_.params(), online_arena_.adam_m(), online_arena_.adam_v(),
-                                 target_arena_.params(), priorities_.data(), online_arena_.grads(), n, B, c.adam,
+                                 target_arena_.params(), nullptr, online_arena_.grads(), n, B, c.adam,
                                  c.max_grad_norm > 0.f, c.skip_priority, c.tau, c.target_period, end_ws_.data(), s);
+  if (after) FH_CHECK(cudaStreamWaitEvent(s, after_done_, 0));
 }
 
 void DqnLearner::update(const DqnBatch& batch) { record_update(batch, lane_.stream); }
@@ -202,8 +220,7 @@ void DqnLearner::capture(gpu::CudaGraph& graph, const DqnBatch& batch, const std
                          const std::function<void(cudaStream_t)>& after) {
   graph.capture(lane_.stream, [&](cudaStream_t cs) {
     if (before) before(cs);
-    record_update(batch, cs);
-    if (after) after(cs);
+    record_update(batch, cs, after);
   });
 }
 

@@ -1,18 +1,20 @@
 #pragma once
 // DqnLearner: the DQN family's update on one stream, everything on the device.
 //
-//   update(batch):  begin (schedules, noise counter) -> resample noise (online, target)
-//     -> forward target(s'), online([s; s']) (double DQN: one forward over the stacked 2B rows)
+//   update(batch):  begin (schedules, noise counter; without noise on its own branch beside the
+//     forwards) -> resample noise (online, target)
+//     -> forward target(s'), online([s; s']) (double DQN: one forward over the 2B rows)
 //     -> targets (double DQN / BDQ mean over branches; C51: projection) -> loss, d_logits,
 //        per-sample priorities (Z == 1: one fused kernel, rl/dqn/fused.hpp) -> dead-unit count
 //     -> backward (flat gradients; Z == 1 heads fused, models/fused_heads.hpp; parameter-gradient
 //        work on the side stream, models::SideLane)
-//     -> guard (non-finite loss or gradient sets skip), global grad norm, clip scale (one kernel)
-//     -> Adam over the flat arena (skipped bit-exactly on skip), end (counters; priorities made
-//        safe on skip), target update (hard every K / Polyak) and the non-finite-parameter check
-//        (one kernel, dqn_adam_end_and_target_update). bench/dqn.cu lists the graph nodes.
+//     -> guard (non-finite loss or gradient sets skip), global grad norm, clip scale, priorities
+//        made safe on skip (one kernel)
+//     -> Adam over the flat arena (skipped bit-exactly on skip), end (counters), target update
+//        (hard every K / Polyak) and the non-finite-parameter check (one kernel,
+//        dqn_adam_end_and_target_update). bench/dqn.cu lists the graph nodes.
 //   capture(batch, before, after) records the same work, with the caller's sampling before and the
-//   priority update after, as one CUDA graph; replay() launches it. Nothing on the host changes
+//   priority update beside Adam, as one CUDA graph; replay() launches it. Nothing on the host changes
 //   between updates: per-step scalars live in DqnState (device memory).
 //   Metrics leave through publish_metrics() (an ExitSlot<DqnState>), never by a copy.
 #include <cuda_runtime.h>
@@ -62,8 +64,12 @@ class DqnLearner {
 
   // Eager update (tests, first steps). batch.size must equal config.batch.
   void update(const DqnBatch& batch);
-  // Captures before(stream) + the update + after(stream) once; replay() then reruns it. The batch's
-  // pointers (and everything before/after touch) must stay valid while the graph lives.
+  // Captures before(stream) + the update + after(s) once; replay() then reruns it. The batch's
+  // pointers (and everything before/after touch) must stay valid while the graph lives. after runs
+  // on a forked stream as soon as priorities() is final (after the gradient guard), beside Adam and
+  // the target update: it may read priorities() and the batch, never the parameters.
+  // A double-DQN learner reads a batch whose next_obs directly follows obs (SampledBatch's layout)
+  // as one 2B-row input; other batches are first stacked into a copy.
   void capture(const DqnBatch& batch, const std::function<void(cudaStream_t)>& before = {},
                const std::function<void(cudaStream_t)>& after = {});
   void replay();
@@ -109,7 +115,8 @@ class DqnLearner {
   void copy_state_to(DqnLearner& dst, cudaStream_t stream);
 
  private:
-  void record_update(const DqnBatch& batch, cudaStream_t stream);
+  // after (nullable) runs on side_ once the priorities are final, beside Adam (see capture()).
+  void record_update(const DqnBatch& batch, cudaStream_t stream, const std::function<void(cudaStream_t)>& after = {});
 
   DqnLearnerConfig config_;
   gpu::BlasLane lane_;
@@ -131,6 +138,12 @@ class DqnLearner {
   // The backward's parameter-gradient work also runs on side_ (after the dead-unit count there):
   // its fork and join events (models::SideLane).
   gpu::Event backward_fork_, backward_join_;
+  // A third stream for the begin (schedules, counter resets) when nothing before the TD kernel reads
+  // the state (no noise): it runs beside both forwards instead of ahead of them.
+  gpu::Stream begin_lane_;
+  gpu::Event begin_fork_, begin_done_;
+  // The after-hook (the priority update) on side_, beside Adam: its fork and join events.
+  gpu::Event after_fork_, after_done_;
 };
 
 }  // namespace foxhunt::rl

@@ -37,6 +37,9 @@ struct SampledBatchView {
   float* next_obs = nullptr;         // (batch, obs_dim) bootstrap observation s_{t+m}
 };
 
+// SampledBatch keeps next_obs directly after obs (one (2 batch, obs_dim) buffer [s; s']): a
+// double-DQN learner runs its online forward over both as one input, without stacking them first.
+
 class SampledBatch {
  public:
   SampledBatch() = default;
@@ -44,15 +47,15 @@ class SampledBatch {
       : batch_(batch),
         indices_(static_cast<std::size_t>(batch)),
         weights_(static_cast<std::size_t>(batch)),
-        obs_(static_cast<std::size_t>(batch * layout.obs_dim)),
+        states_(static_cast<std::size_t>(2 * batch * layout.obs_dim)),
         actions_(static_cast<std::size_t>(batch * layout.action_dim)),
         returns_(static_cast<std::size_t>(batch)),
         discounts_(static_cast<std::size_t>(batch)),
-        next_obs_(static_cast<std::size_t>(batch * layout.obs_dim)) {}
+        obs_dim_(layout.obs_dim) {}
 
   SampledBatchView view() {
-    return {batch_, indices_.data(), weights_.data(), obs_.data(), actions_.data(),
-            returns_.data(), discounts_.data(), next_obs_.data()};
+    return {batch_, indices_.data(), weights_.data(), states_.data(), actions_.data(),
+            returns_.data(), discounts_.data(), states_.data() + batch_ * obs_dim_};
   }
   std::int64_t batch() const noexcept { return batch_; }
 
@@ -60,11 +63,11 @@ class SampledBatch {
   std::int64_t batch_ = 0;
   gpu::DeviceBuffer<std::int32_t> indices_;
   gpu::DeviceBuffer<float> weights_;
-  gpu::DeviceBuffer<float> obs_;
+  gpu::DeviceBuffer<float> states_;  // [obs; next_obs]
   gpu::DeviceBuffer<std::uint32_t> actions_;
   gpu::DeviceBuffer<float> returns_;
   gpu::DeviceBuffer<float> discounts_;
-  gpu::DeviceBuffer<float> next_obs_;
+  std::int64_t obs_dim_ = 0;
 };
 
 }  // namespace foxhunt::rl

@@ -148,28 +148,43 @@ TEST_F(DqnFusedTest, GradGuardMatchesGlobalGradNormBitwise) {
     for (float x : gr) ss += static_cast<double>(x) * x;
     EXPECT_NEAR(want_norm, std::sqrt(ss), 1e-5 * std::sqrt(ss));
 
+    // Priorities: kept on a kept update, all skip_priority on a skipped one (loss or gradient).
+    const std::int64_t B = 1500;  // more than one pass of the finishing block
+    const float skip_priority = 7.f;
+    const auto pr = test::random_uniform(static_cast<std::size_t>(B), 0.1f, 2.f, rng());
+    auto d_pr = test::upload(pr, s());
+    const std::vector<float> all_skip(static_cast<std::size_t>(B), skip_priority);
     gpu::DeviceBuffer<DqnState> st(1);
     for (int call = 0; call < 3; ++call) {  // the completion counter must reset between calls
       DqnState h0{};
       h0.clip_scale = -1.f;
       upload_state(st, h0, s());
-      dqn_grad_guard(st.data(), d_g.data(), n, max_norm, ws.data(), s());
+      dqn_grad_guard(st.data(), d_pr.data(), d_g.data(), n, max_norm, B, skip_priority, ws.data(), s());
       const DqnState h = download_state(st, s());
       EXPECT_EQ(std::memcmp(&h.grad_norm, &want_norm, sizeof(float)), 0) << h.grad_norm << " vs " << want_norm;
       EXPECT_EQ(std::memcmp(&h.clip_scale, &want_scale, sizeof(float)), 0) << h.clip_scale << " vs " << want_scale;
       EXPECT_EQ(h.skip, 0u);
+      EXPECT_EQ(test::download(d_pr, s()), pr);
     }
     // No clipping: clip_scale untouched.
     DqnState h0{};
     h0.clip_scale = -1.f;
     upload_state(st, h0, s());
-    dqn_grad_guard(st.data(), d_g.data(), n, 0.f, ws.data(), s());
+    dqn_grad_guard(st.data(), nullptr, d_g.data(), n, 0.f, 0, skip_priority, ws.data(), s());
     EXPECT_EQ(download_state(st, s()).clip_scale, -1.f);
-    // One inf gradient sets skip.
+    // A skip the loss guard already set (finite gradients) replaces the priorities.
+    DqnState loss_skip{};
+    loss_skip.skip = 1;
+    upload_state(st, loss_skip, s());
+    dqn_grad_guard(st.data(), d_pr.data(), d_g.data(), n, max_norm, B, skip_priority, ws.data(), s());
+    EXPECT_EQ(test::download(d_pr, s()), all_skip);
+    // One inf gradient sets skip, and replaces the priorities.
+    d_pr = test::upload(pr, s());
     test::set_elem(d_g.data(), n - 1, std::numeric_limits<float>::infinity(), s());
     upload_state(st, DqnState{}, s());
-    dqn_grad_guard(st.data(), d_g.data(), n, max_norm, ws.data(), s());
+    dqn_grad_guard(st.data(), d_pr.data(), d_g.data(), n, max_norm, B, skip_priority, ws.data(), s());
     EXPECT_EQ(download_state(st, s()).skip, 1u);
+    EXPECT_EQ(test::download(d_pr, s()), all_skip);
   }
 }
 
@@ -332,41 +347,6 @@ TEST_F(DqnFusedTest, AdamEndTargetEqualsAdamThenEnd) {
   dqn_adam_end_and_target_update(st.data(), p.data(), m.data(), v.data(), t.data(), nullptr, g.data(), n, 0,
                                  gpu::AdamConfig{}, false, 7.f, 0.005f, 1, ws.data(), s());
   EXPECT_EQ(download_state(st, s()).params_nonfinite, 1u);
-}
-
-TEST_F(DqnFusedTest, BeginAndStackEqualsBeginThenStack) {
-  SCOPED_TRACE(seed_note());
-  DqnSchedule sc;
-  sc.beta_start = 0.4f;
-  sc.beta_end = 1.f;
-  sc.beta_updates = 1000;
-  sc.lr_start = 1e-3f;
-  sc.lr_end = 1e-4f;
-  sc.lr_updates = 300;
-  DqnState h0{};
-  h0.updates_applied = 123;
-  h0.noise_counter = 9;
-  h0.skip = 1;
-  h0.dead_units = 5;
-  h0.params_nonfinite = 1;
-  gpu::DeviceBuffer<DqnState> a(1), b(1);
-  upload_state(a, h0, s());
-  upload_state(b, h0, s());
-  const std::int64_t n = 4097;
-  const auto x = test::random_uniform(static_cast<std::size_t>(n), -1.f, 1.f, rng());
-  const auto y = test::random_uniform(static_cast<std::size_t>(n), -1.f, 1.f, rng());
-  auto d_x = test::upload(x, s()), d_y = test::upload(y, s());
-  gpu::DeviceBuffer<float> out(static_cast<std::size_t>(2 * n));
-  test::poison(out, s());
-  dqn_begin_update(a.data(), sc, s());
-  dqn_begin_and_stack(b.data(), sc, out.data(), d_x.data(), d_y.data(), n, s());
-  const DqnState ha = download_state(a, s()), hb = download_state(b, s());
-  EXPECT_EQ(std::memcmp(&ha, &hb, sizeof ha), 0);
-  EXPECT_EQ(hb.skip, 0u);
-  EXPECT_EQ(hb.noise_counter, 10u);
-  auto want = x;
-  want.insert(want.end(), y.begin(), y.end());
-  EXPECT_EQ(test::download(out, s()), want);
 }
 
 TEST_F(DqnFusedTest, StackRows) {
