@@ -8,11 +8,12 @@
 //   ring.flags                (C) U8
 //   ring.bootstrap            (C) I32
 //   tree.leaves               (P_0, 2) U32: the 64-bit stamps as (low, high) words   [prioritized]
-//   tree.sums.k, tree.mins.k  (P_k) F32; tree.dirty.k (P_k) U32, k = 1..top         [prioritized]
+//   tree.sums.k               (P_k, 2) U32: the u64 fixed-point sums as (low, high) words [prioritized]
+//   tree.mins.k (P_k) F32; tree.dirty.k (P_k) U32, k = 1..top                        [prioritized]
 //   state                     (9) U32: size lo/hi, sample_calls lo/hi, max_priority bits, epoch,
 //                             insert_done, sample_done, update_done (the device ReplayState)
 //   host.slots                (n, 2) U32: SlotAllocator::export_state() int64 words as (lo, hi)
-// Metadata: format = foxhunt-replay, version = 1, the configuration (floats as %.9g, exact for
+// Metadata: format = foxhunt-replay, version = 2 (1: float sums), the configuration (floats as %.9g, exact for
 // f32), and checksum.<tensor> per tensor.
 #include <cstdio>
 #include <cstring>
@@ -29,7 +30,7 @@ namespace foxhunt::rl {
 namespace {
 
 constexpr const char* kFormat = "foxhunt-replay";
-constexpr const char* kVersion = "1";
+constexpr const char* kVersion = "2";  // 2: fixed-point tree sums
 constexpr std::int64_t kStateWords = 9;
 
 struct DeviceArray {
@@ -56,7 +57,7 @@ std::vector<DeviceArray> device_arrays(const ReplayConfig& c, const RingView& r,
     a.push_back({"tree.leaves", gpu::DType::u32, {shape.padded[0], 2}, t->leaves});
     for (int k = 1; k <= shape.top; ++k) {
       const std::string s = std::to_string(k);
-      a.push_back({"tree.sums." + s, gpu::DType::f32, {shape.padded[k]}, t->sums[k]});
+      a.push_back({"tree.sums." + s, gpu::DType::u32, {shape.padded[k], 2}, t->sums[k]});  // u64 fixed point
       a.push_back({"tree.mins." + s, gpu::DType::f32, {shape.padded[k]}, t->mins[k]});
       a.push_back({"tree.dirty." + s, gpu::DType::u32, {shape.padded[k]}, t->dirty[k]});
     }

@@ -156,10 +156,9 @@ __device__ __forceinline__ std::int64_t touched_node(const InsertParams& p, int 
 }
 
 // Level-1 node q, by one warp: stamps its new leaves and writes its sum and min. A node made only
-// of new leaves needs no read: its 128 leaves all equal p, so its double sum is exactly 128 p
-// (what store_node computes: every partial sum k*p, k <= 128, is exact in double) and its min is
-// p. A partial node (at most three: the ends of the ranges) reads its old leaves once, replaces
-// the new ones in registers (no store-then-reload) and reduces them as store_node does.
+// of new leaves needs no read: its 128 leaves all equal p, so its sum is 128 q(p) and its min is p.
+// A partial node (at most three: the ends of the ranges) reads its old leaves once, replaces the
+// new ones in registers (no store-then-reload) and reduces them as store_level1 does.
 __device__ void level1_node(const TreeView& t, const InsertParams& p, std::int64_t q, std::int64_t C,
                             std::uint64_t stamp, int lane) {
   const std::int64_t first = (q << tree::kLog2) + 4 * lane;  // this lane's 4 leaves (padded past C)
@@ -170,7 +169,8 @@ __device__ void level1_node(const TreeView& t, const InsertParams& p, std::int64
     __stcg(dst + 1, v);
     if (lane == 0) {
       const float pv = tree::leaf_value(stamp);
-      __stcg(t.sums[1] + q, static_cast<float>(128.0 * static_cast<double>(pv)));
+      __stcg(reinterpret_cast<unsigned long long*>(t.sums[1] + q),
+             static_cast<unsigned long long>(128 * tree::quantize(pv, t.quantum_scale)));
       __stcg(t.mins[1] + q, pv);
     }
     return;
@@ -186,20 +186,20 @@ __device__ void level1_node(const TreeView& t, const InsertParams& p, std::int64
     if (fresh) t.leaves[s] = stamp;
     c[i] = tree::leaf_value(fresh ? stamp : old[i]);
   }
-  tree::store_node(t, 1, q, lane, c);
+  tree::store_level1(t, q, lane, c);
 }
 
 // Level-2 node P, by one warp, WITHOUT waiting for the level-1 writers: each of its 128 children
 // is either untouched by this insert (its stored sum and min are read: nobody writes them now),
-// made only of new leaves (128 p, p: no read), or one of the at most three partial nodes at the
-// range ends, whose leaves this warp reads itself and reduces exactly as the level-1 writer does
-// (same values, same order: the same float). So the level-2 node costs one round of loads, all
-// issued together. Levels >= 3 then follow by last arrival (counts known from the ranges, counters
+// made only of new leaves (128 q(p), p: no read), or one of the at most three partial nodes at the
+// range ends, whose leaves this warp reads itself and reduces as the level-1 writer does (integer
+// sums: the same value). So the level-2 node costs one round of loads, all issued together. Levels >= 3 then follow by last arrival (counts known from the ranges, counters
 // in the tree reset by their last arriver; a parent with one expected arrival skips the counter).
 __device__ void level2_path(const TreeView& t, const InsertParams& p, std::int64_t P, std::int64_t C,
                             std::uint64_t stamp, int lane) {
   const std::int64_t c0 = (P << tree::kLog2) + 4 * lane;  // this lane's 4 children (level 1)
-  const float4 sums = __ldcg(reinterpret_cast<const float4*>(t.sums[1] + c0));
+  const ulonglong2 sums_a = __ldcg(reinterpret_cast<const ulonglong2*>(t.sums[1] + c0));
+  const ulonglong2 sums_b = __ldcg(reinterpret_cast<const ulonglong2*>(t.sums[1] + c0) + 1);
   const float4 mins = __ldcg(reinterpret_cast<const float4*>(t.mins[1] + c0));
   // The partial candidates: the level-1 nodes holding s0, a_end - 1 and b_end - 1 (warp-uniform).
   std::int64_t cand[3] = {p.s0 >> tree::kLog2, (p.a_end - 1) >> tree::kLog2,
@@ -220,7 +220,9 @@ __device__ void level2_path(const TreeView& t, const InsertParams& p, std::int64
     }
   }
   const float pv = tree::leaf_value(stamp);
-  float part_sum[3] = {0.0f, 0.0f, 0.0f}, part_min[3] = {0.0f, 0.0f, 0.0f};
+  const std::uint64_t qv = tree::quantize(pv, t.quantum_scale);
+  std::uint64_t part_sum[3] = {0, 0, 0};
+  float part_min[3] = {0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int j = 0; j < 3; ++j) {
     if (cand[j] < 0) continue;
@@ -233,17 +235,20 @@ __device__ void level2_path(const TreeView& t, const InsertParams& p, std::int64
       const bool fresh = s < C && row_of(s, p.s0, C) < p.rows;
       c[i] = fresh ? pv : tree::leaf_value(old[i]);
     }
-    part_sum[j] = tree::node_sum(c);  // every lane gets the node's value
+    std::uint64_t qs = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) qs += tree::quantize(c[i], t.quantum_scale);
+    part_sum[j] = tree::warp_sum(qs);  // every lane gets the node's value
     part_min[j] = tree::leaf_min(c);
   }
-  float cs[4] = {sums.x, sums.y, sums.z, sums.w};
+  std::uint64_t cs[4] = {sums_a.x, sums_a.y, sums_b.x, sums_b.y};
   float cm[4] = {mins.x, mins.y, mins.z, mins.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const std::int64_t child = c0 + i;
     const std::int64_t n = fresh_in_node(p, child);
     if (n == TreeShape::kFanout) {
-      cs[i] = static_cast<float>(128.0 * static_cast<double>(pv));
+      cs[i] = 128 * qv;
       cm[i] = pv;
     } else if (n > 0) {
 #pragma unroll
@@ -254,10 +259,10 @@ __device__ void level2_path(const TreeView& t, const InsertParams& p, std::int64
         }
     }
   }
-  const float s2 = tree::node_sum(cs);
+  const std::uint64_t s2 = tree::warp_sum(cs[0] + cs[1] + cs[2] + cs[3]);
   const float m2 = tree::warp_min(fminf(fminf(cm[0], cm[1]), fminf(cm[2], cm[3])));
   if (lane == 0) {
-    __stcg(t.sums[2] + P, s2);
+    __stcg(reinterpret_cast<unsigned long long*>(t.sums[2] + P), static_cast<unsigned long long>(s2));
     __stcg(t.mins[2] + P, m2);
   }
   std::int64_t node = P;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <cmath>
 
 #include "gpu/atomics.cuh"
 #include "gpu/check.hpp"
@@ -22,7 +23,7 @@ __global__ void fill_inf_kernel(float* out, std::int64_t n) {
     out[i] = inf;
 }
 
-constexpr int kUpdateBlock = 1024;  // 32 warps: about one node per warp per level at batch 4096
+constexpr int kUpdateBlock = 1024;  // 32 warps: a level's listed nodes in one pass, even when every entry lists one
 constexpr int kTodoCap = 1024;      // listed nodes per level (more: the level drains its bitmap in rounds)
 constexpr int kLeafUnroll = 4;      // entries in flight per thread (batch 4096: one round)
 constexpr std::size_t kUpdateSmemBudget = 40 * 1024;
@@ -80,20 +81,35 @@ __device__ __forceinline__ void list_node(std::uint32_t* list, int* count, std::
   if (pos < kTodoCap) list[pos] = static_cast<std::uint32_t>(node);
 }
 
-// Brings a level-1 node's 128 leaves (1 KB, 8 lines) towards L2 while the block is still
-// scanning: the rebuild that reads them comes two barriers later.
-__device__ __forceinline__ void prefetch_node_leaves(const std::uint64_t* leaves, std::int64_t slot) {
-  const std::uint64_t* first = leaves + ((slot >> tree::kLog2) << tree::kLog2);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) asm volatile("prefetch.global.L2 [%0];" ::"l"(first + 16 * i));
+// Node q of level k (>= 1) listed because its min may have risen: its min from its children (the
+// leaves' values at level 1, the children's mins above). When it did rise and the old min was the
+// parent's, the parent is listed for the next level. The whole warp calls it; lane 0 writes.
+__device__ __forceinline__ void refresh_min(const TreeView& t, const UpdatePlan& plan, std::uint32_t* bitmaps,
+                                           std::uint32_t* next_list, int* next_count, int k, std::int64_t q, int lane) {
+  const float old = __ldcg(t.mins[k] + q);
+  float m;
+  if (k == 1) {
+    float c[4];
+    tree::load_leaves(t, q, lane, c);
+    m = tree::leaf_min(c);
+  } else {
+    m = tree::child_min(t, k, q, lane);
+  }
+  if (lane != 0) return;
+  __stcg(t.mins[k] + q, m);
+  const std::int64_t parent = q >> tree::kLog2;
+  if (k < t.top && m > old && old <= __ldcg(t.mins[k + 1] + parent) && mark_dirty(bitmaps, plan, k + 1, parent, t.top))
+    list_node(next_list, next_count, parent);
 }
 
-// One launch per priority update (see priority_tree.hpp): the block scans every entry, keeps the
-// ones below its top nodes, stamps their leaves (atomicMax: the largest priority of this epoch
-// wins over repeats and over any older epoch), then rebuilds the dirty nodes level by level.
-// Each level's dirty nodes are listed while they are marked (the first marker appends the node),
-// so a level costs one barrier; only a level with more than kTodoCap dirty nodes below one block
-// falls back to draining its bitmap in rounds.
+// One launch per priority update (see priority_tree.hpp): the block scans every entry and keeps
+// the ones below its top nodes. Per kept entry: the leaf's stamp is raised (atomicMax: the largest
+// priority of this epoch wins over repeats and over any older epoch), every ancestor's sum gets
+// q(new) - q(old) and every ancestor's min is lowered to the new value (integer / float-bit
+// atomics, no sibling read). A leaf that held its level-1 node's min (or a repeat of this batch)
+// and went up lists that node; the listed nodes then recompute their mins level by level, one
+// barrier per level, listing a parent only when its min may have risen with them. A level with
+// more than kTodoCap listed nodes below one block drains its bitmap in rounds instead.
 __global__ void __launch_bounds__(kUpdateBlock, 1)
     update_kernel(const __grid_constant__ TreeView t, const __grid_constant__ UpdatePlan plan, ReplayState* state,
                   const std::int32_t* indices, const float* td_errors, std::int64_t n, float alpha, float eps) {
@@ -135,7 +151,7 @@ __global__ void __launch_bounds__(kUpdateBlock, 1)
   std::uint32_t arrived = 0u;
   if (tid == 0) arrived = atomicAdd(&state->update_done, 1u) + 1u;
 
-  // ---- leaves ----------------------------------------------------------------------------------
+  // ---- leaves, and every ancestor's sum and (lowered) min ---------------------------------------
   const int top_shift = tree::kLog2 * top;
   std::uint32_t my_max = 0u;
   for (std::int64_t base = tid; base < n; base += static_cast<std::int64_t>(kLeafUnroll) * blockDim.x) {
@@ -146,16 +162,27 @@ __global__ void __launch_bounds__(kUpdateBlock, 1)
       // 32-bit ownership test: idx < 2^31, so its top node fits
       const auto q_top = static_cast<std::uint32_t>(idx[u]) >> top_shift;
       if (q_top % owners != static_cast<std::uint32_t>(b)) continue;
-      const float p = fmaxf(powf(fabsf(td[u]) + eps, alpha), FLT_MIN);  // alpha applied here, once
-      if (!isfinite(p)) continue;
-      atomicMax(reinterpret_cast<unsigned long long*>(t.leaves + idx[u]),
-                static_cast<unsigned long long>(tree::make_stamp(epoch, p)));
+      // alpha applied here, once; an overflow to inf lands on the cap
+      const float p = fminf(fmaxf(powf(fabsf(td[u]) + eps, alpha), FLT_MIN), TreeShape::kMaxPriority);
+      const std::uint64_t stamp = tree::make_stamp(epoch, p);
+      const std::uint64_t old = atomicMax(reinterpret_cast<unsigned long long*>(t.leaves + idx[u]),
+                                          static_cast<unsigned long long>(stamp));
       my_max = max(my_max, __float_as_uint(p));  // p > 0: bit patterns order like the values
-      if (top >= 1) {
-        prefetch_node_leaves(t.leaves, idx[u]);
-        const std::int64_t node = static_cast<std::int64_t>(idx[u]) >> tree::kLog2;
-        if (mark_dirty(smem, plan, 1, node, top)) list_node(lists + kTodoCap, &s_list_n[1], node);
+      if (top == 0 || stamp <= old) continue;    // no tree above, or a larger priority of this batch is in
+      const float was = tree::leaf_value(old);
+      const bool repeat = static_cast<std::uint32_t>(old >> 32) == epoch;  // raised before in this batch
+      const std::uint64_t delta = tree::quantize(p, t.quantum_scale) - tree::quantize(was, t.quantum_scale);
+      std::int64_t node = idx[u];
+      for (int k = 1; k <= top; ++k) {
+        node >>= tree::kLog2;
+        if (delta != 0) atomicAdd(reinterpret_cast<unsigned long long*>(t.sums[k] + node), delta);  // mod 2^64
+        atomicMin(reinterpret_cast<unsigned int*>(t.mins[k] + node), __float_as_uint(p));
       }
+      // The level-1 min may have risen: the old value was its min (or this leaf already moved in
+      // this batch, and an earlier raise may have lowered the min on its way).
+      const std::int64_t node1 = static_cast<std::int64_t>(idx[u]) >> tree::kLog2;
+      if (p > was && (repeat || was <= __ldcg(t.mins[1] + node1)) && mark_dirty(smem, plan, 1, node1, top))
+        list_node(lists + kTodoCap, &s_list_n[1], node1);
     }
   }
   my_max = __reduce_max_sync(tree::kFull, my_max);
@@ -163,26 +190,23 @@ __global__ void __launch_bounds__(kUpdateBlock, 1)
   __syncthreads();
   if (tid == 0 && s_max_bits != 0u) gpu::atomic_max_nonneg(&state->max_priority, __uint_as_float(s_max_bits));
 
-  // ---- levels 1..top: a warp per listed node; the node's first marker lists its parent ---------
+  // ---- levels 1..top: the listed mins, a warp per node; a risen min lists its parent ------------
   int round = 0;  // drain rounds so far, over all levels: the parity picks the drain counter
   for (int k = 1; k <= top; ++k) {
     std::uint32_t* list = lists + (k & 1) * kTodoCap;
     std::uint32_t* next_list = lists + ((k + 1) & 1) * kTodoCap;
+    int* next_count = &s_list_n[(k + 1) % 3];
     const int listed = s_list_n[k % 3];
     // Nobody touches level k + 2's counter in this phase (level k - 1's, read before the last
     // barrier); it is zero again before level k + 1 appends to it (after the next barrier).
     if (tid == 0) s_list_n[(k + 2) % 3] = 0;
+    if (listed == 0) break;  // uniform: nothing listed here, so nothing above either
     if (listed <= kTodoCap) {
-      for (int j = warp; j < listed; j += nwarps) {
-        const std::int64_t q = list[j];
-        tree::rebuild_node(t, k, q, lane);
-        if (k < top && lane == 0 && mark_dirty(smem, plan, k + 1, q >> tree::kLog2, top))
-          list_node(next_list, &s_list_n[(k + 1) % 3], q >> tree::kLog2);
-      }
+      for (int j = warp; j < listed; j += nwarps) refresh_min(t, plan, smem, next_list, next_count, k, list[j], lane);
       __syncthreads();  // level k written before level k + 1 reads it
       continue;
     }
-    // More dirty nodes than the list holds: drain the level's bitmap into the list, in rounds.
+    // More listed nodes than the list holds: drain the level's bitmap into the list, in rounds.
     std::uint32_t* bits_k = smem + plan.word_offset[k];
     const int span_log2 = plan.span_log2[k];
     const std::int64_t span_mask = (std::int64_t{1} << span_log2) - 1;
@@ -205,12 +229,7 @@ __global__ void __launch_bounds__(kUpdateBlock, 1)
       const int drained = *counter;
       if (tid == 0) s_todo_n[(round + 1) & 1] = 0;  // everyone read the other counter a round ago
       const int m = min(drained, kTodoCap);
-      for (int j = warp; j < m; j += nwarps) {
-        const std::int64_t q = list[j];
-        tree::rebuild_node(t, k, q, lane);
-        if (k < top && lane == 0 && mark_dirty(smem, plan, k + 1, q >> tree::kLog2, top))
-          list_node(next_list, &s_list_n[(k + 1) % 3], q >> tree::kLog2);
-      }
+      for (int j = warp; j < m; j += nwarps) refresh_min(t, plan, smem, next_list, next_count, k, list[j], lane);
       __syncthreads();  // level k (this round) written, and the list read, before it is refilled
       if (drained <= kTodoCap) {
         ++round;
@@ -229,7 +248,7 @@ __global__ void __launch_bounds__(kUpdateBlock, 1)
 PriorityTree::PriorityTree(std::int64_t capacity, cudaStream_t stream) : shape_(TreeShape::for_capacity(capacity)) {
   const std::size_t leaf_bytes = align256(static_cast<std::size_t>(shape_.padded[0]) * 8);
   std::size_t total = leaf_bytes;
-  for (int k = 1; k <= shape_.top; ++k) total += 3 * align256(static_cast<std::size_t>(shape_.padded[k]) * 4);
+  for (int k = 1; k <= shape_.top; ++k) total += 4 * align256(static_cast<std::size_t>(shape_.padded[k]) * 4);
   storage_ = gpu::DeviceBuffer<std::byte>(total);
   storage_.zero(stream);
 
@@ -238,16 +257,17 @@ PriorityTree::PriorityTree(std::int64_t capacity, cudaStream_t stream) : shape_(
   p += leaf_bytes;
   for (int k = 1; k <= shape_.top; ++k) {
     const std::size_t b = align256(static_cast<std::size_t>(shape_.padded[k]) * 4);
-    view_.sums[k] = reinterpret_cast<float*>(p);
-    view_.mins[k] = reinterpret_cast<float*>(p + b);
-    view_.dirty[k] = reinterpret_cast<std::uint32_t*>(p + 2 * b);
-    p += 3 * b;
+    view_.sums[k] = reinterpret_cast<std::uint64_t*>(p);  // 8 bytes a node: two of the 4-byte strides
+    view_.mins[k] = reinterpret_cast<float*>(p + 2 * b);
+    view_.dirty[k] = reinterpret_cast<std::uint32_t*>(p + 3 * b);
+    p += 4 * b;
     fill_inf_kernel<<<gpu::grid_stride_blocks(shape_.padded[k]), gpu::kBlock, 0, stream>>>(view_.mins[k],
                                                                                            shape_.padded[k]);
     FH_CHECK_LAUNCH();
   }
   for (int k = 0; k <= shape_.top; ++k) view_.count[k] = shape_.count[k];
   view_.top = shape_.top;
+  view_.quantum_scale = std::ldexp(1.0, shape_.sum_shift);
 }
 
 void update_priorities(const TreeView& tree, ReplayState* state, const std::int32_t* indices,

@@ -7,17 +7,22 @@
 // replaced. Float bit patterns of non-negative values order like the values, so the low half
 // compares correctly. Empty slots are 0 and never sampled.
 //
-// Levels >= 1 hold, per node, the sum of its children (computed in double from the children,
-// never delta-updated, so no drift accumulates) and the min over its stored leaves (+inf when it
-// has none): the global min priority gives the IS weight normaliser on the device.
+// Levels >= 1 hold, per node, the sum of its children as a fixed-point integer (u64, leaves
+// quantized as q(p) = round(p * 2^sum_shift), at least 1 for p > 0; tree_shape.hpp): integer adds
+// are exact and associative, so any order of updates leaves the same bits as a rebuild from the
+// leaves, and no drift accumulates. Each node also holds the min over its stored leaves (+inf when
+// it has none): the global min priority gives the IS weight normaliser on the device.
 //
 // Priority update: ONE launch. Block b owns the top-level nodes Q with Q % blocks == b, so every
-// node below Q is touched by its owner block only: the block scans all entries, stamps the leaves
-// it owns, marks their parents in a shared-memory bitmap (the first marker of a node also appends
-// it to the level's list) and rebuilds level by level with one __syncthreads per level (each
-// dirty node exactly once; a level with more than 1024 dirty nodes in one block drains its bitmap
-// in rounds instead). No grid-wide barrier, no counts computed in advance; the epoch advances in
-// the last block to arrive (a counter in the state).
+// node below Q is touched by its owner block only. The block scans all entries and, for the ones it
+// owns, raises the leaf stamp (atomicMax, returning the old stamp), adds q(new) - q(old) to every
+// ancestor's sum (integer atomics: no sibling is read) and lowers every ancestor's min with
+// atomicMin (non-negative float bits order like the values). Only a min that may have RISEN needs
+// the children: a leaf that held its node's min (or was already raised in this batch, a repeated
+// index) and went up lists its node; after one __syncthreads the listed level-1 nodes recompute
+// their min from their leaves, then each level above recomputes the listed parents whose min was
+// the child's old one (one __syncthreads per level; usually a handful of nodes). The epoch advances
+// in the last block to arrive (a counter in the state).
 // The per-node u32 words (`dirty`) are the insert's arrival counters (insert.cu); they are zero
 // between calls.
 #include <cuda_runtime.h>
@@ -32,11 +37,12 @@ namespace foxhunt::rl {
 
 struct TreeView {
   std::uint64_t* leaves = nullptr;                    // (padded[0]) stamps
-  float* sums[TreeShape::kMaxLevels] = {};            // [k >= 1]: (padded[k])
+  std::uint64_t* sums[TreeShape::kMaxLevels] = {};    // [k >= 1]: (padded[k]) fixed point
   float* mins[TreeShape::kMaxLevels] = {};            // [k >= 1]: (padded[k]), +inf when empty
   std::uint32_t* dirty[TreeShape::kMaxLevels] = {};   // [k >= 1]: (padded[k]) arrival counters, 0 between calls
   std::int64_t count[TreeShape::kMaxLevels] = {};     // nodes per level
   int top = 0;
+  double quantum_scale = 1.0;                          // 2^sum_shift: q(p) = round(p * quantum_scale)
 };
 
 class PriorityTree {
@@ -54,8 +60,9 @@ class PriorityTree {
   TreeView view_;
 };
 
-// Priority update: leaf[indices[i]] = max over repeats of max(pow(|td_errors[i]| + eps, alpha),
-// FLT_MIN); state->max_priority is raised to it; the ancestors are rebuilt; the epoch advances.
+// Priority update: leaf[indices[i]] = max over repeats of min(max(pow(|td_errors[i]| + eps, alpha),
+// FLT_MIN), kMaxPriority); state->max_priority is raised to it; the ancestors follow; the epoch
+// advances.
 // Indices outside [0, stored size) and non-finite td errors are skipped (the slot keeps its
 // priority). n == 0 returns without launching. One launch.
 void update_priorities(const TreeView& tree, ReplayState* state, const std::int32_t* indices,

@@ -26,55 +26,45 @@ struct KernelParams {
   bool prioritized;
 };
 
-// Just below `v`: where a draw that float rounding pushed past a node's children is put back.
-__device__ __forceinline__ double just_below(double v) { return v * (1.0 - 1e-12); }
-
-// One level down: the warp scans the 128 children of node q (level k >= 1) in double and picks
-// the first whose inclusive prefix exceeds u; u becomes the offset inside that child. Returns the
-// child's node index on level k - 1. All lanes hold the same u and get the same result.
-__device__ __forceinline__ std::int64_t descend(const TreeView& t, int k, std::int64_t q, double& u, int lane) {
-  float c[4];
-  tree::load_children(t, k, q, lane, c);
-  const double l0 = c[0];
-  const double l1 = l0 + c[1];
-  const double l2 = l1 + c[2];
-  const double l3 = l2 + c[3];
-  double incl = l3;
+// One level down: the warp scans the 128 children of node q (level k >= 1) in fixed point and
+// picks the first whose inclusive prefix exceeds u (exact integer arithmetic: u < the node's sum
+// finds a non-empty child); u becomes the offset inside that child. Returns the child's node index
+// on level k - 1. All lanes hold the same u and get the same result.
+__device__ __forceinline__ std::int64_t descend(const TreeView& t, int k, std::int64_t q, std::uint64_t& u, int lane) {
+  std::uint64_t c[4];
+  tree::load_child_sums(t, k, q, lane, c);
+  const std::uint64_t l0 = c[0], l1 = l0 + c[1], l2 = l1 + c[2], l3 = l2 + c[3];
+  std::uint64_t incl = l3;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
-    const double y = __shfl_up_sync(tree::kFull, incl, o);
+    const std::uint64_t y = __shfl_up_sync(tree::kFull, incl, o);
     if (lane >= o) incl += y;
   }
-  double excl = __shfl_up_sync(tree::kFull, incl, 1);
-  if (lane == 0) excl = 0.0;
-  const double pre[4] = {excl + l0, excl + l1, excl + l2, excl + l3};
-
-  // First i with pre[i] > u among non-empty children (an empty child can only look like the
-  // crossing when scan rounding puts a lane's exclusive prefix above u).
+  std::uint64_t excl = __shfl_up_sync(tree::kFull, incl, 1);
+  if (lane == 0) excl = 0;
+  const std::uint64_t pre[4] = {excl + l0, excl + l1, excl + l2, excl + l3};
   int j = -1;
 #pragma unroll
   for (int i = 3; i >= 0; --i)
-    if (pre[i] > u && c[i] > 0.0f) j = i;
+    if (pre[i] > u) j = i;
   const unsigned found = __ballot_sync(tree::kFull, j >= 0);
   int from;
   if (found) {
     from = __ffs(static_cast<int>(found)) - 1;
   } else {
-    // u at or past the children's total (their double sum can round below the stored float
-    // node value): take the last non-empty child. A non-empty node always has one.
+    // Only a tree whose node sum exceeds its children's (never written so): take the last
+    // non-empty child, at its first unit.
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      if (c[i] > 0.0f) j = i;  // last i with c[i] > 0
+      if (c[i] > 0) j = i;
     const unsigned nonempty = __ballot_sync(tree::kFull, j >= 0);
     from = nonempty ? 31 - __clz(static_cast<int>(nonempty)) : 0;
   }
   const int jl = j < 0 ? 0 : j;
-  const double base_lane = jl > 0 ? pre[jl - 1] : excl;
+  const std::uint64_t base_lane = jl > 0 ? pre[jl - 1] : excl;
   const int child = __shfl_sync(tree::kFull, jl, from);
-  const double base = __shfl_sync(tree::kFull, base_lane, from);
-  const float cv = __shfl_sync(tree::kFull, c[jl], from);
-  u = found ? fmax(u - base, 0.0) : just_below(cv);
-  if (u >= cv) u = just_below(cv);
+  const std::uint64_t base = __shfl_sync(tree::kFull, base_lane, from);
+  u = found ? u - base : 0;
   return (q << tree::kLog2) + from * 4 + child;
 }
 
@@ -82,12 +72,11 @@ template <class Store, int VEC>
 __global__ void __launch_bounds__(kSampleBlock)
     sample_kernel(const __grid_constant__ RingView ring, const __grid_constant__ TreeView t, ReplayState* state,
                   const __grid_constant__ KernelParams kp) {
-  using BlockScan = cub::BlockScan<double, kSampleBlock>;
+  using BlockScan = cub::BlockScan<unsigned long long, kSampleBlock>;
   using BlockMin = cub::BlockReduce<float, kSampleBlock>;
   __shared__ typename BlockScan::TempStorage scan_tmp;
   __shared__ typename BlockMin::TempStorage min_tmp;
-  __shared__ double prefix[TreeShape::kMaxTop];
-  __shared__ float top_value[TreeShape::kMaxTop];
+  __shared__ unsigned long long prefix[TreeShape::kMaxTop];
   __shared__ float min_priority;
   __shared__ bool last;
 
@@ -101,32 +90,30 @@ __global__ void __launch_bounds__(kSampleBlock)
   if (sp.anneal_steps > 0 && step > 0)
     beta = sp.beta0 + (sp.beta1 - sp.beta0) * fmin(1.0, static_cast<double>(step) / sp.anneal_steps);
 
-  // Every block builds the same double prefix of the top level (same order, same result), and
-  // the global min priority (the IS normaliser).
+  // Every block builds the same fixed-point prefix of the top level, and the global min priority
+  // (the IS normaliser).
   int n_top = 0;
   if (kp.prioritized) {
     n_top = static_cast<int>(t.count[t.top]);
-    double v[kTopPerThread];
+    unsigned long long v[kTopPerThread];
     float m = __int_as_float(0x7f800000);
-    double sum = 0.0;
+    unsigned long long sum = 0;
 #pragma unroll
     for (int i = 0; i < kTopPerThread; ++i) {
       const int j = threadIdx.x * kTopPerThread + i;
-      float x = 0.0f;
       if (j < n_top) {
         if (t.top == 0) {
-          x = tree::leaf_value(t.leaves[j]);
+          const float x = tree::leaf_value(t.leaves[j]);
+          sum += tree::quantize(x, t.quantum_scale);
           m = fminf(m, tree::min_candidate(x));
         } else {
-          x = t.sums[t.top][j];
+          sum += t.sums[t.top][j];
           m = fminf(m, t.mins[t.top][j]);
         }
       }
-      top_value[j] = x;
-      sum += x;
       v[i] = sum;
     }
-    double excl;
+    unsigned long long excl;
     BlockScan(scan_tmp).ExclusiveSum(sum, excl);
 #pragma unroll
     for (int i = 0; i < kTopPerThread; ++i) prefix[threadIdx.x * kTopPerThread + i] = excl + v[i];
@@ -147,30 +134,21 @@ __global__ void __launch_bounds__(kSampleBlock)
     if (kp.prioritized) {
       const double U = static_cast<double>((static_cast<std::uint64_t>(r.x >> 5) << 26) | (r.y >> 6)) *
                        (1.0 / 9007199254740992.0);  // [0, 1), 53 bits
-      const double total = prefix[n_top - 1];
-      double u = (static_cast<double>(i) + U) / static_cast<double>(out.batch) * total;
-      // Top level: first prefix > u (binary search in shared memory; every lane alike).
+      // The stratum's draw in fixed point: u in [i, i + 1) * total / batch, below the total.
+      const std::uint64_t total = prefix[n_top - 1];
+      const double f = (static_cast<double>(i) + U) / static_cast<double>(out.batch);
+      std::uint64_t u = static_cast<std::uint64_t>(f * static_cast<double>(total));
+      if (u >= total) u = total > 0 ? total - 1 : 0;
+      // Top level: first prefix > u (binary search in shared memory; every lane alike). u < total
+      // finds a non-empty node.
       int lo = 0, hi = n_top;
       while (lo < hi) {
         const int mid = (lo + hi) / 2;
         if (prefix[mid] > u) hi = mid;
         else lo = mid + 1;
       }
-      if (lo < n_top && top_value[lo] > 0.0f) {
-        u = fmax(u - (lo > 0 ? prefix[lo - 1] : 0.0), 0.0);
-      } else {
-        // Rounding (u at the total, or a scan boundary a few ulps off): the next non-empty node,
-        // else the last one. The ring holds at least one transition, so one exists.
-        int k = lo;
-        while (k < n_top && !(top_value[k] > 0.0f)) ++k;
-        if (k >= n_top) {
-          k = n_top - 1;
-          while (k > 0 && !(top_value[k] > 0.0f)) --k;
-        }
-        lo = k;
-        u = 0.0;
-      }
-      if (u >= top_value[lo]) u = just_below(top_value[lo]);
+      if (lo >= n_top) lo = n_top - 1;  // an empty tree: never sampled (the buffer holds a transition)
+      u -= lo > 0 ? prefix[lo - 1] : 0;
       std::int64_t node = lo;
       for (int k = t.top; k >= 1; --k) node = descend(t, k, node, u, lane);
       // The descent only enters non-empty children, so `node` is a stored slot whenever the tree

@@ -19,9 +19,17 @@ struct TreeShape {
   static constexpr std::int64_t kFanout = std::int64_t{1} << kFanoutLog2;  // 128
   static constexpr std::int64_t kMaxTop = 1024;
   static constexpr int kMaxLevels = 6;
+  // Sums are fixed-point integers (u64): q(p) = round(p * 2^sum_shift), at least 1 for p > 0. Integer
+  // adds are exact and order-free, so a priority update adds its leaves' deltas to every ancestor
+  // with atomics (no re-read of the siblings) and the tree stays bit-identical to a fresh rebuild.
+  // Priorities (p^alpha) are capped at kMaxPriority; sum_shift leaves the total of `capacity` capped
+  // leaves below 2^63.
+  static constexpr float kMaxPriority = 65536.0f;  // 2^16
+  static constexpr int kMaxPriorityLog2 = 16;
 
   std::int64_t capacity = 0;
   int top = 0;                                  // index of the top level (0: leaves are the top)
+  int sum_shift = 0;                            // fixed-point fraction bits of the sums
   std::int64_t count[kMaxLevels] = {};          // nodes per level
   std::int64_t padded[kMaxLevels] = {};         // allocated nodes per level (multiple of 128)
 
@@ -39,15 +47,18 @@ struct TreeShape {
       s.padded[k] = round_up(n);
     }
     s.top = k;
+    int cap_log2 = 0;
+    while ((std::int64_t{1} << cap_log2) < capacity) ++cap_log2;
+    s.sum_shift = 63 - kMaxPriorityLog2 - cap_log2;
     return s;
   }
   static std::int64_t round_up(std::int64_t n) { return (n + kFanout - 1) / kFanout * kFanout; }
 
   // Device bytes: leaves as 64-bit stamps (epoch << 32 | float bits), then per level >= 1 the
-  // sums (f32), mins (f32) and dirty flags (u32).
+  // sums (u64 fixed point), mins (f32) and dirty flags (u32).
   std::size_t bytes() const {
     std::size_t b = static_cast<std::size_t>(padded[0]) * 8;
-    for (int k = 1; k <= top; ++k) b += static_cast<std::size_t>(padded[k]) * 12;
+    for (int k = 1; k <= top; ++k) b += static_cast<std::size_t>(padded[k]) * 16;
     return b;
   }
 };

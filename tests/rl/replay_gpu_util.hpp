@@ -118,15 +118,16 @@ inline void update(ReplayBuffer& rb, const std::vector<std::int32_t>& idx, const
 }
 
 // The CPU reference of a priority update on reference leaves `ref` (double): stored indices only,
-// p = max((|td| + eps)^alpha, FLT_MIN), the largest of repeated indices wins.
+// p = min(max((|td| + eps)^alpha, FLT_MIN), kMaxPriority), the largest of repeated indices wins.
 inline void apply_update(std::vector<double>& ref, const std::vector<std::int32_t>& idx, const std::vector<float>& td,
                          const ReplayConfig& c, std::int64_t size) {
   std::map<std::int32_t, double> best;
   for (std::size_t i = 0; i < idx.size(); ++i) {
     if (idx[i] < 0 || idx[i] >= size) continue;
-    const double pr = std::max(std::pow(std::fabs(static_cast<double>(td[i])) + static_cast<double>(c.eps),
-                                        static_cast<double>(c.alpha)),
-                               double{FLT_MIN});
+    const double pr = std::min(std::max(std::pow(std::fabs(static_cast<double>(td[i])) + static_cast<double>(c.eps),
+                                                 static_cast<double>(c.alpha)),
+                                        double{FLT_MIN}),
+                               double{TreeShape::kMaxPriority});
     auto [it, fresh] = best.emplace(idx[i], pr);
     if (!fresh) it->second = std::max(it->second, pr);
   }
@@ -140,23 +141,34 @@ inline void expect_leaves(const ReplayBuffer& rb, const std::vector<double>& ref
     ASSERT_NEAR(leaves[j], ref[j], 1e-6 * ref[j]) << "slot " << j;
 }
 
-// Every node of levels 1..top equals the (double) sum and the min of its children; padding
-// nodes are empty; no insert arrival counter is left behind (they are 0 between calls).
+// A leaf in the tree's fixed point, as the device quantizes it (p * 2^shift is exact in double;
+// nearbyint rounds half to even like __double2ull_rn).
+inline std::uint64_t quantize(float p, int shift) {
+  if (!(p > 0.0f)) return 0;
+  const auto q = static_cast<std::uint64_t>(std::nearbyint(std::ldexp(static_cast<double>(p), shift)));
+  return q > 0 ? q : 1;
+}
+
+// Every node of levels 1..top holds exactly the fixed-point sum and the min of its children (the
+// same bits as a rebuild from the leaves); padding nodes are empty; no insert arrival counter is
+// left behind (they are 0 between calls).
 inline void expect_tree_consistent(const ReplayBuffer& rb, cudaStream_t stream) {
   const TreeView* t = rb.tree_view();
   const TreeShape& shape = rb.tree_shape();
-  std::vector<float> below_sum = download_leaves(rb, stream);  // level 0 values
-  below_sum.resize(static_cast<std::size_t>(shape.padded[0]), 0.0f);
-  std::vector<float> below_min(below_sum.size());
-  for (std::size_t i = 0; i < below_sum.size(); ++i)
-    below_min[i] = below_sum[i] > 0 ? below_sum[i] : std::numeric_limits<float>::infinity();
+  const std::vector<float> leaves = download_leaves(rb, stream);
+  std::vector<std::uint64_t> below_sum(static_cast<std::size_t>(shape.padded[0]), 0);
+  std::vector<float> below_min(below_sum.size(), std::numeric_limits<float>::infinity());
+  for (std::size_t i = 0; i < leaves.size() && i < below_sum.size(); ++i) {
+    below_sum[i] = quantize(leaves[i], shape.sum_shift);
+    if (leaves[i] > 0) below_min[i] = leaves[i];
+  }
   for (int k = 1; k <= shape.top; ++k) {
     const auto n = static_cast<std::size_t>(shape.padded[k]);
     const auto sums = test::download(t->sums[k], n, stream);
     const auto mins = test::download(t->mins[k], n, stream);
     const auto dirty = test::download(t->dirty[k], n, stream);
     for (std::size_t q = 0; q < n; ++q) {
-      double s = 0;
+      std::uint64_t s = 0;
       float m = std::numeric_limits<float>::infinity();
       for (std::size_t c = 0; c < 128; ++c) {
         const std::size_t child = q * 128 + c;
@@ -164,13 +176,7 @@ inline void expect_tree_consistent(const ReplayBuffer& rb, cudaStream_t stream) 
         s += below_sum[child];
         m = std::min(m, below_min[child]);
       }
-      // The device sums in double and rounds once to float: a sum past FLT_MAX becomes +inf (or
-      // FLT_MAX within half an ulp of it).
-      if (std::isinf(s) || s > std::numeric_limits<float>::max()) {
-        ASSERT_TRUE(std::isinf(sums[q]) || sums[q] == std::numeric_limits<float>::max()) << "level " << k << " node " << q;
-      } else {
-        ASSERT_NEAR(sums[q], s, 1e-6 * s + 1e-30) << "level " << k << " node " << q;
-      }
+      ASSERT_EQ(sums[q], s) << "level " << k << " node " << q;
       ASSERT_EQ(mins[q], m) << "level " << k << " node " << q;
       ASSERT_EQ(dirty[q], 0u) << "level " << k << " node " << q << " left a non-zero counter";
     }

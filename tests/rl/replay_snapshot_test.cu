@@ -104,7 +104,7 @@ class ReplaySnapshotTest : public test::GpuTest {
       d.push_back(bytes(t->leaves, static_cast<std::size_t>(sh.padded[0]) * 8));
       for (int k = 1; k <= sh.top; ++k) {
         const auto n = static_cast<std::size_t>(sh.padded[k]) * 4;
-        d.push_back(bytes(t->sums[k], n));
+        d.push_back(bytes(t->sums[k], 2 * n));  // u64
         d.push_back(bytes(t->mins[k], n));
         d.push_back(bytes(t->dirty[k], n));
       }

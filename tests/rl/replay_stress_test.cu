@@ -1,7 +1,8 @@
-// Stress tests of the replay's index paths. Many sample calls on partly filled trees whose
-// priorities span ~1e-37 .. 1e30 (exact-zero TD errors give priority eps; one variant adds values
-// near FLT_MAX so node sums overflow to +inf), directly and as captured sample + update graph
-// replays, must only return stored slots, finite weights in [0, 1] and finite gathered values;
+// Stress tests of the replay's index paths. Many sample calls on partly filled trees whose TD
+// errors span ~1e-37 .. 1e30 (exact-zero TD errors give priority eps, far below one fixed-point
+// unit; one variant adds values near FLT_MAX; everything above kMaxPriority is capped there),
+// directly and as captured sample + update graph replays, must only return stored slots, finite
+// weights in [0, 1] and finite gathered values;
 // a tree three levels deep (capacity > 2^24) and inserts that wrap onto their own first tile or
 // level-2 node keep every node equal to the sum / min of its children.
 #include <algorithm>
@@ -69,7 +70,7 @@ void check_sample(const HostSample& s, std::int64_t size, std::vector<std::int64
   }
 }
 
-// The share of draws on slots holding at least 1e28 against their share of the priority mass
+// The share of draws on capped slots (kMaxPriority) against their share of the priority mass
 // (stratified draws vary less than binomial ones, so 5 binomial sigmas plus a few rounding
 // misroutes is a loose but failing bound).
 void expect_heavy_share(const std::vector<std::int64_t>& counts, const std::vector<float>& leaves, std::int64_t size) {
@@ -77,7 +78,7 @@ void expect_heavy_share(const std::vector<std::int64_t>& counts, const std::vect
   std::int64_t draws = 0, heavy_draws = 0;
   for (std::int64_t j = 0; j < size; ++j) {
     total += leaves[static_cast<std::size_t>(j)];
-    if (leaves[static_cast<std::size_t>(j)] >= 1e28f) {
+    if (leaves[static_cast<std::size_t>(j)] >= TreeShape::kMaxPriority) {
       heavy += leaves[static_cast<std::size_t>(j)];
       heavy_draws += counts[static_cast<std::size_t>(j)];
     }
@@ -86,7 +87,7 @@ void expect_heavy_share(const std::vector<std::int64_t>& counts, const std::vect
   ASSERT_GT(draws, 0);
   const double want = heavy / total, got = static_cast<double>(heavy_draws) / static_cast<double>(draws);
   const double tol = 5.0 * std::sqrt(want * (1.0 - want) / static_cast<double>(draws)) + 10.0 / static_cast<double>(draws);
-  EXPECT_NEAR(got, want, tol) << heavy_draws << " of " << draws << " draws on slots >= 1e28";
+  EXPECT_NEAR(got, want, tol) << heavy_draws << " of " << draws << " draws on capped slots";
 }
 
 TEST_F(ReplayStressTest, ExtremePrioritiesOnPartlyFilledTreesSampleOnlyStoredSlots) {
@@ -191,8 +192,8 @@ TEST_F(ReplayStressTest, LyingTopNodesStillYieldOnlyStoredSlots) {
   FH_CHECK(cudaMemsetAsync(ring.bootstrap + 150000, 0x7f, (200003 - 150000) * sizeof(std::int32_t), stream()));
   FH_CHECK(cudaMemsetAsync(ring.returns + 150000, 0xff, (200003 - 150000) * sizeof(float), stream()));
   FH_CHECK(cudaMemsetAsync(ring.discounts + 150000, 0xff, (200003 - 150000) * sizeof(float), stream()));
-  const std::vector<float> lies = {1e30f, 3e38f, 1e-30f};
-  FH_CHECK(cudaMemcpyAsync(t->sums[2] + 10, lies.data(), lies.size() * sizeof(float), cudaMemcpyHostToDevice,
+  const std::vector<std::uint64_t> lies = {std::uint64_t{1} << 61, std::uint64_t{1} << 60, 1};
+  FH_CHECK(cudaMemcpyAsync(t->sums[2] + 10, lies.data(), lies.size() * sizeof(std::uint64_t), cudaMemcpyHostToDevice,
                            stream()));
   FH_CHECK(cudaStreamSynchronize(stream()));
 
