@@ -13,18 +13,16 @@
 // leaves, and no drift accumulates. Each node also holds the min over its stored leaves (+inf when
 // it has none): the global min priority gives the IS weight normaliser on the device.
 //
-// Priority update: ONE launch. Block b owns the top-level nodes Q with Q % blocks == b, so every
-// node below Q is touched by its owner block only. The block scans all entries and, for the ones it
-// owns, raises the leaf stamp (atomicMax, returning the old stamp), adds q(new) - q(old) to every
-// ancestor's sum (integer atomics: no sibling is read) and lowers every ancestor's min with
-// atomicMin (non-negative float bits order like the values). Only a min that may have RISEN needs
-// the children: a leaf that held its node's min (or was already raised in this batch, a repeated
-// index) and went up lists its node; after one __syncthreads the listed level-1 nodes recompute
-// their min from their leaves, then each level above recomputes the listed parents whose min was
-// the child's old one (one __syncthreads per level; usually a handful of nodes). The epoch advances
-// in the last block to arrive (a counter in the state).
-// The per-node u32 words (`dirty`) are the insert's arrival counters (insert.cu); they are zero
-// between calls.
+// Priority update: ONE launch, one entry per thread: the leaf stamp is raised (atomicMax,
+// returning the old stamp), q(new) - q(old) is added to every ancestor's sum (integer atomics: no
+// sibling is read) and every ancestor's min is lowered with atomicMin (non-negative float bits
+// order like the values). Only a min that may have RISEN needs the children: a leaf that held its
+// level-1 node's min (or was already raised in this batch, a repeated index) and went up lists
+// its node. The last block to finish refreshes the listed mins from their children, level by
+// level, listing a parent only when its min was the child's old one (usually a handful of nodes),
+// and advances the epoch.
+// The per-node u32 words (`dirty`) are the insert's arrival counters (insert.cu) and the update's
+// listing flags; they are zero between calls.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -39,7 +37,9 @@ struct TreeView {
   std::uint64_t* leaves = nullptr;                    // (padded[0]) stamps
   std::uint64_t* sums[TreeShape::kMaxLevels] = {};    // [k >= 1]: (padded[k]) fixed point
   float* mins[TreeShape::kMaxLevels] = {};            // [k >= 1]: (padded[k]), +inf when empty
-  std::uint32_t* dirty[TreeShape::kMaxLevels] = {};   // [k >= 1]: (padded[k]) arrival counters, 0 between calls
+  std::uint32_t* dirty[TreeShape::kMaxLevels] = {};   // [k >= 1]: (padded[k]) arrival counters / update flags, 0 between calls
+  std::uint32_t* listed[TreeShape::kMaxLevels] = {};  // [k >= 1]: (count[k]) the update's nodes whose min may have risen
+  std::uint32_t* listed_count = nullptr;               // (kMaxLevels) their counts, 0 between calls
   std::int64_t count[TreeShape::kMaxLevels] = {};     // nodes per level
   int top = 0;
   double quantum_scale = 1.0;                          // 2^sum_shift: q(p) = round(p * quantum_scale)

@@ -55,11 +55,11 @@ struct TreeShape {
   static std::int64_t round_up(std::int64_t n) { return (n + kFanout - 1) / kFanout * kFanout; }
 
   // Device bytes: leaves as 64-bit stamps (epoch << 32 | float bits), then per level >= 1 the
-  // sums (u64 fixed point), mins (f32) and dirty flags (u32).
+  // sums (u64 fixed point), mins (f32), dirty flags (u32) and the update's node list (u32).
   std::size_t bytes() const {
     std::size_t b = static_cast<std::size_t>(padded[0]) * 8;
-    for (int k = 1; k <= top; ++k) b += static_cast<std::size_t>(padded[k]) * 16;
-    return b;
+    for (int k = 1; k <= top; ++k) b += static_cast<std::size_t>(padded[k]) * 16 + static_cast<std::size_t>(count[k]) * 4;
+    return b + kMaxLevels * 4;
   }
 };
 
