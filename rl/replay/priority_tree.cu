@@ -54,9 +54,10 @@ __device__ __forceinline__ void refresh_min(const TreeView& t, int k, std::int64
 
 // One launch per priority update (see priority_tree.hpp), one entry per thread. The leaf's stamp
 // is raised (atomicMax: the largest priority of this epoch wins over repeats and over any older
-// epoch), every ancestor's sum gets q(new) - q(old) and every ancestor's min is lowered to the new
-// value (integer / float-bit atomics, no sibling read). A leaf that held its level-1 node's min
-// (or a repeat of this batch) and went up lists that node. The last block to finish (every leaf
+// epoch) while every ancestor's min is lowered to p (atomicMin on the float bits, issued beside it);
+// a successful raise then adds q(new) - q(old) to every ancestor's sum (integer atomics, no sibling
+// read). A leaf that held its level-1 node's min and went up, and any repeat of this batch (whose
+// lowering may have been beaten by a larger priority), lists the node. The last block to finish (every leaf
 // and every atomic of the call is in by then) refreshes the listed mins level by level, listing a
 // parent only when its min may have risen with them, and advances the epoch.
 __global__ void __launch_bounds__(kUpdateBlock)
@@ -82,26 +83,36 @@ __global__ void __launch_bounds__(kUpdateBlock)
     // alpha applied here, once; an overflow to inf lands on the cap
     const float p = fminf(fmaxf(powf(fabsf(td) + eps, alpha), FLT_MIN), TreeShape::kMaxPriority);
     const std::uint64_t stamp = tree::make_stamp(epoch, p);
-    const std::uint64_t old =
-        atomicMax(reinterpret_cast<unsigned long long*>(t.leaves + idx), static_cast<unsigned long long>(stamp));
-    my_max = __float_as_uint(p);  // p > 0: bit patterns order like the values
-    if (top >= 1 && stamp > old) {  // a larger priority of this batch may already be in
-      const float was = tree::leaf_value(old);
-      const bool repeat = static_cast<std::uint32_t>(old >> 32) == epoch;  // raised before in this batch
-      const std::uint64_t delta = tree::quantize(p, t.quantum_scale) - tree::quantize(was, t.quantum_scale);
-      const std::int64_t node1 = static_cast<std::int64_t>(idx) >> tree::kLog2;
-      // Level 1's min comes back (the value before this lowering): it decides the listing below.
-      const float min1 = __uint_as_float(atomicMin(reinterpret_cast<unsigned int*>(t.mins[1] + node1), __float_as_uint(p)));
-      if (delta != 0) atomicAdd(reinterpret_cast<unsigned long long*>(t.sums[1] + node1), delta);  // mod 2^64
+    const std::int64_t node1 = static_cast<std::int64_t>(idx) >> tree::kLog2;
+    // The mins are lowered to p at once, beside the leaf's atomicMax (both need only p): level 1's
+    // comes back (its value before this lowering), to decide the listing below.
+    float min1 = 0.0f;
+    if (top >= 1) {
+      min1 = __uint_as_float(atomicMin(reinterpret_cast<unsigned int*>(t.mins[1] + node1), __float_as_uint(p)));
       std::int64_t node = node1;
       for (int k = 2; k <= top; ++k) {
         node >>= tree::kLog2;
-        if (delta != 0) atomicAdd(reinterpret_cast<unsigned long long*>(t.sums[k] + node), delta);
         atomicMin(reinterpret_cast<unsigned int*>(t.mins[k] + node), __float_as_uint(p));
       }
-      // The level-1 min may have risen: the old value was its min, or this leaf already moved in
-      // this batch (an earlier raise may have lowered the min on its way).
-      if (p > was && (repeat || was <= min1)) list_once(t, 1, node1);
+    }
+    const std::uint64_t old =
+        atomicMax(reinterpret_cast<unsigned long long*>(t.leaves + idx), static_cast<unsigned long long>(stamp));
+    my_max = __float_as_uint(p);  // p > 0: bit patterns order like the values
+    if (top >= 1) {
+      const float was = tree::leaf_value(old);
+      const bool repeat = static_cast<std::uint32_t>(old >> 32) == epoch;  // this batch reached the leaf before
+      if (stamp > old) {
+        const std::uint64_t delta = tree::quantize(p, t.quantum_scale) - tree::quantize(was, t.quantum_scale);
+        if (delta != 0) {
+          std::int64_t node = node1;
+          for (int k = 1; k <= top; ++k, node >>= tree::kLog2)
+            atomicAdd(reinterpret_cast<unsigned long long*>(t.sums[k] + node), delta);  // mod 2^64
+        }
+      }
+      // The level-1 min may be too low or may have risen: a repeat of this batch (the leaf holds the
+      // larger priority, or an earlier raise lowered the min on its way), or a raise of the value
+      // that was the min.
+      if (repeat || (p > was && was <= min1)) list_once(t, 1, node1);
     }
     __threadfence();  // this entry's stamp, sums, mins and list entry are visible before the block counts
   }
