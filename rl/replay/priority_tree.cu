@@ -23,7 +23,7 @@ __global__ void fill_inf_kernel(float* out, std::int64_t n) {
     out[i] = inf;
 }
 
-constexpr int kUpdateBlock = 512;  // one entry per thread; the last block's 16 warps refresh the listed mins
+constexpr int kUpdateBlock = 256;  // one entry per thread; the last block's 8 warps refresh the listed mins
 
 // Lists node q of level k once per call (its dirty word is the flag; the last block clears it).
 __device__ __forceinline__ void list_once(const TreeView& t, int k, std::int64_t q) {
@@ -130,6 +130,7 @@ __global__ void __launch_bounds__(kUpdateBlock)
   __threadfence();
   for (int k = 1; k <= top; ++k) {
     const unsigned listed = __ldcg(t.listed_count + k);  // complete: level k - 1 is done
+    if (listed == 0u) break;  // uniform; nothing listed here lists nothing above
     for (unsigned j = warp; j < listed; j += nwarps) refresh_min(t, k, __ldcg(t.listed[k] + j), lane);
     __syncthreads();  // level k's mins and level k + 1's list are written
   }
