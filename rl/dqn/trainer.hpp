@@ -4,7 +4,7 @@
 //   act (online net, epsilon / noise on the device) -> env step -> bootstrap observation
 //   (final_obs where the episode ended, else the next obs) -> replay insert -> schedules advance;
 //   once learning_starts transitions are stored, every train_every transitions updates_per_train
-//   replays of the learner's update graph (replay sample before it, priority update after it).
+//   replays of the learner's update graph (replay sample before it, priority update beside its Adam).
 // The host counts steps and updates; it never reads a device value.
 //
 // The environment and the replay are reached through hooks (device pointers and a stream), so the
