@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <string>
 
 #include "gpu/atomics.cuh"
 #include "gpu/check.hpp"
@@ -32,12 +31,6 @@ __device__ __forceinline__ void list_once(const TreeView& t, int k, std::int64_t
   const unsigned pos = atomicAdd(t.listed_count + k, 1u);
   t.listed[k][pos] = static_cast<std::uint32_t>(q);
 }
-
-// Arrival increments of the update's completion counter: a block that listed a node also adds
-// kListedUnit, so the last block learns from the count alone whether anything needs refreshing.
-constexpr std::uint32_t kArrivalMask = 0xFFFFu;
-constexpr std::uint32_t kListedUnit = 0x10000u;
-constexpr std::int64_t kMaxUpdateBlocks = 32768;  // the counter's two halves never overflow
 
 // Node q of level k (>= 1), listed because its min may have risen: its min from its children (the
 // leaves' values at level 1, the children's mins above). When it did rise and the old min was the
@@ -71,8 +64,7 @@ __global__ void __launch_bounds__(kUpdateBlock)
     update_kernel(const __grid_constant__ TreeView t, ReplayState* state, const std::int32_t* indices,
                   const float* td_errors, std::int64_t n, float alpha, float eps) {
   __shared__ std::uint32_t s_max_bits;
-  __shared__ std::uint32_t s_listed;
-  __shared__ bool last, any_listed;
+  __shared__ bool last;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
   const int top = t.top;
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + tid;
@@ -82,10 +74,7 @@ __global__ void __launch_bounds__(kUpdateBlock)
   const std::int64_t stored = state->size;  // an empty slot must stay unsampleable
   // Every block reads the epoch before it arrives below; only the last to arrive advances it.
   const std::uint32_t epoch = state->epoch + 1;
-  if (tid == 0) {
-    s_max_bits = 0u;
-    s_listed = 0u;
-  }
+  if (tid == 0) s_max_bits = 0u;
   __syncthreads();
 
   // ---- the leaf, and every ancestor's sum and (lowered) min -------------------------------------
@@ -103,10 +92,7 @@ __global__ void __launch_bounds__(kUpdateBlock)
       std::int64_t node = node1;
       for (int k = 2; k <= top; ++k) {
         node >>= tree::kLog2;
-        // returned (and waited for below): performed before the block counts, as the last
-        // block reads these mins
-        const unsigned was_k = atomicMin(reinterpret_cast<unsigned int*>(t.mins[k] + node), __float_as_uint(p));
-        asm volatile("" ::"r"(was_k));
+        atomicMin(reinterpret_cast<unsigned int*>(t.mins[k] + node), __float_as_uint(p));
       }
     }
     const std::uint64_t old =
@@ -126,31 +112,23 @@ __global__ void __launch_bounds__(kUpdateBlock)
       // The level-1 min may be too low or may have risen: a repeat of this batch (the leaf holds the
       // larger priority, or an earlier raise lowered the min on its way), or a raise of the value
       // that was the min.
-      if (repeat || (p > was && was <= min1)) {
-        list_once(t, 1, node1);
-        __threadfence();  // the list entry is visible before the block counts
-        atomicOr(&s_listed, 1u);
-      }
+      if (repeat || (p > was && was <= min1)) list_once(t, 1, node1);
     }
-    // The stamp and the mins came back from their atomics (performed); the sums' adds are read by
-    // nothing in this kernel.
+    __threadfence();  // this entry's stamp, sums, mins and list entry are visible before the block counts
   }
   my_max = __reduce_max_sync(tree::kFull, my_max);
   if (lane == 0 && my_max != 0u) atomicMax(&s_max_bits, my_max);
   __syncthreads();
   if (tid == 0) {
     if (s_max_bits != 0u) gpu::atomic_max_nonneg(&state->max_priority, __uint_as_float(s_max_bits));
-    const std::uint32_t inc = s_listed != 0u ? kListedUnit + 1u : 1u;
-    const std::uint32_t count = atomicAdd(&state->update_done, inc) + inc;
-    last = (count & kArrivalMask) == gridDim.x;
-    any_listed = count >= kListedUnit;
+    last = atomicAdd(&state->update_done, 1u) + 1u == gridDim.x;
   }
   __syncthreads();
   if (!last) return;  // uniform over the block
 
   // ---- the last block: the listed mins, level by level ------------------------------------------
-  if (any_listed) __threadfence();
-  for (int k = 1; any_listed && k <= top; ++k) {
+  __threadfence();
+  for (int k = 1; k <= top; ++k) {
     const unsigned listed = __ldcg(t.listed_count + k);  // complete: level k - 1 is done
     if (listed == 0u) break;  // uniform; nothing listed here lists nothing above
     for (unsigned j = warp; j < listed; j += nwarps) refresh_min(t, k, __ldcg(t.listed[k] + j), lane);
@@ -202,8 +180,7 @@ void update_priorities(const TreeView& tree, ReplayState* state, const std::int3
   if (n == 0) return;
   FH_EXPECT(indices != nullptr && td_errors != nullptr, "update_priorities: indices and td_errors must be device pointers");
   FH_EXPECT(tree.top >= 0 && tree.top < TreeShape::kMaxLevels, "update_priorities: tree.top out of range");
-  FH_EXPECT(n <= kMaxUpdateBlocks * kUpdateBlock,
-            "update_priorities: n must be <= " + std::to_string(kMaxUpdateBlocks * kUpdateBlock));
+  FH_EXPECT(n <= (std::int64_t{1} << 30), "update_priorities: n must be <= 2^30");
   update_kernel<<<gpu::ceil_div(n, kUpdateBlock), kUpdateBlock, 0, stream>>>(tree, state, indices, td_errors, n, alpha,
                                                                              eps);
   FH_CHECK_LAUNCH();
