@@ -17,8 +17,8 @@
 // returning the old stamp), q(new) - q(old) is added to every ancestor's sum (integer atomics: no
 // sibling is read) and every ancestor's min is lowered with atomicMin (non-negative float bits
 // order like the values). Only a min that may have RISEN needs the children: a leaf that held its
-// level-1 node's min (or was already raised in this batch, a repeated index) and went up lists
-// its node. The last block to finish refreshes the listed mins from their children, level by
+// level-1 node's min and went up, and any repeated index of the batch (its lowering may have lost
+// to a larger priority), lists its node. The last block to finish refreshes the listed mins from their children, level by
 // level, listing a parent only when its min was the child's old one (usually a handful of nodes),
 // and advances the epoch.
 // The per-node u32 words (`dirty`) are the insert's arrival counters (insert.cu) and the update's
