@@ -235,10 +235,7 @@ __device__ void level2_path(const TreeView& t, const InsertParams& p, std::int64
       const bool fresh = s < C && row_of(s, p.s0, C) < p.rows;
       c[i] = fresh ? pv : tree::leaf_value(old[i]);
     }
-    std::uint64_t qs = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) qs += tree::quantize(c[i], t.quantum_scale);
-    part_sum[j] = tree::warp_sum(qs);  // every lane gets the node's value
+    part_sum[j] = tree::leaf_sum(c, t.quantum_scale);  // every lane gets the node's value
     part_min[j] = tree::leaf_min(c);
   }
   std::uint64_t cs[4] = {sums_a.x, sums_a.y, sums_b.x, sums_b.y};

@@ -71,6 +71,13 @@ __device__ __forceinline__ void load_child_sums(const TreeView& t, int k, std::i
   c[3] = b.y;
 }
 
+// Fixed-point sum of a level-1 node's leaves (values c[0..4) per lane); every lane gets it.
+__device__ __forceinline__ std::uint64_t leaf_sum(const float c[4], double scale) {
+  std::uint64_t s = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) s += quantize(c[i], scale);
+  return warp_sum(s);
+}
 // Min over a level-1 node's stored leaves (values c[0..4) per lane; empty leaves do not count).
 __device__ __forceinline__ float leaf_min(const float c[4]) {
   return warp_min(
@@ -85,10 +92,7 @@ __device__ __forceinline__ float child_min(const TreeView& t, int k, std::int64_
 // Level-1 node q from its leaves' values (lane holds c[0..4)): fixed-point sum and min. The whole
 // warp calls it (all 32 lanes active); lane 0 writes.
 __device__ __forceinline__ void store_level1(const TreeView& t, std::int64_t q, int lane, const float c[4]) {
-  std::uint64_t s = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) s += quantize(c[i], t.quantum_scale);
-  s = warp_sum(s);
+  const std::uint64_t s = leaf_sum(c, t.quantum_scale);
   const float m = leaf_min(c);
   if (lane == 0) {  // to L2 (st.cg): other blocks and later levels read it with __ldcg
     __stcg(reinterpret_cast<unsigned long long*>(t.sums[1] + q), static_cast<unsigned long long>(s));
