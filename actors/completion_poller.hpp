@@ -50,7 +50,7 @@ class CompletionPoller {
   std::mutex mutex_;
   std::condition_variable work_cv_, drained_cv_;
   std::map<cudaStream_t, std::deque<Item>> queues_;
-  std::map<cudaStream_t, std::int64_t> unfinished_;    // added and not yet run (or dropped)
+  std::map<cudaStream_t, std::int64_t> unfinished_;      // added and not yet run (or dropped)
   std::map<int, std::vector<cudaEvent_t>> free_events_;  // per device, reused
   std::int64_t pending_ = 0;
   bool stopping_ = false;

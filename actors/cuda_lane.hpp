@@ -25,13 +25,13 @@ class CudaLane {
   explicit CudaLane(int device = 0);
   int device() const noexcept { return device_; }
   cudaStream_t stream() const noexcept { return stream_.get(); }
-  void wait(std::uint64_t event) const;                // cudaStreamWaitEvent; 0: no-op
+  void wait(std::uint64_t event) const;  // cudaStreamWaitEvent; 0: no-op
   // cudaLaunchHostFunc, or the CompletionPoller when completion_polling(); fn only sends messages.
   void when_done(std::function<void()> fn) const;
   void synchronize() const;  // the stream idle and every when_done function run
   // Actors run on pool threads: each stage call makes its device current first.
   void make_current() const;
-  std::string health() const;                          // cudaStreamQuery: "" unless it reports an error
+  std::string health() const;  // cudaStreamQuery: "" unless it reports an error
   // Optional busy-interval recording for the timeline: begin/end bracket one piece of work.
   void set_timeline(StreamTimeline* timeline, const char* lane) noexcept {
     timeline_ = timeline;

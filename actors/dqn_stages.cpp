@@ -1,7 +1,7 @@
 #include "actors/dqn_stages.hpp"
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <stdexcept>
@@ -46,14 +46,19 @@ LocalDeviceHandle f32_handle(int device, const float* p, std::int64_t n, int slo
 DqnCollectorStage::DqnCollectorStage(std::unique_ptr<rl::VecEnv> env, const rl::DqnLearnerConfig& acting,
                                      const TransitionSlotLayout& layout, int slots, std::uint64_t seed,
                                      std::int64_t stats_every, int device)
-    : lane_(device), env_(std::move(env)), layout_(layout), stats_every_(stats_every), next_stats_(stats_every),
+    : lane_(device),
+      env_(std::move(env)),
+      layout_(layout),
+      stats_every_(stats_every),
+      next_stats_(stats_every),
       schedule_(acting.schedule) {
   FH_EXPECT(env_ != nullptr, "DqnCollectorStage: env must not be null");
   FH_EXPECT(slots >= 1, "pipeline.slots must be >= 1, got " + std::to_string(slots));
   FH_EXPECT(stats_every >= 1, "DqnCollectorStage: stats_every must be >= 1");
   const std::int64_t N = env_->num_envs(), O = env_->obs_dim();
   const rl::ActionSpace space = env_->action_space();
-  FH_EXPECT(space.kind == rl::ActionSpace::Kind::discrete, "DqnCollectorStage: the environment's actions must be discrete");
+  FH_EXPECT(space.kind == rl::ActionSpace::Kind::discrete,
+            "DqnCollectorStage: the environment's actions must be discrete");
   FH_EXPECT(layout.envs == N && layout.layout.obs_dim == O && layout.layout.obs_dtype == gpu::DType::f32 &&
                 layout.layout.action_dim == space.branches && layout.layout.action_kind != rl::ActionKind::continuous,
             "DqnCollectorStage: the slot layout must hold (steps, num_envs) f32 observations of the env's width and "
@@ -115,13 +120,10 @@ std::function<void(const std::filesystem::path& dir)> DqnCollectorStage::checkpo
       write_spans(dir / "collector.obs.bin", obs_spans(obs_, final_obs_), lane_.stream());
     }
     policy_->save(dir / "collector.policy");
-    nlohmann::json j = {{"env_steps", steps_},
-                        {"next_stats", next_stats_},
-                        {"num_envs", env_->num_envs()},
-                        {"obs_dim", env_->obs_dim()},
-                        {"env_state", !env_spans.empty()},
-                        {"policy_version", acting_version_},
-                        {"pending_policies", nullptr}};
+    nlohmann::json j = {
+        {"env_steps", steps_},        {"next_stats", next_stats_},       {"num_envs", env_->num_envs()},
+        {"obs_dim", env_->obs_dim()}, {"env_state", !env_spans.empty()}, {"policy_version", acting_version_},
+        {"pending_policies", nullptr}};
     if (learner_) {
       // Every version the learner has produced (or, at a multiple of sync_every, is about to) that
       // the acting network does not hold yet: the resumed run never publishes them again.
@@ -144,10 +146,10 @@ std::function<void(const std::filesystem::path& dir)> DqnCollectorStage::checkpo
         write_spans(dir / kPoliciesFile, spans, lane_.stream());
         j["pending_policies"] = versions;
       } else {
-        spdlog::warn("checkpoint: the weights of policy version {} are gone (acting version {}, latest {}); a resume "
-                     "keeps acting with version {} until a newer one is due",
-                     versions.empty() ? acting_version_ + 1 : versions.back() + 1, acting_version_, last,
-                     acting_version_);
+        spdlog::warn(
+            "checkpoint: the weights of policy version {} are gone (acting version {}, latest {}); a resume "
+            "keeps acting with version {} until a newer one is due",
+            versions.empty() ? acting_version_ + 1 : versions.back() + 1, acting_version_, last, acting_version_);
       }
     }
     const std::string text = j.dump(2) + "\n";
@@ -166,9 +168,11 @@ bool DqnCollectorStage::restore(const std::filesystem::path& dir, bool* env_rest
   } catch (const std::exception& e) {
     throw std::runtime_error(file.string() + ": " + e.what());
   }
-  if (j.at("num_envs").get<std::int64_t>() != env_->num_envs() || j.at("obs_dim").get<std::int64_t>() != env_->obs_dim())
-    throw std::runtime_error(file.string() + ": collector state of " + std::to_string(j.at("num_envs").get<std::int64_t>()) +
-                             " envs x " + std::to_string(j.at("obs_dim").get<std::int64_t>()) +
+  if (j.at("num_envs").get<std::int64_t>() != env_->num_envs() ||
+      j.at("obs_dim").get<std::int64_t>() != env_->obs_dim())
+    throw std::runtime_error(file.string() + ": collector state of " +
+                             std::to_string(j.at("num_envs").get<std::int64_t>()) + " envs x " +
+                             std::to_string(j.at("obs_dim").get<std::int64_t>()) +
                              " observations does not fit env.num_envs = " + std::to_string(env_->num_envs()) +
                              " x obs_dim " + std::to_string(env_->obs_dim()));
   lane_.make_current();
@@ -192,8 +196,8 @@ bool DqnCollectorStage::restore(const std::filesystem::path& dir, bool* env_rest
         if (version <= (restored_policies_.empty() ? acting_version_ : restored_policies_.back().first))
           throw std::runtime_error(file.string() + ": pending_policies must ascend above policy_version");
         restored_policies_.emplace_back(version, gpu::DeviceBuffer<float>(floats));
-        spans.push_back({"policy_v" + std::to_string(version), restored_policies_.back().second.data(),
-                         floats * sizeof(float)});
+        spans.push_back(
+            {"policy_v" + std::to_string(version), restored_policies_.back().second.data(), floats * sizeof(float)});
       }
       read_spans(dir / kPoliciesFile, spans, lane_.stream());
     }
@@ -282,7 +286,8 @@ std::uint64_t DqnCollectorStage::use_policy(const LocalDeviceHandle& policy) {
 }
 
 void DqnCollectorStage::attach_learner(std::shared_ptr<DqnLearnerStage> learner, std::int64_t sync_every) {
-  FH_EXPECT(learner != nullptr && sync_every >= 1, "DqnCollectorStage::attach_learner: needs a learner and sync_every >= 1");
+  FH_EXPECT(learner != nullptr && sync_every >= 1,
+            "DqnCollectorStage::attach_learner: needs a learner and sync_every >= 1");
   FH_EXPECT(learner->learner().online_arena().padded_count() == policy_->online_arena().padded_count(),
             "DqnCollectorStage::attach_learner: the learner's network differs from the acting network");
   learner_ = std::move(learner);
@@ -303,8 +308,8 @@ const float* DqnCollectorStage::restored_weights(std::int64_t version) const {
 
 void DqnCollectorStage::use_restored_policy(std::int64_t version) {
   const float* src = restored_weights(version);
-  FH_EXPECT(src != nullptr, "DqnCollectorStage::use_restored_policy: version " + std::to_string(version) +
-                                " was not restored");
+  FH_EXPECT(src != nullptr,
+            "DqnCollectorStage::use_restored_policy: version " + std::to_string(version) + " was not restored");
   lane_.make_current();
   // Stream order: collects enqueued before keep the previous weights, later ones read these.
   FH_CHECK(cudaMemcpyAsync(policy_->online_arena().params(), src,
@@ -330,9 +335,8 @@ bool DqnCollectorStage::poll_metrics(Scalars& out) {
 }
 
 // --------------------------------------------------------------------------------- learner
-DqnLearnerStage::DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplayStage& replay,
-                                 std::int64_t metrics_every, const std::optional<std::filesystem::path>& resume,
-                                 int device)
+DqnLearnerStage::DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplayStage& replay, std::int64_t metrics_every,
+                                 const std::optional<std::filesystem::path>& resume, int device)
     : lane_(device), replay_(&replay), metrics_every_(metrics_every) {
   FH_EXPECT(metrics_every >= 1, "DqnLearnerStage: metrics_every must be >= 1");
   FH_EXPECT(config.batch == replay.batch_size(), "DqnLearnerStage: learner batch (" + std::to_string(config.batch) +
@@ -380,8 +384,8 @@ LocalDeviceHandle DqnLearnerStage::update(const LocalDeviceHandle& batch) {
     learner_->publish_metrics();
     metrics_pending_ = true;
   }
-  LocalDeviceHandle h = f32_handle(lane_.device(), td_[b].data(), learner_->config().batch, batch.slot,
-                                   event_id(td_ready_[b].get()));
+  LocalDeviceHandle h =
+      f32_handle(lane_.device(), td_[b].data(), learner_->config().batch, batch.slot, event_id(td_ready_[b].get()));
   h.generation = batch.generation;
   return h;
 }
@@ -435,7 +439,8 @@ bool DqnLearnerStage::poll_metrics(Scalars& out) {
   out.emplace_back("train/skips", static_cast<double>(st.skips_total));
   out.emplace_back("train/updates_applied", static_cast<double>(st.updates_applied));
   if (st.relu_units > 0)
-    out.emplace_back("train/dead_relu_fraction", static_cast<double>(st.dead_units) / static_cast<double>(st.relu_units));
+    out.emplace_back("train/dead_relu_fraction",
+                     static_cast<double>(st.dead_units) / static_cast<double>(st.relu_units));
   return true;
 }
 

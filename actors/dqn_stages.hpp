@@ -120,7 +120,7 @@ class DqnCollectorStage final : public CollectorStage {
   std::int64_t acting_version_ = 0, restored_version_ = -1;
   std::vector<std::pair<std::int64_t, gpu::DeviceBuffer<float>>> restored_policies_;
   const float* restored_weights(std::int64_t version) const;  // nullptr: not restored
-  std::shared_ptr<DqnLearnerStage> learner_;  // attach_learner (deterministic mode)
+  std::shared_ptr<DqnLearnerStage> learner_;                  // attach_learner (deterministic mode)
   std::int64_t sync_every_ = 0;
 };
 

@@ -65,8 +65,7 @@ void write_spans(const std::filesystem::path& file, const std::vector<DeviceSpan
   headers.push_back("foxhunt-env-state v1 " + std::to_string(spans.size()) + "\n");
   for (std::size_t k = 0; k < spans.size(); ++k) {
     host[k].resize(spans[k].bytes);
-    if (spans[k].bytes > 0)
-      FH_CHECK(cudaMemcpy(host[k].data(), spans[k].ptr, spans[k].bytes, cudaMemcpyDeviceToHost));
+    if (spans[k].bytes > 0) FH_CHECK(cudaMemcpy(host[k].data(), spans[k].ptr, spans[k].bytes, cudaMemcpyDeviceToHost));
     headers.push_back(spans[k].name + " " + std::to_string(spans[k].bytes) + "\n");
   }
   std::vector<std::span<const std::byte>> pieces{std::as_bytes(std::span<const char>(headers[0]))};
@@ -85,8 +84,8 @@ void read_spans(const std::filesystem::path& file, const std::vector<DeviceSpan>
   in >> magic >> version >> count;
   in.get();
   if (magic != "foxhunt-env-state" || version != "v1" || count != spans.size())
-    throw std::runtime_error(file.string() + ": not an environment state of this shape (" + std::to_string(spans.size()) +
-                             " arrays expected)");
+    throw std::runtime_error(file.string() + ": not an environment state of this shape (" +
+                             std::to_string(spans.size()) + " arrays expected)");
   std::vector<std::vector<char>> host(spans.size());
   for (std::size_t k = 0; k < spans.size(); ++k) {
     std::string name;

@@ -43,7 +43,8 @@ EvalPlan plan_eval(const EvalRequest& req) {
     throw std::invalid_argument("--checkpoint " + plan.checkpoint.string() +
                                 ": no learner.online.safetensors there (not a foxhunt train checkpoint)");
   if (req.config) {
-    if (!fs::is_regular_file(*req.config)) throw std::invalid_argument("--config " + req.config->string() + ": no such file");
+    if (!fs::is_regular_file(*req.config))
+      throw std::invalid_argument("--config " + req.config->string() + ": no such file");
     plan.config_file = *req.config;
   } else if (auto f = run_config_of(plan.checkpoint)) {
     plan.config_file = *f;
@@ -129,23 +130,21 @@ EvalReport evaluate(const EvalPlan& plan) {
   report.episodes = N;
   report.seed = plan.seed;
   report.steps = report.market ? market_config(cfg).episode_length : rl::CartPoleConstants::max_episode_steps;
-  report.rows.push_back({"greedy", run_episodes(*env, report.steps, plan.seed, s,
-                                                [&](std::int32_t* a, const float* obs, std::int64_t) {
-                                                  policy.act(a, obs, N, true);
-                                                })});
+  report.rows.push_back(
+      {"greedy", run_episodes(*env, report.steps, plan.seed, s,
+                              [&](std::int32_t* a, const float* obs, std::int64_t) { policy.act(a, obs, N, true); })});
   if (report.market) {
     const rl::MarketConfig mc = market_config(cfg);
-    std::vector<std::pair<const char*, rl::BaselinePolicy>> baselines = {{"buy_and_hold", rl::BaselinePolicy::buy_and_hold},
-                                                                         {"flat", rl::BaselinePolicy::flat}};
+    std::vector<std::pair<const char*, rl::BaselinePolicy>> baselines = {
+        {"buy_and_hold", rl::BaselinePolicy::buy_and_hold}, {"flat", rl::BaselinePolicy::flat}};
     if (mc.process == rl::PriceProcess::ou) baselines.emplace_back("ou_oracle", rl::BaselinePolicy::ou_oracle);
     for (const auto& [name, kind] : baselines) {
       rl::MarketEnv market(mc, N);
       const rl::BaselinePolicy k = kind;
-      report.rows.push_back({name, run_episodes(market, report.steps, plan.seed, s,
-                                                [&](std::int32_t* a, const float*, std::int64_t t) {
-                                                  rl::market_policy_actions(a, nullptr, market, k, plan.seed,
-                                                                            static_cast<std::uint64_t>(t), s);
-                                                })});
+      report.rows.push_back(
+          {name, run_episodes(market, report.steps, plan.seed, s, [&](std::int32_t* a, const float*, std::int64_t t) {
+             rl::market_policy_actions(a, nullptr, market, k, plan.seed, static_cast<std::uint64_t>(t), s);
+           })});
     }
   }
   return report;

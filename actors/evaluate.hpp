@@ -17,10 +17,10 @@
 namespace foxhunt::actors {
 
 struct EvalRequest {
-  std::filesystem::path checkpoint;            // --checkpoint: checkpoint, run or checkpoint-root directory
+  std::filesystem::path checkpoint;             // --checkpoint: checkpoint, run or checkpoint-root directory
   std::optional<std::filesystem::path> config;  // --config: default, the checkpoint's own resolved config
-  std::int64_t episodes = 100;                 // --episodes
-  std::optional<std::uint64_t> seed;           // --seed: default eval_seed(run.seed)
+  std::int64_t episodes = 100;                  // --episodes
+  std::optional<std::uint64_t> seed;            // --seed: default eval_seed(run.seed)
 };
 
 struct EvalPlan {
@@ -46,11 +46,11 @@ struct EvalRow {
 };
 
 struct EvalReport {
-  bool market = false;           // market columns (Sharpe, drawdown, turnover) are meaningful
-  std::int64_t episodes = 0;     // environments run
-  std::int64_t steps = 0;        // steps each environment ran
+  bool market = false;        // market columns (Sharpe, drawdown, turnover) are meaningful
+  std::int64_t episodes = 0;  // environments run
+  std::int64_t steps = 0;     // steps each environment ran
   std::uint64_t seed = 0;
-  std::vector<EvalRow> rows;     // greedy first, then the baselines
+  std::vector<EvalRow> rows;  // greedy first, then the baselines
 };
 
 // Runs on the config's device; std::runtime_error when there is none or the checkpoint does

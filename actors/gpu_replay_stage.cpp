@@ -98,8 +98,7 @@ std::function<void(const std::filesystem::path& dir)> GpuReplayStage::checkpoint
       list.emplace_back(restored_[r].first.data(), restored_[r].second.data());
     std::vector<std::size_t> open;
     for (std::size_t b = 0; b < pending_.size(); ++b)
-      if (pending_[b].open && td_[b] &&
-          td_generation_[b].load(std::memory_order_acquire) == pending_[b].generation)
+      if (pending_[b].open && td_[b] && td_generation_[b].load(std::memory_order_acquire) == pending_[b].generation)
         open.push_back(b);
     std::sort(open.begin(), open.end(),
               [this](std::size_t x, std::size_t y) { return pending_[x].ordinal < pending_[y].ordinal; });
@@ -144,7 +143,8 @@ bool GpuReplayStage::restore(const std::filesystem::path& dir) {
     if (fmt == f.metadata.end() || fmt->second != "foxhunt-replay-pending" || !ei || !et ||
         ei->dtype != gpu::DType::i32 || et->dtype != gpu::DType::f32 || ei->shape.size() != 2 ||
         ei->shape != et->shape || ei->shape[1] != B || ei->shape[0] > batches())
-      throw std::runtime_error("cannot load " + pending.string() + ": expected format foxhunt-replay-pending with "
+      throw std::runtime_error("cannot load " + pending.string() +
+                               ": expected format foxhunt-replay-pending with "
                                "'indices' I32 and 'td' F32 of shape (k <= pipeline.batches = " +
                                std::to_string(batches()) + ", replay.batch_size = " + std::to_string(B) + ")");
     k = ei->shape[0];

@@ -29,17 +29,21 @@ struct LocalDeviceHandle {
   std::uint64_t count = 0;             // a host count the message stands for (env steps, version, ...)
 
   template <class T>
-  T* as() const noexcept { return reinterpret_cast<T*>(static_cast<std::uintptr_t>(ptr)); }
+  T* as() const noexcept {
+    return reinterpret_cast<T*>(static_cast<std::uintptr_t>(ptr));
+  }
   template <class T>
-  static std::uint64_t address(T* p) noexcept { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)); }
+  static std::uint64_t address(T* p) noexcept {
+    return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p));
+  }
 
   std::string str() const;  // "slot 3 gen 7 (4096 B @ 0x..., event 0x...)" for logs
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, LocalDeviceHandle& x) {
-  return f(caf::meta::type_name("foxhunt::actors::LocalDeviceHandle (process-local)"), x.device, x.ptr,
-           x.bytes, x.dtype, x.rank, x.dims, x.slot, x.generation, x.event, x.count);
+  return f(caf::meta::type_name("foxhunt::actors::LocalDeviceHandle (process-local)"), x.device, x.ptr, x.bytes,
+           x.dtype, x.rank, x.dims, x.slot, x.generation, x.event, x.count);
 }
 
 }  // namespace foxhunt::actors

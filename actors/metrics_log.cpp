@@ -1,7 +1,7 @@
 #include "actors/metrics_log.hpp"
 
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <array>
 #include <chrono>

@@ -98,9 +98,8 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
     specs.push_back({"collector", [s = stages.collector, shared](caf::local_actor* sup) {
                        return sup->spawn(collector_actor, s, shared);
                      }});
-    specs.push_back({"replay", [s = stages.replay, shared](caf::local_actor* sup) {
-                       return sup->spawn(replay_actor, s, shared);
-                     }});
+    specs.push_back(
+        {"replay", [s = stages.replay, shared](caf::local_actor* sup) { return sup->spawn(replay_actor, s, shared); }});
     specs.push_back({"learner", [s = stages.learner, shared](caf::local_actor* sup) {
                        return sup->spawn(learner_actor, s, shared);
                      }});
@@ -111,8 +110,7 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
     auto wired_at = std::make_shared<std::atomic<Clock::rep>>(0);
     WireFn wire = [on_started, wired_at](caf::local_actor* sup, const std::map<std::string, caf::actor>& ch) {
       wired_at->store(Clock::now().time_since_epoch().count());
-      const caf::actor &c = ch.at("collector"), &r = ch.at("replay"), &l = ch.at("learner"),
-                       &t = ch.at("target_sync");
+      const caf::actor &c = ch.at("collector"), &r = ch.at("replay"), &l = ch.at("learner"), &t = ch.at("target_sync");
       caf::actor me = caf::actor_cast<caf::actor>(sup);
       // Order matters: the collector starts producing on its wire message, so everyone it (and
       // its consumers, transitively) sends to must have been wired before it.
@@ -153,10 +151,10 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
         last_change = now;
       } else if (!failure_sent && now - last_change > hooks.stall_timeout) {
         failure_sent = true;
-        caf::anon_send(sup, failure_atom_v,
-                       "stalled: no environment step or update for " +
-                           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(hooks.stall_timeout).count()) +
-                           " s");
+        caf::anon_send(
+            sup, failure_atom_v,
+            "stalled: no environment step or update for " +
+                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(hooks.stall_timeout).count()) + " s");
       }
       if (hooks.on_progress) {
         // An exception escaping here would leave live actors behind ~actor_system (a hang):

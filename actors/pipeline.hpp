@@ -42,13 +42,13 @@ struct ProgressSnapshot {
 };
 
 struct RunHooks {
-  std::shared_ptr<CheckpointStore> store;   // null: no checkpoints at all
+  std::shared_ptr<CheckpointStore> store;  // null: no checkpoints at all
   std::function<void(const ProgressSnapshot&)> on_progress;
   std::chrono::milliseconds progress_interval{500};
   std::chrono::milliseconds stall_timeout{std::chrono::seconds(120)};  // no progress for this long: failure
   const std::atomic<int>* stop_signal = nullptr;
   int scheduler_threads = 4;
-  bool low_latency_scheduler = false;  // configure_actor_system's low_latency
+  bool low_latency_scheduler = false;                    // configure_actor_system's low_latency
   SupervisorPolicy policy{0, std::chrono::seconds(10)};  // pipeline actors are not restarted
   // Timeline: stages record into it (CudaLane::set_timeline); written as Chrome trace to
   // timeline_file after the streams are synchronized (nothing when either is empty).
@@ -60,10 +60,10 @@ struct RunHooks {
 
 struct RunResult {
   RunOutcome outcome;
-  Counters counters;                                  // at the end
+  Counters counters;  // at the end
   std::optional<std::filesystem::path> final_checkpoint;
-  std::string checkpoint_error;                       // why the final checkpoint is missing, if it is
-  double overlap = -1;                                // timeline: time with >= 2 streams busy / span (-1: none)
+  std::string checkpoint_error;  // why the final checkpoint is missing, if it is
+  double overlap = -1;           // timeline: time with >= 2 streams busy / span (-1: none)
   // Where the wall time went (host clock, ms): start-up = entry until every actor is spawned and
   // wired (the collector starts on its wire message); shutdown = the outcome known until every
   // actor is gone, every stream drained and the actor system destroyed; after_ms = the timeline

@@ -19,9 +19,7 @@ Scalars Progress::scalars() const {
   return {scalars_.begin(), scalars_.end()};
 }
 
-Counters Progress::counters() const {
-  return {env_steps.load(), updates_issued.load(), policy_version.load()};
-}
+Counters Progress::counters() const { return {env_steps.load(), updates_issued.load(), policy_version.load()}; }
 
 // ---------------------------------------------------------------------------------- collector
 namespace {
@@ -116,8 +114,8 @@ caf::behavior collector_actor(caf::stateful_actor<CollectorState>* self, std::sh
       // A learner-only (periodic) checkpoint: replay may have issued updates beyond the learner's
       // (held back behind a snapshot), so versions the ratio made due at the resumed step count
       // may carry labels the resumed learner never uses. Waiting for them would wait forever.
-      st.not_waited_for = std::max(st.not_waited_for, st.ratio->allowed_updates(shared->config.start.env_steps) /
-                                                          shared->config.sync_every);
+      st.not_waited_for = std::max(
+          st.not_waited_for, st.ratio->allowed_updates(shared->config.start.env_steps) / shared->config.sync_every);
     }
   }
 
@@ -289,7 +287,8 @@ void try_sample(ReplaySelf* self) {
 }
 }  // namespace
 
-caf::behavior replay_actor(ReplaySelf* self, std::shared_ptr<ReplayStage> stage, std::shared_ptr<PipelineShared> shared) {
+caf::behavior replay_actor(ReplaySelf* self, std::shared_ptr<ReplayStage> stage,
+                           std::shared_ptr<PipelineShared> shared) {
   report_exceptions_as(self, "replay");
   auto& st = self->state;
   const auto& cfg = shared->config;
@@ -407,7 +406,8 @@ void maybe_checkpoint(LearnerSelf* self) {
 }
 }  // namespace
 
-caf::behavior learner_actor(LearnerSelf* self, std::shared_ptr<LearnerStage> stage, std::shared_ptr<PipelineShared> shared) {
+caf::behavior learner_actor(LearnerSelf* self, std::shared_ptr<LearnerStage> stage,
+                            std::shared_ptr<PipelineShared> shared) {
   report_exceptions_as(self, "learner");
   auto& st = self->state;
   st.stage = stage;
@@ -416,11 +416,10 @@ caf::behavior learner_actor(LearnerSelf* self, std::shared_ptr<LearnerStage> sta
   st.version = shared->config.start.policy_version;
   // Deterministic mode: a stop right after update v * sync_every, before snapshot v could be taken
   // (the previous one still publishing), leaves version v owed: taken before the first update.
-  if (shared->config.deterministic && st.updates_issued / shared->config.sync_every > st.version)
-    st.sync_wanted = true;
+  if (shared->config.deterministic && st.updates_issued / shared->config.sync_every > st.version) st.sync_wanted = true;
   if (shared->config.checkpoint_every > 0)
-    st.next_checkpoint = (shared->config.start.env_steps / shared->config.checkpoint_every + 1) *
-                         shared->config.checkpoint_every;
+    st.next_checkpoint =
+        (shared->config.start.env_steps / shared->config.checkpoint_every + 1) * shared->config.checkpoint_every;
   return {
       [self](wire_atom, const caf::actor&, const caf::actor& replay, const caf::actor&, const caf::actor& target_sync,
              const caf::actor& supervisor) {

@@ -43,13 +43,13 @@
 namespace foxhunt::actors {
 
 struct PipelineConfig {
-  std::int64_t total_env_steps = 0;    // collection stops (and the run completes) at this count
-  std::int64_t learning_starts = 0;    // env steps stored before the first update
-  double replay_ratio = 1.0;           // updates per env step
-  std::int64_t ratio_slack = 8;        // updates the learner may lag before collection is held
-  std::int64_t sync_every = 1;         // updates per target-sync / policy publication
-  std::int64_t checkpoint_every = 0;   // env steps between periodic checkpoints; 0: only at stop
-  Counters start;                      // counts a resumed run continues from
+  std::int64_t total_env_steps = 0;   // collection stops (and the run completes) at this count
+  std::int64_t learning_starts = 0;   // env steps stored before the first update
+  double replay_ratio = 1.0;          // updates per env step
+  std::int64_t ratio_slack = 8;       // updates the learner may lag before collection is held
+  std::int64_t sync_every = 1;        // updates per target-sync / policy publication
+  std::int64_t checkpoint_every = 0;  // env steps between periodic checkpoints; 0: only at stop
+  Counters start;                     // counts a resumed run continues from
   // Deterministic mode: every stage's sequence of operations (and so every value on the device)
   // is a function of the counts alone, not of timing, at the price of some overlap:
   //   replay   inserts, samples and priority updates in a fixed order: after each insert, the
@@ -61,11 +61,11 @@ struct PipelineConfig {
   //   collector a collect that starts at env step s uses exactly policy version
   //            floor(allowed_updates(s - slots * steps_per_slot) / sync_every) (it waits for it);
   //            on a resumed run, the versions the stage restored (CollectorStage::
-//            restored_pending_policies) are swapped in when due like published ones, and versions
-//            up to start.policy_version are not waited for (without restored collector state:
-//            up to allowed_updates(start.env_steps) / sync_every, the learner's version labels
-//            then being behind the ratio's); a resumed learner whose update count
-//            is a multiple of sync_every above start.policy_version publishes that version first;
+  //            restored_pending_policies) are swapped in when due like published ones, and versions
+  //            up to start.policy_version are not waited for (without restored collector state:
+  //            up to allowed_updates(start.env_steps) / sync_every, the learner's version labels
+  //            then being behind the ratio's); a resumed learner whose update count
+  //            is a multiple of sync_every above start.policy_version publishes that version first;
   //   end      the run completes once every transition is inserted, every update the ratio
   //            allows at total_env_steps has completed (replay tells the collector) and the
   //            collector holds the policy version due at total_env_steps (what its next collect
@@ -83,11 +83,11 @@ struct PipelineStages {
 
 // Host counts and the latest stage scalars, written by the actors and read by the progress line.
 struct Progress {
-  std::atomic<std::int64_t> env_steps{0};        // transitions handed to replay
+  std::atomic<std::int64_t> env_steps{0};  // transitions handed to replay
   std::atomic<std::int64_t> updates_issued{0};
   std::atomic<std::int64_t> updates_done{0};
-  std::atomic<std::int64_t> policy_version{0};   // snapshots published to target-sync
-  std::atomic<std::int64_t> policy_swaps{0};     // policy buffers the collector switched to
+  std::atomic<std::int64_t> policy_version{0};  // snapshots published to target-sync
+  std::atomic<std::int64_t> policy_swaps{0};    // policy buffers the collector switched to
   std::atomic<std::int64_t> checkpoints{0};
   std::atomic<std::int64_t> held_slot_credits{0};  // slots held back by the replay ratio now
 
@@ -104,9 +104,9 @@ struct Progress {
 struct PipelineShared {
   PipelineConfig config;
   std::shared_ptr<Progress> progress = std::make_shared<Progress>();
-  std::shared_ptr<CheckpointStore> store;        // null: no periodic checkpoints
-  std::shared_ptr<BackgroundWorker> worker;      // runs checkpoint jobs; null with store null
-  bool sync_writes_learner = false;              // TargetSyncStage::writes_learner_state()
+  std::shared_ptr<CheckpointStore> store;    // null: no periodic checkpoints
+  std::shared_ptr<BackgroundWorker> worker;  // runs checkpoint jobs; null with store null
+  bool sync_writes_learner = false;          // TargetSyncStage::writes_learner_state()
 };
 
 // (wire_atom, collector, replay, learner, target_sync, supervisor) is sent to each actor once
@@ -118,9 +118,9 @@ struct CollectorState {
   std::deque<std::pair<int, std::uint64_t>> free_slots;  // (slot, reuse-after event)
   std::vector<std::uint64_t> generation;
   std::int64_t steps_issued = 0;
-  int collects_in_flight = 0;                    // enqueued, completion not yet seen (insert not sent)
+  int collects_in_flight = 0;  // enqueued, completion not yet seen (insert not sent)
   int policy_buffer = 0;
-  std::int64_t policy_version = 0;               // version of the weights the collector acts with
+  std::int64_t policy_version = 0;                 // version of the weights the collector acts with
   std::deque<LocalDeviceHandle> pending_policies;  // deterministic mode: published, not yet due
   std::deque<std::int64_t> restored_policies;      // deterministic resume: held by the stage, not yet due
   std::int64_t not_waited_for = 0;                 // deterministic resume: versions never published again
@@ -135,11 +135,11 @@ struct ReplayState {
   std::shared_ptr<PipelineShared> shared;
   caf::actor collector, learner, supervisor;
   std::unique_ptr<ReplayRatio> ratio;
-  bool finished_sent = false;       // deterministic mode: replay told the collector it is done
-  std::int64_t steps = 0;           // transitions received (incl. a resumed run's count)
-  std::int64_t stored_here = 0;     // the buffer's fill: restored at start + inserted since
-  std::int64_t updates_issued = 0;  // batches sent
-  std::int64_t updates_done = 0;    // priorities received
+  bool finished_sent = false;                            // deterministic mode: replay told the collector it is done
+  std::int64_t steps = 0;                                // transitions received (incl. a resumed run's count)
+  std::int64_t stored_here = 0;                          // the buffer's fill: restored at start + inserted since
+  std::int64_t updates_issued = 0;                       // batches sent
+  std::int64_t updates_done = 0;                         // priorities received
   std::deque<std::pair<int, std::uint64_t>> held_slots;  // enqueued inserts' slots the ratio holds back
   std::deque<int> free_batches;
   std::vector<std::uint64_t> generation;

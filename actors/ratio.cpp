@@ -20,8 +20,8 @@ std::int64_t ReplayRatio::allowed_updates(std::int64_t steps) const {
   if (steps < learning_starts_) return 0;
   // +1: the first update is allowed as soon as learning starts. long double keeps exact integers
   // for any step count a run reaches.
-  return 1 + static_cast<std::int64_t>(std::floor(static_cast<long double>(ratio_) *
-                                                  static_cast<long double>(steps - learning_starts_)));
+  return 1 + static_cast<std::int64_t>(
+                 std::floor(static_cast<long double>(ratio_) * static_cast<long double>(steps - learning_starts_)));
 }
 
 }  // namespace foxhunt::actors

@@ -240,8 +240,8 @@ void read_all(Reader& r, RunConfig& c) {
     // The inline OU keys are left out of the resolved config: the market file says it all.
     for (const char* k : {"kappa", "theta", "sigma", "dt", "fee_bps", "episode_length"})
       r.forbid(k, "not allowed beside env.market (the market file sets it)");
-    r.check(c.env.kind != "cartpole", "env.market = \"" + c.env.market +
-                                          "\": only for env.kind = \"ou_market\" or \"market\", not \"cartpole\"");
+    r.check(c.env.kind != "cartpole",
+            "env.market = \"" + c.env.market + "\": only for env.kind = \"ou_market\" or \"market\", not \"cartpole\"");
   } else {
     r.number("kappa", c.env.kappa, 0.0, 1e4, true);
     r.number("theta", c.env.theta, -1e3, 1e3);
@@ -318,9 +318,9 @@ void read_all(Reader& r, RunConfig& c) {
   r.check(c.pipeline.learning_starts >= c.replay.batch_size,
           "pipeline.learning_starts = " + std::to_string(c.pipeline.learning_starts) +
               ": must be >= replay.batch_size (" + std::to_string(c.replay.batch_size) + ")");
-  r.check(c.replay.capacity >= c.pipeline.learning_starts,
-          "replay.capacity = " + std::to_string(c.replay.capacity) + ": must be >= pipeline.learning_starts (" +
-              std::to_string(c.pipeline.learning_starts) + ")");
+  r.check(c.replay.capacity >= c.pipeline.learning_starts, "replay.capacity = " + std::to_string(c.replay.capacity) +
+                                                               ": must be >= pipeline.learning_starts (" +
+                                                               std::to_string(c.pipeline.learning_starts) + ")");
   r.check(c.replay.capacity >= c.env.num_envs * c.env.steps_per_slot * c.pipeline.slots,
           "replay.capacity = " + std::to_string(c.replay.capacity) +
               ": must hold the slots in flight (env.num_envs * env.steps_per_slot * pipeline.slots = " +
@@ -344,8 +344,8 @@ toml::table parse_toml(const std::string& text, const std::string& source) {
     return toml::parse(text, source);
   } catch (const toml::parse_error& e) {
     std::ostringstream s;
-    s << source << ":" << e.source().begin.line << ":" << e.source().begin.column << ": TOML syntax error: "
-      << e.description();
+    s << source << ":" << e.source().begin.line << ":" << e.source().begin.column
+      << ": TOML syntax error: " << e.description();
     throw std::invalid_argument(s.str());
   }
 }
@@ -388,7 +388,8 @@ std::string detect_config_schema(const std::string& text, const std::string& sou
     if (root.contains(t)) pipeline += (pipeline.empty() ? "[" : ", [") + std::string(t) + "]";
   if (!dqn.empty() && !pipeline.empty())
     throw std::invalid_argument(source + ": mixes the DQN-trainer schema's " + dqn + " with the actor pipeline's " +
-                                pipeline + " (use one schema: [run] [env] [replay] [learner] [pipeline] "
+                                pipeline +
+                                " (use one schema: [run] [env] [replay] [learner] [pipeline] "
                                 "[checkpoint] [logging], or [env] [network] [dqn] [replay] [train])");
   return dqn.empty() ? "pipeline" : "dqn";
 }
@@ -454,8 +455,8 @@ RunConfig run_config_from_dqn(const rl::DqnRunConfig& d, const std::string& sour
   c.pipeline.learning_starts = d.learning_starts;
   c.pipeline.replay_ratio = static_cast<double>(d.updates_per_train) / static_cast<double>(d.train_every);
   if (d.epsilon_end > d.epsilon_start)
-    errors.push_back("dqn.epsilon_end = " + fmt_num(d.epsilon_end) + ": the actor pipeline needs it <= dqn.epsilon_start (" +
-                     fmt_num(d.epsilon_start) + ")");
+    errors.push_back("dqn.epsilon_end = " + fmt_num(d.epsilon_end) +
+                     ": the actor pipeline needs it <= dqn.epsilon_start (" + fmt_num(d.epsilon_start) + ")");
   if (!errors.empty()) {
     std::string msg = source + ": DQN-trainer schema cannot run in the actor pipeline:";
     for (const auto& e : errors) msg += "\n  " + e;
@@ -498,13 +499,15 @@ RunConfig load_run_config(const std::filesystem::path& file, bool* translated) {
       throw std::invalid_argument(file.string() + ": invalid configuration:\n  " + e.what());
     }
     if (c.learner.atoms > 1 && mc.assets > 1)
-      throw std::invalid_argument(file.string() + ": invalid configuration:\n  " + std::string(dqn ? "network" : "learner") +
-                                  ".atoms = " + std::to_string(c.learner.atoms) +
-                                  ": C51 has one branch, but the market has " + std::to_string(mc.assets) +
-                                  " assets (one branch each in the pipeline)");
+      throw std::invalid_argument(
+          file.string() + ": invalid configuration:\n  " + std::string(dqn ? "network" : "learner") +
+          ".atoms = " + std::to_string(c.learner.atoms) + ": C51 has one branch, but the market has " +
+          std::to_string(mc.assets) + " assets (one branch each in the pipeline)");
     if (dqn && !branching && mc.assets > 1)
-      throw std::invalid_argument(file.string() + ": invalid configuration:\n  network.branching = false: the actor "
-                                  "pipeline gives each of the market's " + std::to_string(mc.assets) +
+      throw std::invalid_argument(file.string() +
+                                  ": invalid configuration:\n  network.branching = false: the actor "
+                                  "pipeline gives each of the market's " +
+                                  std::to_string(mc.assets) +
                                   " assets its own branch (BDQ heads) and has no joint action space; set "
                                   "network.branching = true");
   }
@@ -516,7 +519,8 @@ rl::MarketConfig market_config(const RunConfig& c) {
     throw std::invalid_argument("env.kind = \"" + c.env.kind + "\": not a market environment");
   rl::MarketConfig m;
   if (c.env.market.empty()) {
-    if (c.env.kind == "market") throw std::invalid_argument("env.market: missing; env.kind = \"market\" needs a market file");
+    if (c.env.kind == "market")
+      throw std::invalid_argument("env.market: missing; env.kind = \"market\" needs a market file");
     // The inline OU keys: configs/markets/bench_ou.toml's market (one asset, short/flat/long).
     m.assets = 1;
     m.dt = c.env.dt;
@@ -544,11 +548,13 @@ rl::MarketConfig market_config(const RunConfig& c) {
     }
   }
   if (m.action != rl::ActionMode::discrete)
-    throw std::invalid_argument("env.market = \"" + c.env.market +
-                                "\": action.kind = \"continuous\" cannot run in the DQN pipeline (needs discrete levels)");
+    throw std::invalid_argument(
+        "env.market = \"" + c.env.market +
+        "\": action.kind = \"continuous\" cannot run in the DQN pipeline (needs discrete levels)");
   if (m.process == rl::PriceProcess::replay)
-    throw std::invalid_argument("env.market = \"" + c.env.market +
-                                "\": process.kind = \"replay\" is not wired into the actor pipeline yet (OHLCV loading)");
+    throw std::invalid_argument(
+        "env.market = \"" + c.env.market +
+        "\": process.kind = \"replay\" is not wired into the actor pipeline yet (OHLCV loading)");
   if (m.extra_features != 0)
     throw std::invalid_argument("env.market = \"" + c.env.market +
                                 "\": market.extra_features must be 0 (nothing fills the extra block in the pipeline)");

@@ -23,12 +23,12 @@ struct RunConfig {
     std::uint64_t seed = 1;
     std::int64_t total_env_steps = 500'000;
     int device = 0;
-    bool deterministic = false;          // PipelineConfig::deterministic: operations follow the counts
+    bool deterministic = false;  // PipelineConfig::deterministic: operations follow the counts
   } run;
   struct Env {
-    std::string kind = "cartpole";       // cartpole | ou_market | market
+    std::string kind = "cartpole";  // cartpole | ou_market | market
     std::int64_t num_envs = 64;
-    std::int64_t steps_per_slot = 1;     // environment steps per transition slot (rollout length)
+    std::int64_t steps_per_slot = 1;  // environment steps per transition slot (rollout length)
     // ou_market and market: a market config file (configs/markets/*.toml, rl/envs/market_config.hpp).
     // load_run_config resolves a relative path against the run config's folder (and stores it
     // absolute, so the resolved config of a run works from anywhere). Required for kind = market;
@@ -46,21 +46,21 @@ struct RunConfig {
     std::int64_t n_step = 3;
     double gamma = 0.99;
     std::int64_t beta_anneal_updates = 0;  // updates of the beta anneal; 0: the run's expected updates
-    double priority_eps = 1e-6;          // the replay's p = |delta| + eps
+    double priority_eps = 1e-6;            // the replay's p = |delta| + eps
   } replay;
   struct Learner {
     std::vector<std::int64_t> hidden{256, 256};
     double lr = 1e-3;
     bool dueling = true, double_dqn = true;
-    std::string loss = "huber";          // huber | mse
+    std::string loss = "huber";  // huber | mse
     double grad_clip = 10.0;
-    std::string target = "hard";         // hard | polyak
-    double tau = 0.005;                  // polyak only
+    std::string target = "hard";  // hard | polyak
+    double tau = 0.005;           // polyak only
     double epsilon_start = 1.0, epsilon_final = 0.05;
     std::int64_t epsilon_decay_steps = 100'000;  // 0: epsilon_final at once
     // The DQN family (rl::DqnLearnerConfig / models::QNetworkSpec); the defaults are plain DQN.
-    std::string activation = "relu";     // relu | gelu (hidden layers)
-    bool noisy = false;                  // NoisyNet heads (the collector acts with fresh noise per step)
+    std::string activation = "relu";  // relu | gelu (hidden layers)
+    bool noisy = false;               // NoisyNet heads (the collector acts with fresh noise per step)
     double sigma0 = 0.5;
     std::int64_t atoms = 1;              // 1: expected values; >= 2: C51 (one branch only)
     double v_min = -10.0, v_max = 10.0;  // C51 support
@@ -68,15 +68,15 @@ struct RunConfig {
     double lr_end = -1.0;                // < 0 (absent): lr. Needs lr_anneal_updates > 0 to differ from lr
     std::int64_t lr_anneal_updates = 0;  // applied updates of the linear lr -> lr_end anneal
     double adam_eps = 1e-8, adam_beta1 = 0.9, adam_beta2 = 0.999;
-    std::int64_t target_period = 0;      // updates per target update; 0: hard: pipeline.sync_every, polyak: 1
+    std::int64_t target_period = 0;  // updates per target update; 0: hard: pipeline.sync_every, polyak: 1
   } learner;
   struct Pipeline {
-    double replay_ratio = 0.25;          // updates per environment step
+    double replay_ratio = 0.25;  // updates per environment step
     std::int64_t learning_starts = 1'000;
     std::int64_t ratio_slack = 8;
-    int slots = 4;                       // collector transition slots in flight
-    int batches = 3;                     // sampled batches in flight
-    std::int64_t sync_every = 100;       // updates per target sync / policy publication
+    int slots = 4;                  // collector transition slots in flight
+    int batches = 3;                // sampled batches in flight
+    std::int64_t sync_every = 100;  // updates per target sync / policy publication
     // How the host learns that a stage's GPU work completed: "hostfn" (cudaLaunchHostFunc in the
     // stream) or "polled" (one poller thread queries the events: no host function in any stream;
     // 1.04x the slowest stream in bench/pipeline.cu against 1.88x for hostfn on an H200; the
@@ -97,7 +97,7 @@ struct RunConfig {
     bool tensorboard = true;
     bool jsonl = true;
     bool timeline = true;
-    std::string level = "info";          // trace | debug | info | warn | error
+    std::string level = "info";  // trace | debug | info | warn | error
   } logging;
 
   // The pipeline's view (resumed counters are set by the caller).

@@ -114,12 +114,15 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   if (space.kind != rl::ActionSpace::Kind::discrete)
     throw std::invalid_argument("env: the DQN pipeline needs discrete actions (market action.kind = \"discrete\")");
   if (config.learner.atoms > 1 && space.branches > 1)
-    throw std::invalid_argument("learner.atoms = " + std::to_string(config.learner.atoms) + ": C51 has one branch, but the "
-                                "environment has " + std::to_string(space.branches) + " action branches");
+    throw std::invalid_argument("learner.atoms = " + std::to_string(config.learner.atoms) +
+                                ": C51 has one branch, but the "
+                                "environment has " +
+                                std::to_string(space.branches) + " action branches");
   const rl::DqnLearnerConfig lc = dqn_learner_config(config, obs_dim, space.branches, space.choices);
   rl::validate(lc);
   const rl::ReplayConfig rc = dqn_replay_config(config, obs_dim, space.branches);
-  const TransitionSlotLayout layout = TransitionSlotLayout::make(config.env.steps_per_slot, config.env.num_envs, rc.layout);
+  const TransitionSlotLayout layout =
+      TransitionSlotLayout::make(config.env.steps_per_slot, config.env.num_envs, rc.layout);
 
   auto replay = std::make_shared<GpuReplayStage>(rc, layout, config.pipeline.slots, config.pipeline.batches, device);
   // A final checkpoint carries the replay buffer (contents, priorities, sampler and slot state):
@@ -151,8 +154,8 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   if (resume && !replay_restored)
     spdlog::warn("resume: the replay buffer starts empty (the checkpoint has no {})", GpuReplayStage::kCheckpointFile);
   if (resume && !env_restored)
-    spdlog::warn("resume: the environments restart from env seed {} (the checkpoint has no {} state){}", config.run.seed,
-                 config.env.kind, restored ? "" : "; exploration continues from the step count");
+    spdlog::warn("resume: the environments restart from env seed {} (the checkpoint has no {} state){}",
+                 config.run.seed, config.env.kind, restored ? "" : "; exploration continues from the step count");
   auto sync = std::make_shared<PolicyPublishStage>(learner->learner().online_arena().params(), floats, device);
 
   PipelineStages stages;

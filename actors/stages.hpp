@@ -49,8 +49,8 @@ class Stage {
 
 class CollectorStage : public Stage {
  public:
-  virtual int slots() const = 0;                     // transition slots: the collector's credits
-  virtual std::int64_t steps_per_slot() const = 0;   // transitions one filled slot holds
+  virtual int slots() const = 0;                    // transition slots: the collector's credits
+  virtual std::int64_t steps_per_slot() const = 0;  // transitions one filled slot holds
   // Policy forward, action selection and environment step(s) writing slot `slot` (generation
   // `generation`), after the stream waited for `reuse_after` (replay's event from the slot's last
   // ack). The handle's count is steps_per_slot().
@@ -75,7 +75,7 @@ class CollectorStage : public Stage {
 
 class ReplayStage : public Stage {
  public:
-  virtual int batches() const = 0;                // sampled-batch buffers: the learner's credits
+  virtual int batches() const = 0;  // sampled-batch buffers: the learner's credits
   virtual std::int64_t batch_size() const = 0;
   // Transitions already stored when the run starts (a buffer restored on --resume; a host count).
   virtual std::int64_t stored() const { return 0; }

@@ -8,9 +8,12 @@ namespace foxhunt::actors {
 
 const char* kind_name(RunOutcome::Kind k) {
   switch (k) {
-    case RunOutcome::Kind::completed: return "completed";
-    case RunOutcome::Kind::stopped: return "stopped";
-    case RunOutcome::Kind::failed: return "failed";
+    case RunOutcome::Kind::completed:
+      return "completed";
+    case RunOutcome::Kind::stopped:
+      return "stopped";
+    case RunOutcome::Kind::failed:
+      return "failed";
   }
   return "?";
 }
@@ -138,7 +141,9 @@ caf::behavior supervisor_actor(Self* self, std::vector<ChildSpec> specs, Supervi
       [self, latch](finished_atom) {
         stop_all(self, {RunOutcome::Kind::completed, "reached the configured number of environment steps"}, latch);
       },
-      [self, latch](stop_atom, const std::string& why) { stop_all(self, {RunOutcome::Kind::stopped, why}, latch); },
+      [self, latch](stop_atom, const std::string& why) {
+        stop_all(self, {RunOutcome::Kind::stopped, why}, latch);
+      },
       [self, latch](failure_atom, const std::string& why) {
         stop_all(self, {RunOutcome::Kind::failed, why}, latch);
       },

@@ -57,7 +57,7 @@ struct ChildSpec {
 };
 
 struct SupervisorPolicy {
-  int max_restarts = 3;                            // restarts allowed within `window`, all children together
+  int max_restarts = 3;  // restarts allowed within `window`, all children together
   std::chrono::milliseconds window{std::chrono::seconds(10)};
 };
 

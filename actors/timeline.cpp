@@ -42,8 +42,13 @@ std::string chrome_trace_json(const std::vector<BusyInterval>& intervals) {
   for (const auto& [lane, id] : tid)
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", id}, {"args", {{"name", lane}}}});
   for (const auto& i : intervals)
-    events.push_back({{"name", i.name}, {"cat", i.lane}, {"ph", "X"}, {"ts", i.start_us},
-                      {"dur", std::max(0.0, i.end_us - i.start_us)}, {"pid", 0}, {"tid", tid[i.lane]}});
+    events.push_back({{"name", i.name},
+                      {"cat", i.lane},
+                      {"ph", "X"},
+                      {"ts", i.start_us},
+                      {"dur", std::max(0.0, i.end_us - i.start_us)},
+                      {"pid", 0},
+                      {"tid", tid[i.lane]}});
   nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
   return doc.dump();
 }

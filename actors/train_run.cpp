@@ -27,7 +27,8 @@ fs::path resolve_checkpoint(const fs::path& p) {
 }
 
 std::optional<fs::path> run_config_of(const fs::path& checkpoint) {
-  for (const fs::path& f : {checkpoint / "config.resolved.toml", checkpoint.parent_path().parent_path() / "config.resolved.toml"})
+  for (const fs::path& f :
+       {checkpoint / "config.resolved.toml", checkpoint.parent_path().parent_path() / "config.resolved.toml"})
     if (fs::is_regular_file(f)) return f;
   return std::nullopt;
 }
@@ -36,10 +37,14 @@ namespace {
 
 std::string human(double v) {
   char buf[32];
-  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", v / 1e9);
-  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
-  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f", v);
+  if (v >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fG", v / 1e9);
+  else if (v >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+  else if (v >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", v);
   return buf;
 }
 
@@ -62,7 +67,8 @@ class ProgressReporter {
     Scalars scalars = s.scalars;
     if (console_) {
       std::string line = "steps " + human(static_cast<double>(s.counters.env_steps)) + "/" +
-                         human(static_cast<double>(total_)) + " | " + human(sps) + " steps/s | " + human(ups) + " upd/s";
+                         human(static_cast<double>(total_)) + " | " + human(sps) + " steps/s | " + human(ups) +
+                         " upd/s";
       for (const auto& [k, v] : scalars) {
         char buf[64];
         std::snprintf(buf, sizeof buf, " | %s %.4g", k.c_str(), v);
@@ -181,7 +187,8 @@ TrainOutcome run_training(const TrainRequest& req) {
     const RunResult& r = out.result;
     if (!segmented || seg.total_env_steps >= cfg.run.total_env_steps) break;
     // A stop, a failure or a missing checkpoint ends the run here (with that outcome).
-    if (r.outcome.kind != RunOutcome::Kind::completed || !r.final_checkpoint || r.counters.env_steps < seg.total_env_steps)
+    if (r.outcome.kind != RunOutcome::Kind::completed || !r.final_checkpoint ||
+        r.counters.env_steps < seg.total_env_steps)
       break;
     spdlog::info("periodic checkpoint {} (with the replay buffer); continuing from it", r.final_checkpoint->string());
     resume = *r.final_checkpoint;
@@ -189,8 +196,8 @@ TrainOutcome run_training(const TrainRequest& req) {
   }
   const RunResult& r = out.result;
   if (r.overlap >= 0)
-    spdlog::info("timeline {}: overlap (>= 2 streams busy) {:.1f}% of the span", (req.run_dir / "timeline.json").string(),
-                 100.0 * r.overlap);
+    spdlog::info("timeline {}: overlap (>= 2 streams busy) {:.1f}% of the span",
+                 (req.run_dir / "timeline.json").string(), 100.0 * r.overlap);
   reporter.finish_line();
   spdlog::info("run {}: {} ({} env steps, {} updates)", kind_name(r.outcome.kind), r.outcome.reason,
                r.counters.env_steps, r.counters.updates);

@@ -26,11 +26,11 @@ std::optional<std::filesystem::path> run_config_of(const std::filesystem::path& 
 
 struct TrainRequest {
   RunConfig config;
-  std::filesystem::path run_dir;                  // created; config.resolved.toml, metrics, checkpoints/
-  std::optional<std::filesystem::path> resume;    // a checkpoint directory (resolve_checkpoint)
+  std::filesystem::path run_dir;                // created; config.resolved.toml, metrics, checkpoints/
+  std::optional<std::filesystem::path> resume;  // a checkpoint directory (resolve_checkpoint)
   StageOptions stage_options;
-  const std::atomic<int>* stop_signal = nullptr;  // nonzero: stop gracefully (SIGINT/SIGTERM flag)
-  bool console = true;                            // the live progress line on stderr
+  const std::atomic<int>* stop_signal = nullptr;          // nonzero: stop gracefully (SIGINT/SIGTERM flag)
+  bool console = true;                                    // the live progress line on stderr
   std::function<void(const ProgressSnapshot&)> observer;  // called after each progress report (tests)
 };
 

@@ -22,12 +22,14 @@ struct EvalArgs {
 
 void add_eval_command(CLI::App& app) {
   auto args = std::make_shared<EvalArgs>();
-  auto* e = app.add_subcommand("eval", "Run the greedy policy of a checkpoint and report return, Sharpe, drawdown, "
-                                       "turnover beside buy-and-hold");
+  auto* e = app.add_subcommand("eval",
+                               "Run the greedy policy of a checkpoint and report return, Sharpe, drawdown, "
+                               "turnover beside buy-and-hold");
   e->add_option("--checkpoint", args->checkpoint, "checkpoint directory, or a run directory (its latest)")->required();
   e->add_option("--config", args->config, "run configuration (default: the checkpoint's config.resolved.toml)");
   e->add_option("--episodes", args->episodes, "episodes (parallel environments), default 100");
-  auto* seed = e->add_option("--seed", args->seed, "environment seed (default: derived from run.seed, unseen in training)");
+  auto* seed =
+      e->add_option("--seed", args->seed, "environment seed (default: derived from run.seed, unseen in training)");
   e->callback([args, seed] {
     EvalRequest req;
     req.checkpoint = args->checkpoint;

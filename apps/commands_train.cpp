@@ -78,7 +78,9 @@ int train(const TrainArgs& a) {
 void add_train_commands(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   auto* t = app.add_subcommand("train", "Train an agent with the actor pipeline (progress, metrics, checkpoints)");
-  t->add_option("--config", args->config, "TOML run configuration (see configs/)")->required()->check(CLI::ExistingFile);
+  t->add_option("--config", args->config, "TOML run configuration (see configs/)")
+      ->required()
+      ->check(CLI::ExistingFile);
   t->add_option("--resume", args->resume, "checkpoint directory, or a run directory to continue from its latest");
   t->add_option("--run-dir", args->run_dir, "where logs, metrics and checkpoints go (default runs/<name>-<time>)");
   t->callback([args] { set_exit_code(train(*args)); });

@@ -1,6 +1,6 @@
 // foxhunt: the command-line program. Subcommands live in apps/commands_*.cpp.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <exception>
 

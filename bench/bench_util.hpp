@@ -32,8 +32,8 @@ __global__ void busy_wait_kernel(unsigned long long ns) {
 // timing excludes the host's launch latency: the stream time an asynchronous pipeline pays per
 // operation (the host runs ahead). With busy_ns = 0 the stream is idle when fn is launched and
 // the time includes that latency.
-inline double median_ms(const std::function<void(int rep)>& fn, cudaStream_t stream, int warmup = 5,
-                        int reps = 25, unsigned long long busy_ns = 0) {
+inline double median_ms(const std::function<void(int rep)>& fn, cudaStream_t stream, int warmup = 5, int reps = 25,
+                        unsigned long long busy_ns = 0) {
   for (int i = 0; i < warmup; ++i) fn(i);
   gpu::Event start(true), stop(true);
   std::vector<double> times;
@@ -64,13 +64,10 @@ inline double copy_bandwidth_gbs(std::size_t bytes, cudaStream_t stream) {
   gpu::DeviceBuffer<std::byte> a(bytes), b(bytes);
   FH_CHECK(cudaMemsetAsync(a.data(), 0x5A, bytes, stream));
   const double ms = median_ms(
-      [&](int) { FH_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream)); },
-      stream);
+      [&](int) { FH_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream)); }, stream);
   return 2.0 * bytes / (ms * 1e-3) / 1e9;
 }
 
-inline void print_rule(int width = 96) {
-  std::printf("%s\n", std::string(width, '-').c_str());
-}
+inline void print_rule(int width = 96) { std::printf("%s\n", std::string(width, '-').c_str()); }
 
 }  // namespace foxhunt::bench

@@ -40,10 +40,10 @@
 //   total                                                     52 -> 19  (the learner's own: 48 -> 17)
 // A GEMM counts 1 above. Through cuBLASLt it could cost 2-3 nodes (a split-K reduction, an
 // epilogue::globalKernel when the kernel lacks the bias+ReLU+mask epilogue); the standard learner's
-// GEMMs (outputs <= 2^18, k <= 1024) now run as one gpu/linear kernel each, epilogue inside. Left: layer 0's ReLU/bias-grad pass could fold into layer 1's dX GEMM as a
-// cuBLASLt DRELU_BGRAD epilogue (gpu/linear), saving 1 more node.
-// FLOPs per update (counted below): 3 forwards (target B rows, online 2B rows), the weight gradients
-// of every layer and the input gradients of every layer but the first.
+// GEMMs (outputs <= 2^18, k <= 1024) now run as one gpu/linear kernel each, epilogue inside. Left: layer 0's
+// ReLU/bias-grad pass could fold into layer 1's dX GEMM as a cuBLASLt DRELU_BGRAD epilogue (gpu/linear), saving 1 more
+// node. FLOPs per update (counted below): 3 forwards (target B rows, online 2B rows), the weight gradients of every
+// layer and the input gradients of every layer but the first.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -107,7 +107,7 @@ std::unique_ptr<rl::ReplayBuffer> make_replay(std::int64_t batch, cudaStream_t s
   gpu::fill_uniform(next.data(), kRows * kObs, -1.f, 1.f, 1, 1, 0, s);
   gpu::fill_uniform(rew.data(), kRows, -1.f, 1.f, 1, 2, 0, s);
   fill_int<<<gpu::grid_stride_blocks(kRows), gpu::kBlock, 0, s>>>(act.data(), kRows,
-                                                                    static_cast<std::int32_t>(kActions));
+                                                                  static_cast<std::int32_t>(kActions));
   FH_CHECK_LAUNCH();
   fill_flags<<<gpu::grid_stride_blocks(kRows), gpu::kBlock, 0, s>>>(term.data(), kRows, 200);
   FH_CHECK_LAUNCH();
@@ -248,7 +248,8 @@ int main() {
   const char* only_env = std::getenv("FOXHUNT_BENCH_OURS_ONLY");
   const std::string only = only_env ? only_env : "";
   if (!only.empty() && only != "1" && only != "large_fp32" && only != "large_tf32") {
-    std::fprintf(stderr, "foxhunt_bench_dqn: FOXHUNT_BENCH_OURS_ONLY='%s': allowed values are 1, large_fp32, large_tf32\n",
+    std::fprintf(stderr,
+                 "foxhunt_bench_dqn: FOXHUNT_BENCH_OURS_ONLY='%s': allowed values are 1, large_fp32, large_tf32\n",
                  only.c_str());
     return 2;
   }
@@ -260,9 +261,12 @@ int main() {
   std::printf("  cuBLASLt ceiling (4096x1024x1024): fp32 %.1f TFLOP/s, TF32 %.1f TFLOP/s\n", sgemm_fp32, sgemm_tf32);
   if (!only.empty()) {
     const std::string& which = only;
-    if (which == "large_fp32") bench_foxhunt("large_fp32", "large (1024-1024, B 4096)", 1024, 4096, false, ctx);
-    else if (which == "large_tf32") bench_foxhunt("large_tf32", "large TF32", 1024, 4096, true, ctx);
-    else bench_foxhunt("standard_fp32", "standard (256-256, B 256)", 256, 256, false, ctx);
+    if (which == "large_fp32")
+      bench_foxhunt("large_fp32", "large (1024-1024, B 4096)", 1024, 4096, false, ctx);
+    else if (which == "large_tf32")
+      bench_foxhunt("large_tf32", "large TF32", 1024, 4096, true, ctx);
+    else
+      bench_foxhunt("standard_fp32", "standard (256-256, B 256)", 256, 256, false, ctx);
     return 0;
   }
   fox.push_back(bench_foxhunt("standard_fp32", "standard (256-256, B 256)", 256, 256, false, ctx));
@@ -274,15 +278,14 @@ int main() {
   const auto torch = run_torch(script);
 
   bench::print_rule(110);
-  std::printf("%-14s %14s %7s %9s %8s %13s %13s %9s %9s\n", "learner", "foxhunt upd/s", "nodes", "TFLOP/s",
-              "% gemm", "torch eager", "torch graph", "x eager", "x graph");
+  std::printf("%-14s %14s %7s %9s %8s %13s %13s %9s %9s\n", "learner", "foxhunt upd/s", "nodes", "TFLOP/s", "% gemm",
+              "torch eager", "torch graph", "x eager", "x graph");
   bench::print_rule(110);
   for (const auto& f : fox) {
     const double e = find(torch, f.name + "_eager"), g = find(torch, f.name + "_graph");
     const double ceiling = f.name == "large_tf32" ? sgemm_tf32 : sgemm_fp32;
-    std::printf("%-14s %14.0f %7zu %9.1f %8.1f %13.0f %13.0f %9.2f %9.2f\n", f.name.c_str(), f.ups, f.nodes,
-                f.tflops, ceiling > 0 ? 100.0 * f.tflops / ceiling : 0.0, e, g, e > 0 ? f.ups / e : 0.0,
-                g > 0 ? f.ups / g : 0.0);
+    std::printf("%-14s %14.0f %7zu %9.1f %8.1f %13.0f %13.0f %9.2f %9.2f\n", f.name.c_str(), f.ups, f.nodes, f.tflops,
+                ceiling > 0 ? 100.0 * f.tflops / ceiling : 0.0, e, g, e > 0 ? f.ups / e : 0.0, g > 0 ? f.ups / g : 0.0);
   }
   bench::print_rule(110);
   const double std_ups = fox[0].ups, std_graph = find(torch, "standard_fp32_graph");

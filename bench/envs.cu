@@ -63,7 +63,8 @@ Row measure(const std::string& name, rl::VecEnv& env, std::int64_t t, std::int64
   const std::int64_t width = space.width();
   gpu::DeviceBuffer<float> obs(static_cast<std::size_t>(t * n * env.obs_dim()));
   gpu::DeviceBuffer<float> reward(static_cast<std::size_t>(t * n));
-  gpu::DeviceBuffer<std::uint8_t> terminated(static_cast<std::size_t>(t * n)), truncated(static_cast<std::size_t>(t * n));
+  gpu::DeviceBuffer<std::uint8_t> terminated(static_cast<std::size_t>(t * n)),
+      truncated(static_cast<std::size_t>(t * n));
   gpu::DeviceBuffer<std::int32_t> discrete;
   gpu::DeviceBuffer<float> continuous;
   rl::ActionInput actions;
@@ -228,7 +229,8 @@ int main() {
       rl::BenchMarketEnv env(n);
       rows.push_back(measure("bench_market", env, t, rl::bench_market_bytes(n, t, gpu::DType::f32), copy_gbs, stream));
       ours[n] = rows.back().steps_per_s;
-      rows.push_back(measure("bench_market T=1", env, 1, rl::bench_market_bytes(n, 1, gpu::DType::f32), copy_gbs, stream));
+      rows.push_back(
+          measure("bench_market T=1", env, 1, rl::bench_market_bytes(n, 1, gpu::DType::f32), copy_gbs, stream));
     }
     {
       rl::MarketEnv env(gbm8, n);
@@ -265,7 +267,7 @@ int main() {
     double target;
   } targets[] = {{std::int64_t{1} << 20, 1e10}, {std::int64_t{1} << 16, 5e9}};
   for (const auto& tg : targets)
-    std::printf("TARGET bench_market env-steps/s at N=%s: %.3e (target >= %.0e): %s\n", pow2(tg.n).c_str(),
-                ours[tg.n], tg.target, ours[tg.n] >= tg.target ? "PASS" : "FAIL");
+    std::printf("TARGET bench_market env-steps/s at N=%s: %.3e (target >= %.0e): %s\n", pow2(tg.n).c_str(), ours[tg.n],
+                tg.target, ours[tg.n] >= tg.target ? "PASS" : "FAIL");
   return 0;
 }

@@ -63,7 +63,7 @@ const char* market_name(Market m) { return m == Market::ou ? "ou" : (m == Market
 struct Recipe {
   std::string name;
   Market market = Market::ou;
-  bool own_reward = true;         // false: reward.kind = log_return, reward.scale = reward_scale
+  bool own_reward = true;  // false: reward.kind = log_return, reward.scale = reward_scale
   double reward_scale = 1.0;
   double turnover_penalty = 0.0;  // added to reward.turnover_penalty (applied before the scale)
   bool level = false;             // observation.price_level (one column per asset)
@@ -73,8 +73,8 @@ struct Recipe {
   float gamma = 0.99f;
   int n_step = 3;
   std::int64_t batch = 256;
-  std::int64_t updates = 1;       // per vector step (64 transitions)
-  double eps_fraction = 0.5;      // epsilon 1 -> eps_end over this fraction of the steps
+  std::int64_t updates = 1;   // per vector step (64 transitions)
+  double eps_fraction = 0.5;  // epsilon 1 -> eps_end over this fraction of the steps
   float eps_end = 0.02f;
   float tau = 0.005f;
 };
@@ -106,21 +106,38 @@ std::vector<Recipe> make_recipes() {
   r.push_back(ou("ou.base", false, false, 1));
   r.push_back(ou("ou.logret100.u2", false, true, 2));
   // A 256-return window: the path pins the OU level down better (R^2 0.71 instead of 0.23).
-  { auto x = ou("ou.w256.logret100.u2", false, true, 2); x.window = 256; r.push_back(x); }
+  {
+    auto x = ou("ou.w256.logret100.u2", false, true, 2);
+    x.window = 256;
+    r.push_back(x);
+  }
   // OU with the level feature (what the oracle sees), then reward, replay ratio, horizon.
   r.push_back(ou("ou.level", true, false, 1));
   r.push_back(ou("ou.level.u2", true, false, 2));
   r.push_back(ou("ou.level.logret100.u2", true, true, 2));
   r.push_back(ou("ou.level.logret100.u4", true, true, 4));
-  { auto x = ou("ou.level.logret100.u2.g95n5", true, true, 2); x.gamma = 0.95f; x.n_step = 5; r.push_back(x); }
+  {
+    auto x = ou("ou.level.logret100.u2.g95n5", true, true, 2);
+    x.gamma = 0.95f;
+    x.n_step = 5;
+    r.push_back(x);
+  }
   // BDQ on the 8-asset GBM market (drifts 2-9 %/yr, nothing else to predict): the test's recipe,
   // the reward change, a 1-return window (GBM returns are unpredictable: the 256 window inputs are
   // noise a greedy policy can overfit and churn on), and a turnover penalty on top.
   r.push_back(bdq("gbm8.base", Market::gbm8, false, false, 1));
   r.push_back(bdq("gbm8.logret100.u2", Market::gbm8, false, true, 2));
-  { auto x = bdq("gbm8.w1.logret100.u2", Market::gbm8, false, true, 2); x.window = 1; r.push_back(x); }
-  { auto x = bdq("gbm8.w1.logret100.turn1e-3.u2", Market::gbm8, false, true, 2); x.window = 1;
-    x.turnover_penalty = 1e-3; r.push_back(x); }
+  {
+    auto x = bdq("gbm8.w1.logret100.u2", Market::gbm8, false, true, 2);
+    x.window = 1;
+    r.push_back(x);
+  }
+  {
+    auto x = bdq("gbm8.w1.logret100.turn1e-3.u2", Market::gbm8, false, true, 2);
+    x.window = 1;
+    x.turnover_penalty = 1e-3;
+    r.push_back(x);
+  }
   // BDQ on 8 OU assets (ou8_correlated: the gbm8 market with OU prices, kappa 5, its sigmas): a
   // per-asset signal.
   r.push_back(bdq("ou8.level.logret100.u2", Market::ou8, true, true, 2));
@@ -136,8 +153,9 @@ std::filesystem::path configs_dir(const std::string& arg) {
 }
 
 MarketConfig market_config(const Recipe& r, const std::filesystem::path& dir) {
-  const char* file = r.market == Market::ou ? "ou_mean_reversion.toml"
-                                            : (r.market == Market::gbm8 ? "gbm8_correlated.toml" : "ou8_correlated.toml");
+  const char* file = r.market == Market::ou
+                         ? "ou_mean_reversion.toml"
+                         : (r.market == Market::gbm8 ? "gbm8_correlated.toml" : "ou8_correlated.toml");
   MarketConfig mc = load_market_config(dir / "markets" / file);
   if (!r.own_reward) {
     mc.reward = RewardKind::log_return;
@@ -239,13 +257,20 @@ Args parse(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (k == "--steps") a.steps = std::stoll(next());
-    else if (k == "--seeds") a.seeds = std::stoi(next());
-    else if (k == "--budget") a.budget = std::stod(next());
-    else if (k == "--parallel") a.parallel = std::stoi(next());
-    else if (k == "--only") a.only = next();
-    else if (k == "--configs") a.configs = next();
-    else if (k == "--list") a.list = true;
+    if (k == "--steps")
+      a.steps = std::stoll(next());
+    else if (k == "--seeds")
+      a.seeds = std::stoi(next());
+    else if (k == "--budget")
+      a.budget = std::stod(next());
+    else if (k == "--parallel")
+      a.parallel = std::stoi(next());
+    else if (k == "--only")
+      a.only = next();
+    else if (k == "--configs")
+      a.configs = next();
+    else if (k == "--list")
+      a.list = true;
     else {
       std::fprintf(stderr,
                    "usage: %s [--steps N] [--seeds K] [--budget S] [--parallel K] [--only SUBSTR] [--configs DIR] "
@@ -277,10 +302,11 @@ int sweep_main(int argc, char** argv) {
   const std::filesystem::path dir = configs_dir(args.configs);
   const int jobs = static_cast<int>(recipes.size()) * args.seeds;
   const int parallel = args.parallel > 0 ? std::min(args.parallel, jobs) : jobs;
-  std::printf("learning sweep: %d runs (%zu recipes x %d seeds), %lld steps each, %lld envs, %d at once, budget %.0f s, "
-              "configs %s\n",
-              jobs, recipes.size(), args.seeds, static_cast<long long>(args.steps), static_cast<long long>(MarketDqnRun::kEnvs),
-              parallel, args.budget, dir.string().c_str());
+  std::printf(
+      "learning sweep: %d runs (%zu recipes x %d seeds), %lld steps each, %lld envs, %d at once, budget %.0f s, "
+      "configs %s\n",
+      jobs, recipes.size(), args.seeds, static_cast<long long>(args.steps), static_cast<long long>(MarketDqnRun::kEnvs),
+      parallel, args.budget, dir.string().c_str());
   std::fflush(stdout);
 
   gpu::DeviceContext ctx(0, parallel);
@@ -333,8 +359,9 @@ int sweep_main(int argc, char** argv) {
         last_print = seconds_since(t0);
         std::printf("[%4.0f s] k steps:", last_print);
         for (const auto& run : wave)
-          if (run) std::printf(" %s=%lld", run->recipe.name.c_str(),
-                               static_cast<long long>(run->progress.load(std::memory_order_relaxed) / 1000));
+          if (run)
+            std::printf(" %s=%lld", run->recipe.name.c_str(),
+                        static_cast<long long>(run->progress.load(std::memory_order_relaxed) / 1000));
         std::printf("\n");
         std::fflush(stdout);
       }

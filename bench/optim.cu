@@ -144,8 +144,9 @@ void bench_linear(const DeviceContext& ctx) {
     }
   }
   bench::print_rule(128);
-  std::printf("ratio = ours / cublasSgemm TFLOP/s. Ours includes the fused bias (+ act) in the forward and the\n"
-              "d_bias reduction (+ act') in the backward; sgemm does the bare GEMMs.\n");
+  std::printf(
+      "ratio = ours / cublasSgemm TFLOP/s. Ours includes the fused bias (+ act) in the forward and the\n"
+      "d_bias reduction (+ act') in the backward; sgemm does the bare GEMMs.\n");
   cublasDestroy(handle);
 }
 

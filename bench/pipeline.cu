@@ -75,7 +75,8 @@ class KernelClock {
   // After the streams are idle: every kernel's name and (start, end) in ns.
   std::vector<Stamp> read() const {
     std::vector<unsigned long long> h(static_cast<std::size_t>(used_) * 2);
-    if (!h.empty()) FH_CHECK(cudaMemcpy(h.data(), stamps_, h.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    if (!h.empty())
+      FH_CHECK(cudaMemcpy(h.data(), stamps_, h.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
     std::vector<Stamp> out;
     for (std::size_t i = 0; i < names_.size(); ++i) out.push_back({names_[i], h[2 * i], h[2 * i + 1]});
     return out;
@@ -117,10 +118,10 @@ class SpinBase {
   KernelClock clock_;
 };
 
-#define SPIN_PLUMBING                                                                  \
-  void wait(std::uint64_t e) override { lane_.wait(e); }                               \
+#define SPIN_PLUMBING                                                                   \
+  void wait(std::uint64_t e) override { lane_.wait(e); }                                \
   void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); } \
-  void synchronize() override { lane_.synchronize(); }                                 \
+  void synchronize() override { lane_.synchronize(); }                                  \
   std::string health() override { return lane_.health(); }
 
 class SpinCollector final : public CollectorStage, public SpinBase {
@@ -150,7 +151,10 @@ class SpinCollector final : public CollectorStage, public SpinBase {
 class SpinReplay final : public ReplayStage, public SpinBase {
  public:
   SpinReplay(StreamTimeline* t, StageTimes st, int slots, int batches, std::int64_t batch)
-      : SpinBase(t, "replay"), st_(st), ins_(static_cast<std::size_t>(slots)), bat_(static_cast<std::size_t>(batches)),
+      : SpinBase(t, "replay"),
+        st_(st),
+        ins_(static_cast<std::size_t>(slots)),
+        bat_(static_cast<std::size_t>(batches)),
         batch_(batch) {}
   SPIN_PLUMBING
   int batches() const override { return static_cast<int>(bat_.size()); }
@@ -159,7 +163,9 @@ class SpinReplay final : public ReplayStage, public SpinBase {
     lane_.wait(h.event);
     return work("insert", st_.insert_us, ins_[static_cast<std::size_t>(h.slot)]).event;
   }
-  LocalDeviceHandle sample(int b, std::uint64_t) override { return work("sample", st_.sample_us, bat_[static_cast<std::size_t>(b)]); }
+  LocalDeviceHandle sample(int b, std::uint64_t) override {
+    return work("sample", st_.sample_us, bat_[static_cast<std::size_t>(b)]);
+  }
   void update_priorities(int, const LocalDeviceHandle& td) override {
     lane_.wait(td.event);
     const int tok = lane_.begin("priorities");
@@ -220,7 +226,8 @@ std::vector<BusyInterval> kernel_intervals(const std::vector<const SpinBase*>& s
   std::vector<BusyInterval> out;
   for (const auto& [lane, v] : all)
     for (const auto& k : v)
-      out.push_back({lane, k.what, static_cast<double>(k.start - origin) / 1e3, static_cast<double>(k.end - origin) / 1e3});
+      out.push_back(
+          {lane, k.what, static_cast<double>(k.start - origin) / 1e3, static_cast<double>(k.end - origin) / 1e3});
   return out;
 }
 
@@ -261,7 +268,8 @@ int main() {
     spin(st.collect_us, serial);
     spin(st.insert_us, serial);
     const std::int64_t steps = (k + 1) * steps_per_slot;
-    while (steps >= cfg.learning_starts && u < static_cast<std::int64_t>((steps - cfg.learning_starts) * cfg.replay_ratio)) {
+    while (steps >= cfg.learning_starts &&
+           u < static_cast<std::int64_t>((steps - cfg.learning_starts) * cfg.replay_ratio)) {
       spin(st.sample_us, serial);
       spin(st.update_us, serial);
       spin(1.0, serial);
@@ -379,20 +387,23 @@ int main() {
     const Result& x = e.second;
     std::printf("%-14s %10.2f %10.2f %9.2f %9.2f %14.0f %12.0f %8.1f%% %11.2fx", e.first.c_str(), x.wall_ms, x.span_ms,
                 x.startup_ms, x.shutdown_ms, static_cast<double>(x.counters.env_steps) / (x.wall_ms / 1e3),
-                static_cast<double>(x.counters.updates) / (x.wall_ms / 1e3), 100.0 * x.overlap, x.wall_ms / x.slowest_ms);
+                static_cast<double>(x.counters.updates) / (x.wall_ms / 1e3), 100.0 * x.overlap,
+                x.wall_ms / x.slowest_ms);
     if (!x.candidate) std::printf("  (events busy: %.2fx)", x.wall_ms / x.slowest_event_ms);
     std::printf("\n");
     if (x.candidate && (!best || x.wall_ms / x.slowest_ms < best->second.wall_ms / best->second.slowest_ms)) best = &e;
   }
-  std::printf("(wall: the whole run_pipeline call, actor-system start-up and shutdown included; span: first to last "
-              "spin kernel; overlap: time with >= 2 streams running kernels / wall; wall/slowest against the slowest "
-              "stream's own kernel time; timelines from kernel clocks in pipeline_timeline_<mode>.json, the event "
-              "timeline in pipeline_timeline_polled-events_events.json)\n");
+  std::printf(
+      "(wall: the whole run_pipeline call, actor-system start-up and shutdown included; span: first to last "
+      "spin kernel; overlap: time with >= 2 streams running kernels / wall; wall/slowest against the slowest "
+      "stream's own kernel time; timelines from kernel clocks in pipeline_timeline_<mode>.json, the event "
+      "timeline in pipeline_timeline_polled-events_events.json)\n");
   const Result& top = best->second;
   const double ratio = top.wall_ms / top.slowest_ms;
-  std::printf("TARGET pipeline (%s): wall %.2f ms = %.2f x the slowest stream (%s, %.2f ms of its own kernels) "
-              "(target <= 1.15): %s\n",
-              best->first.c_str(), top.wall_ms, ratio, top.slowest_lane.c_str(), top.slowest_ms,
-              ratio <= 1.15 ? "PASS" : "FAIL");
+  std::printf(
+      "TARGET pipeline (%s): wall %.2f ms = %.2f x the slowest stream (%s, %.2f ms of its own kernels) "
+      "(target <= 1.15): %s\n",
+      best->first.c_str(), top.wall_ms, ratio, top.slowest_lane.c_str(), top.slowest_ms,
+      ratio <= 1.15 ? "PASS" : "FAIL");
   return 0;
 }

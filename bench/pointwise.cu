@@ -56,8 +56,8 @@ int main() {
   fh::gpu::Stream stream;
 
   const double copy_gbs = fh::bench::copy_bandwidth_gbs(std::size_t{1} << 30, stream);
-  std::printf("device %s, %d SMs; copy ceiling (1 GiB D2D, read + write) %.1f GB/s\n", dev.name.c_str(),
-              dev.sm_count, copy_gbs);
+  std::printf("device %s, %d SMs; copy ceiling (1 GiB D2D, read + write) %.1f GB/s\n", dev.name.c_str(), dev.sm_count,
+              copy_gbs);
 
   constexpr std::int64_t kMax = 100'000'000;
   fh::gpu::DeviceBuffer<float> a(kMax), b(kMax), out(kMax);
@@ -70,15 +70,18 @@ int main() {
   const std::int64_t sizes[] = {10'000, 100'000, 1'000'000, 10'000'000, 100'000'000};
   std::vector<Row> rows;
   for (std::int64_t n : sizes) {
-    rows.push_back({"axpby", n, 12.0 * n, fh::bench::median_ms([&](int) {
-                      fh::gpu::axpby(out.data(), a.data(), 0.9f, b.data(), -1.1f, n, stream);
-                    }, stream)});
-    rows.push_back({"gelu_forward", n, 8.0 * n, fh::bench::median_ms([&](int) {
-                      fh::gpu::activation_forward(out.data(), a.data(), n, fh::gpu::Activation::gelu, 0.0f, stream);
-                    }, stream)});
-    rows.push_back({"cast_f32_to_bf16", n, 6.0 * n, fh::bench::median_ms([&](int) {
-                      fh::gpu::cast_f32_to_bf16(out_bf16.data(), a.data(), n, stream);
-                    }, stream)});
+    rows.push_back({"axpby", n, 12.0 * n,
+                    fh::bench::median_ms(
+                        [&](int) { fh::gpu::axpby(out.data(), a.data(), 0.9f, b.data(), -1.1f, n, stream); }, stream)});
+    rows.push_back({"gelu_forward", n, 8.0 * n,
+                    fh::bench::median_ms(
+                        [&](int) {
+                          fh::gpu::activation_forward(out.data(), a.data(), n, fh::gpu::Activation::gelu, 0.0f, stream);
+                        },
+                        stream)});
+    rows.push_back(
+        {"cast_f32_to_bf16", n, 6.0 * n,
+         fh::bench::median_ms([&](int) { fh::gpu::cast_f32_to_bf16(out_bf16.data(), a.data(), n, stream); }, stream)});
   }
 
   fh::bench::print_rule();

@@ -11,8 +11,8 @@
 // PyTorch and the CPU tree: a design that moves work from one operation to another (e.g. a lazy
 // tree rebuilt at sample time, measured on the H200 and dropped: step 42.7 us against 35.9 us)
 // shows there. Each timing is one operation
-// between two events, median of many, in two ways: "stream us" with the stream kept busy while the host enqueues the operation (the
-// operation's own GPU time, what the asynchronous pipeline pays: the host runs ahead), and
+// between two events, median of many, in two ways: "stream us" with the stream kept busy while the host enqueues the
+// operation (the operation's own GPU time, what the asynchronous pipeline pays: the host runs ahead), and
 // "host-launched us" with an idle stream (adds the host's launch latency). The targets and ratios
 // use stream time; the PyTorch baseline is measured the same way (torch.cuda._sleep first).
 //
@@ -195,7 +195,8 @@ Cycle median_cycle(const std::function<void()>& insert, const std::function<void
     }
     ev[3].synchronize();
     for (int o = 0; o < 3; ++o)
-      t[o].push_back(gpu::Event::elapsed_ms(ev[static_cast<std::size_t>(o)], ev[static_cast<std::size_t>(o) + 1]) * 1e3);
+      t[o].push_back(gpu::Event::elapsed_ms(ev[static_cast<std::size_t>(o)], ev[static_cast<std::size_t>(o) + 1]) *
+                     1e3);
     t[3].push_back(gpu::Event::elapsed_ms(ev[0], ev[3]) * 1e3);
   }
   const auto median = [reps](std::vector<double>& v) {
@@ -233,9 +234,11 @@ void bench_ours(std::int64_t capacity, cudaStream_t s) {
     gpu::DeviceBuffer<float> td(static_cast<std::size_t>(chunk));
     for (std::int64_t first = 0; first < capacity; first += chunk) {
       launch_fill([&](int b) { fill_iota<<<b, gpu::kBlock, 0, s>>>(idx.data(), chunk, first); }, chunk);
-      launch_fill([&](int b) {
-        fill_uniform<<<b, gpu::kBlock, 0, s>>>(td.data(), chunk, static_cast<std::uint32_t>(first), 0.f, 3.f);
-      }, chunk);
+      launch_fill(
+          [&](int b) {
+            fill_uniform<<<b, gpu::kBlock, 0, s>>>(td.data(), chunk, static_cast<std::uint32_t>(first), 0.f, 3.f);
+          },
+          chunk);
       rb.update_priorities(idx.data(), td.data(), chunk, s);
     }
     FH_CHECK(cudaStreamSynchronize(s));
@@ -266,8 +269,10 @@ void bench_ours(std::int64_t capacity, cudaStream_t s) {
     // The update is one kernel: a direct call, as the insert (a graph of one node adds only the
     // graph launch's own overhead, ~2 us of stream time on an H200).
     const auto update_direct = [&] { rb.update_priorities(out.view().indices, td.data(), B, s); };
-    const Cycle busy = median_cycle(insert, [&] { sample.replay(s); }, update_direct, s, true);
-    const Cycle idle = median_cycle(insert, [&] { sample.replay(s); }, update_direct, s, false);
+    const Cycle busy = median_cycle(
+        insert, [&] { sample.replay(s); }, update_direct, s, true);
+    const Cycle idle = median_cycle(
+        insert, [&] { sample.replay(s); }, update_direct, s, false);
     const char* ops[3] = {"insert", "sample", "update"};
     for (int o = 0; o < 3; ++o) {
       g_rows[{ops[o], B, capacity}].ours_us = busy.op_us[o];
@@ -301,11 +306,18 @@ void bench_ours(std::int64_t capacity, cudaStream_t s) {
 class CpuReplay {
  public:
   explicit CpuReplay(std::int64_t capacity)
-      : n_(capacity), sum_(2 * capacity, 0.f), min_(2 * capacity, INFINITY), obs_(capacity * kObsDim),
-        actions_(capacity), returns_(capacity), discounts_(capacity), boot_(capacity) {
+      : n_(capacity),
+        sum_(2 * capacity, 0.f),
+        min_(2 * capacity, INFINITY),
+        obs_(capacity * kObsDim),
+        actions_(capacity),
+        returns_(capacity),
+        discounts_(capacity),
+        boot_(capacity) {
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> pr(0.f, 3.f);
-    for (std::int64_t i = 0; i < n_ * kObsDim; ++i) obs_[i] = static_cast<float>((i * 2654435761u) & 0xFFFF) * 1e-4f + 1e-3f;
+    for (std::int64_t i = 0; i < n_ * kObsDim; ++i)
+      obs_[i] = static_cast<float>((i * 2654435761u) & 0xFFFF) * 1e-4f + 1e-3f;
     for (std::int64_t i = 0; i < n_; ++i) {
       actions_[i] = static_cast<std::int32_t>(i % 8);
       returns_[i] = 0.5f;
@@ -493,11 +505,13 @@ std::string fmt(double v, const char* f = "%.1f") {
 
 void report() {
   std::printf("\nPrioritized replay (obs 64 f32, n = 3, alpha %.1f): median latency of one operation\n", kAlpha);
-  std::printf("ours: sample as a CUDA graph replay, insert and update as direct calls (one kernel each), timed in\n"
-              "the learner's order insert, sample, update\n");
+  std::printf(
+      "ours: sample as a CUDA graph replay, insert and update as direct calls (one kernel each), timed in\n"
+      "the learner's order insert, sample, update\n");
   std::printf("ours: graph nodes per call: sample %zu, update %zu\n", g_launches["sample"], g_launches["update"]);
-  std::printf("stream us: the operation's GPU time (stream kept busy while the host enqueues it; the targets);\n"
-              "host-launched us: the same with an idle stream, including the host's launch latency\n");
+  std::printf(
+      "stream us: the operation's GPU time (stream kept busy while the host enqueues it; the targets);\n"
+      "host-launched us: the same with an idle stream, including the host's launch latency\n");
   bench::print_rule(134);
   std::printf("%-8s %6s %10s %11s %15s %12s %12s %10s %10s %14s\n", "op", "batch", "capacity", "stream us",
               "host-launched", "PyTorch us", "CPU tree us", "x PyTorch", "x CPU", "ours Mtrans/s");
@@ -508,10 +522,9 @@ void report() {
         const Row& r = g_rows[{op, B, C}];
         const double mts = std::string(op) == "insert" ? B / r.ours_us : NAN;  // transitions per us = M/s
         std::printf("%-8s %6lld %10lld %11s %15s %12s %12s %10s %10s %14s\n", op, static_cast<long long>(B),
-                    static_cast<long long>(C), fmt(r.ours_us, "%.2f").c_str(),
-                    fmt(r.ours_launched_us, "%.2f").c_str(), fmt(r.torch_us).c_str(),
-                    fmt(r.cpu_us).c_str(), fmt(r.torch_us / r.ours_us).c_str(), fmt(r.cpu_us / r.ours_us).c_str(),
-                    fmt(mts).c_str());
+                    static_cast<long long>(C), fmt(r.ours_us, "%.2f").c_str(), fmt(r.ours_launched_us, "%.2f").c_str(),
+                    fmt(r.torch_us).c_str(), fmt(r.cpu_us).c_str(), fmt(r.torch_us / r.ours_us).c_str(),
+                    fmt(r.cpu_us / r.ours_us).c_str(), fmt(mts).c_str());
       }
   bench::print_rule(134);
   // A learning step's replay cost: the three summed (the work did not just move between them).
@@ -524,21 +537,23 @@ void report() {
         torch += r.torch_us;
         cpu += r.cpu_us;
       }
-      std::printf("step (insert + sample + update) batch %lld capacity %lld: ours %s us (measured cycle %s us), "
-                  "PyTorch %s us (%sx), CPU tree %s us (%sx)\n",
-                  static_cast<long long>(B), static_cast<long long>(C), fmt(ours, "%.2f").c_str(),
-                  fmt(g_cycle_us[{B, C}], "%.2f").c_str(), fmt(torch).c_str(), fmt(torch / ours).c_str(),
-                  fmt(cpu).c_str(), fmt(cpu / ours).c_str());
+      std::printf(
+          "step (insert + sample + update) batch %lld capacity %lld: ours %s us (measured cycle %s us), "
+          "PyTorch %s us (%sx), CPU tree %s us (%sx)\n",
+          static_cast<long long>(B), static_cast<long long>(C), fmt(ours, "%.2f").c_str(),
+          fmt(g_cycle_us[{B, C}], "%.2f").c_str(), fmt(torch).c_str(), fmt(torch / ours).c_str(), fmt(cpu).c_str(),
+          fmt(cpu / ours).c_str());
     }
   bench::print_rule(134);
   // The ceiling of a latency: what the same timing gives for (nearly) no work.
   for (std::int64_t C : kCapacities)
     for (std::int64_t B : kBatches) {
       const Floor& f = g_floor[{B, C}];
-      std::printf("floor batch %lld capacity %lld: empty kernel %s us; one 64-bit atomicMax per sampled index "
-                  "(nothing above the leaves) %s us\n",
-                  static_cast<long long>(B), static_cast<long long>(C), fmt(f.empty_us, "%.2f").c_str(),
-                  fmt(f.scatter_us, "%.2f").c_str());
+      std::printf(
+          "floor batch %lld capacity %lld: empty kernel %s us; one 64-bit atomicMax per sampled index "
+          "(nothing above the leaves) %s us\n",
+          static_cast<long long>(B), static_cast<long long>(C), fmt(f.empty_us, "%.2f").c_str(),
+          fmt(f.scatter_us, "%.2f").c_str());
     }
   bench::print_rule(134);
 
@@ -552,8 +567,8 @@ void report() {
     std::printf("TARGET %s latency, stream time (2^24, 4096): %s us (target <= %.0f us): %s\n", name.at(op).c_str(),
                 fmt(r.ours_us, "%.2f").c_str(), lim, r.ours_us <= lim ? "PASS" : "FAIL");
     const double xt = r.torch_us / r.ours_us, xc = r.cpu_us / r.ours_us;
-    std::printf("TARGET %s vs PyTorch (2^24, 4096): %sx (target >= 5x): %s\n", name.at(op).c_str(),
-                fmt(xt).c_str(), std::isnan(xt) ? "SKIPPED" : (xt >= 5.0 ? "PASS" : "FAIL"));
+    std::printf("TARGET %s vs PyTorch (2^24, 4096): %sx (target >= 5x): %s\n", name.at(op).c_str(), fmt(xt).c_str(),
+                std::isnan(xt) ? "SKIPPED" : (xt >= 5.0 ? "PASS" : "FAIL"));
     std::printf("TARGET %s vs CPU sum tree (2^24, 4096): %sx (target >= 100x): %s\n", name.at(op).c_str(),
                 fmt(xc).c_str(), std::isnan(xc) ? "SKIPPED" : (xc >= 100.0 ? "PASS" : "FAIL"));
   }

@@ -62,17 +62,18 @@ int main() {
     fg::DeviceBuffer<float> in(n), out(std::max<std::int64_t>(n, 2));
     randomize(in, 1234 + n, stream);
     fg::DeviceBuffer<std::byte> ws(fg::reduce_workspace_bytes(n));
-    rows.push_back({"reduce_sum", n, 4.0 * n, fb::median_ms([&](int) {
-                      fg::reduce_sum(out.data(), in.data(), n, ws.data(), stream);
-                    }, stream)});
-    rows.push_back({"reduce_mean_var", n, 4.0 * n, fb::median_ms([&](int) {
-                      fg::reduce_mean_var(out.data(), out.data() + 1, in.data(), n, ws.data(), stream);
-                    }, stream)});
+    rows.push_back({"reduce_sum", n, 4.0 * n,
+                    fb::median_ms([&](int) { fg::reduce_sum(out.data(), in.data(), n, ws.data(), stream); }, stream)});
+    rows.push_back(
+        {"reduce_mean_var", n, 4.0 * n,
+         fb::median_ms([&](int) { fg::reduce_mean_var(out.data(), out.data() + 1, in.data(), n, ws.data(), stream); },
+                       stream)});
     const std::size_t scan_bytes = fg::scan_workspace_bytes<float>(n);
     fg::DeviceBuffer<std::byte> scan_ws(scan_bytes);
-    rows.push_back({"inclusive_scan_f32", n, 8.0 * n, fb::median_ms([&](int) {
-                      fg::inclusive_scan(out.data(), in.data(), n, scan_ws.data(), scan_bytes, stream);
-                    }, stream)});
+    rows.push_back(
+        {"inclusive_scan_f32", n, 8.0 * n,
+         fb::median_ms([&](int) { fg::inclusive_scan(out.data(), in.data(), n, scan_ws.data(), scan_bytes, stream); },
+                       stream)});
   }
   for (std::int64_t n : kSizes) {
     const std::int64_t r = std::max<std::int64_t>(1, n / kCols), elems = r * kCols;
@@ -80,13 +81,15 @@ int main() {
     randomize(in, 99 + n, stream);
     randomize(gamma, 7, stream);
     randomize(beta, 8, stream);
-    rows.push_back({"softmax_forward", elems, 8.0 * elems, fb::median_ms([&](int) {
-                      fg::softmax_forward(out.data(), in.data(), r, kCols, stream);
-                    }, stream)});
-    rows.push_back({"layernorm_forward", elems, 8.0 * elems, fb::median_ms([&](int) {
-                      fg::layernorm_forward(out.data(), mean.data(), rstd.data(), in.data(), gamma.data(), beta.data(),
-                                            r, kCols, 1e-5f, stream);
-                    }, stream)});
+    rows.push_back({"softmax_forward", elems, 8.0 * elems,
+                    fb::median_ms([&](int) { fg::softmax_forward(out.data(), in.data(), r, kCols, stream); }, stream)});
+    rows.push_back({"layernorm_forward", elems, 8.0 * elems,
+                    fb::median_ms(
+                        [&](int) {
+                          fg::layernorm_forward(out.data(), mean.data(), rstd.data(), in.data(), gamma.data(),
+                                                beta.data(), r, kCols, 1e-5f, stream);
+                        },
+                        stream)});
   }
   FH_CHECK(cudaStreamSynchronize(stream));
 
@@ -104,8 +107,11 @@ int main() {
     const char* op;
     double pct;
   };
-  const Target targets[] = {{"reduce_sum", 80},        {"reduce_mean_var", 80},   {"inclusive_scan_f32", 70},
-                            {"softmax_forward", 70},   {"layernorm_forward", 70}};
+  const Target targets[] = {{"reduce_sum", 80},
+                            {"reduce_mean_var", 80},
+                            {"inclusive_scan_f32", 70},
+                            {"softmax_forward", 70},
+                            {"layernorm_forward", 70}};
   for (const Target& t : targets) {
     const Row* largest = nullptr;
     for (const Row& row : rows)

@@ -59,8 +59,7 @@ __global__ void fill_small_ints(float* f, std::int32_t* k, std::int64_t n, std::
   }
 }
 
-__global__ void count_mismatches(unsigned long long* bad, const float* got, const std::int32_t* want,
-                                 std::int64_t n) {
+__global__ void count_mismatches(unsigned long long* bad, const float* got, const std::int32_t* want, std::int64_t n) {
   unsigned long long mine = 0;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
@@ -199,15 +198,20 @@ int main() {
     fg::DeviceBuffer<std::byte> ws(ws_bytes);
     for (Variant& v : variants) {
       if (v.config < 0) {
-        v.ms[s] = fb::median_ms([&](int) {
-          std::size_t bytes = cub_bytes;
-          FH_CHECK(cub::DeviceScan::InclusiveSum(ws.data(), bytes, in.data(), out.data(), static_cast<int>(n), stream));
-        }, stream);
+        v.ms[s] = fb::median_ms(
+            [&](int) {
+              std::size_t bytes = cub_bytes;
+              FH_CHECK(
+                  cub::DeviceScan::InclusiveSum(ws.data(), bytes, in.data(), out.data(), static_cast<int>(n), stream));
+            },
+            stream);
       } else {
         const std::size_t bytes = fg::detail::scan_f32_config_workspace_bytes(v.config, n);
-        v.ms[s] = fb::median_ms([&](int) {
-          fg::detail::scan_f32_config(out.data(), in.data(), n, false, v.config, ws.data(), bytes, stream);
-        }, stream);
+        v.ms[s] = fb::median_ms(
+            [&](int) {
+              fg::detail::scan_f32_config(out.data(), in.data(), n, false, v.config, ws.data(), bytes, stream);
+            },
+            stream);
       }
     }
   }

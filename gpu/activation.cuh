@@ -101,30 +101,48 @@ __host__ __device__ __forceinline__ float activate_grad(float x, float param) {
 // Runtime-selected spellings. An out-of-range `act` returns NaN (launchers validate on the host).
 __host__ __device__ __forceinline__ float activate(float x, Activation act, float param) {
   switch (act) {
-    case Activation::identity: return activate<Activation::identity>(x, param);
-    case Activation::relu: return activate<Activation::relu>(x, param);
-    case Activation::leaky_relu: return activate<Activation::leaky_relu>(x, param);
-    case Activation::tanh: return activate<Activation::tanh>(x, param);
-    case Activation::sigmoid: return activate<Activation::sigmoid>(x, param);
-    case Activation::silu: return activate<Activation::silu>(x, param);
-    case Activation::gelu: return activate<Activation::gelu>(x, param);
-    case Activation::elu: return activate<Activation::elu>(x, param);
-    case Activation::softplus: return activate<Activation::softplus>(x, param);
+    case Activation::identity:
+      return activate<Activation::identity>(x, param);
+    case Activation::relu:
+      return activate<Activation::relu>(x, param);
+    case Activation::leaky_relu:
+      return activate<Activation::leaky_relu>(x, param);
+    case Activation::tanh:
+      return activate<Activation::tanh>(x, param);
+    case Activation::sigmoid:
+      return activate<Activation::sigmoid>(x, param);
+    case Activation::silu:
+      return activate<Activation::silu>(x, param);
+    case Activation::gelu:
+      return activate<Activation::gelu>(x, param);
+    case Activation::elu:
+      return activate<Activation::elu>(x, param);
+    case Activation::softplus:
+      return activate<Activation::softplus>(x, param);
   }
   return std::numeric_limits<float>::quiet_NaN();
 }
 
 __host__ __device__ __forceinline__ float activate_grad(float x, Activation act, float param) {
   switch (act) {
-    case Activation::identity: return activate_grad<Activation::identity>(x, param);
-    case Activation::relu: return activate_grad<Activation::relu>(x, param);
-    case Activation::leaky_relu: return activate_grad<Activation::leaky_relu>(x, param);
-    case Activation::tanh: return activate_grad<Activation::tanh>(x, param);
-    case Activation::sigmoid: return activate_grad<Activation::sigmoid>(x, param);
-    case Activation::silu: return activate_grad<Activation::silu>(x, param);
-    case Activation::gelu: return activate_grad<Activation::gelu>(x, param);
-    case Activation::elu: return activate_grad<Activation::elu>(x, param);
-    case Activation::softplus: return activate_grad<Activation::softplus>(x, param);
+    case Activation::identity:
+      return activate_grad<Activation::identity>(x, param);
+    case Activation::relu:
+      return activate_grad<Activation::relu>(x, param);
+    case Activation::leaky_relu:
+      return activate_grad<Activation::leaky_relu>(x, param);
+    case Activation::tanh:
+      return activate_grad<Activation::tanh>(x, param);
+    case Activation::sigmoid:
+      return activate_grad<Activation::sigmoid>(x, param);
+    case Activation::silu:
+      return activate_grad<Activation::silu>(x, param);
+    case Activation::gelu:
+      return activate_grad<Activation::gelu>(x, param);
+    case Activation::elu:
+      return activate_grad<Activation::elu>(x, param);
+    case Activation::softplus:
+      return activate_grad<Activation::softplus>(x, param);
   }
   return std::numeric_limits<float>::quiet_NaN();
 }

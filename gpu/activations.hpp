@@ -13,12 +13,11 @@
 namespace foxhunt::gpu {
 
 // out = f(in). out == in (in-place) is allowed.
-void activation_forward(float* out, const float* in, std::int64_t n, Activation act, float param,
-                        cudaStream_t stream);
+void activation_forward(float* out, const float* in, std::int64_t n, Activation act, float param, cudaStream_t stream);
 
 // d_in = d_out * f'(in), with `in` the pre-activation input of the forward pass.
 // d_in may alias d_out (in-place) or in.
-void activation_backward(float* d_in, const float* d_out, const float* in, std::int64_t n, Activation act,
-                         float param, cudaStream_t stream);
+void activation_backward(float* d_in, const float* d_out, const float* in, std::int64_t n, Activation act, float param,
+                         cudaStream_t stream);
 
 }  // namespace foxhunt::gpu

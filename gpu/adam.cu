@@ -48,8 +48,8 @@ __global__ void adam_kernel(float* __restrict__ params, float* __restrict__ m, f
 // Device-scalar variant: every block folds the step constants from *lr and *step once (thread 0,
 // in double like the host path), then runs the same element update.
 __global__ void adam_device_kernel(float* __restrict__ params, float* __restrict__ m, float* __restrict__ v,
-                                   const float* __restrict__ grads, std::int64_t n, AdamConstants c,
-                                   float beta1, float weight_decay, bool decoupled, const float* __restrict__ lr,
+                                   const float* __restrict__ grads, std::int64_t n, AdamConstants c, float beta1,
+                                   float weight_decay, bool decoupled, const float* __restrict__ lr,
                                    const std::int64_t* __restrict__ step, const float* __restrict__ grad_scale,
                                    const std::uint32_t* __restrict__ skip_flag) {
   if (skip_flag && *skip_flag != 0u) return;
@@ -89,14 +89,13 @@ void check_moment_config(const AdamConfig& config, const std::string& who) {
 
 }  // namespace
 
-void adam_step_device(float* params, float* m, float* v, const float* grads, std::int64_t n,
-                      const AdamConfig& config, const float* lr, const std::int64_t* step,
-                      const float* grad_scale, const std::uint32_t* skip_flag, cudaStream_t stream) {
+void adam_step_device(float* params, float* m, float* v, const float* grads, std::int64_t n, const AdamConfig& config,
+                      const float* lr, const std::int64_t* step, const float* grad_scale,
+                      const std::uint32_t* skip_flag, cudaStream_t stream) {
   FH_EXPECT(n >= 0, "adam_step_device: n must be >= 0");
   check_moment_config(config, "adam_step_device");
   if (n == 0) return;
-  FH_EXPECT(params != nullptr && m != nullptr && v != nullptr && grads != nullptr && lr != nullptr &&
-                step != nullptr,
+  FH_EXPECT(params != nullptr && m != nullptr && v != nullptr && grads != nullptr && lr != nullptr && step != nullptr,
             "adam_step_device: params, m, v, grads, lr and step must not be null");
   AdamConstants c{};
   c.beta2 = config.beta2;
@@ -104,9 +103,8 @@ void adam_step_device(float* params, float* m, float* v, const float* grads, std
   c.one_minus_beta2 = static_cast<float>(1.0 - static_cast<double>(config.beta2));
   c.eps = config.eps;
   c.weight_decay = config.decoupled ? 0.f : config.weight_decay;
-  adam_device_kernel<<<grid_stride_blocks(n), kBlock, 0, stream>>>(params, m, v, grads, n, c, config.beta1,
-                                                                   config.weight_decay, config.decoupled, lr, step,
-                                                                   grad_scale, skip_flag);
+  adam_device_kernel<<<grid_stride_blocks(n), kBlock, 0, stream>>>(
+      params, m, v, grads, n, c, config.beta1, config.weight_decay, config.decoupled, lr, step, grad_scale, skip_flag);
   FH_CHECK_LAUNCH();
 }
 
@@ -127,9 +125,8 @@ void adam_step(float* params, float* m, float* v, const float* grads, std::int64
   c.one_minus_beta2 = static_cast<float>(1.0 - static_cast<double>(config.beta2));
   c.eps = config.eps;
   c.weight_decay = config.decoupled ? 0.f : config.weight_decay;
-  c.decay_factor = config.decoupled
-                       ? static_cast<float>(1.0 - static_cast<double>(config.lr) * config.weight_decay)
-                       : 1.f;
+  c.decay_factor =
+      config.decoupled ? static_cast<float>(1.0 - static_cast<double>(config.lr) * config.weight_decay) : 1.f;
   c.step_size = static_cast<float>(config.lr / (1.0 - std::pow(static_cast<double>(config.beta1), t)));
   c.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(config.beta2), t)));
 

@@ -11,10 +11,10 @@ struct AdamConstants {
   float one_minus_beta1;
   float one_minus_beta2;
   float eps;
-  float weight_decay;   // coupled L2 term (0 for AdamW)
-  float decay_factor;   // AdamW's 1 - lr * wd (1 for Adam)
-  float step_size;      // lr / (1 - beta1^step)
-  float bc2_sqrt;       // sqrt(1 - beta2^step)
+  float weight_decay;  // coupled L2 term (0 for AdamW)
+  float decay_factor;  // AdamW's 1 - lr * wd (1 for Adam)
+  float step_size;     // lr / (1 - beta1^step)
+  float bc2_sqrt;      // sqrt(1 - beta2^step)
 };
 
 // Operation order mirrors PyTorch's single-tensor Adam so that float rounding is alike.

@@ -36,8 +36,8 @@ void adam_step(float* params, float* m, float* v, const float* grads, std::int64
 // lr: device scalar (config.lr is ignored). step: device counter of the updates already applied;
 // this update is number *step + 1 (bias corrections use it). The kernel does not advance *step:
 // the caller does (e.g. only when the update was not skipped). Everything else as adam_step.
-void adam_step_device(float* params, float* m, float* v, const float* grads, std::int64_t n,
-                      const AdamConfig& config, const float* lr, const std::int64_t* step,
-                      const float* grad_scale, const std::uint32_t* skip_flag, cudaStream_t stream);
+void adam_step_device(float* params, float* m, float* v, const float* grads, std::int64_t n, const AdamConfig& config,
+                      const float* lr, const std::int64_t* step, const float* grad_scale,
+                      const std::uint32_t* skip_flag, cudaStream_t stream);
 
 }  // namespace foxhunt::gpu

@@ -76,8 +76,8 @@ const ParameterArena::Entry& ParameterArena::entry(std::string_view name) const 
   if (it == index_.end()) {
     std::vector<std::string> known;
     for (const auto& e : entries_) known.push_back(e.name);
-    throw std::invalid_argument("ParameterArena: unknown tensor '" + std::string(name) + "' (known: " +
-                                (known.empty() ? std::string("none") : join(known, ", ", 50)) + ")");
+    throw std::invalid_argument("ParameterArena: unknown tensor '" + std::string(name) +
+                                "' (known: " + (known.empty() ? std::string("none") : join(known, ", ", 50)) + ")");
   }
   return entries_[it->second];
 }
@@ -101,8 +101,8 @@ void ParameterArena::upload_param(std::string_view name, std::span<const float> 
             "ParameterArena::upload_param('" + e.name + "'): " + std::to_string(values.size()) + " values for " +
                 std::to_string(e.numel) + " elements");
   if (!values.empty())
-    FH_CHECK(cudaMemcpyAsync(params_.data() + e.offset, values.data(), values.size_bytes(), cudaMemcpyHostToDevice,
-                             stream));
+    FH_CHECK(
+        cudaMemcpyAsync(params_.data() + e.offset, values.data(), values.size_bytes(), cudaMemcpyHostToDevice, stream));
 }
 
 void ParameterArena::save(const std::filesystem::path& path, cudaStream_t stream, bool with_optimizer_state) const {
@@ -124,8 +124,9 @@ void ParameterArena::save(const std::filesystem::path& path, cudaStream_t stream
 
   std::vector<SafetensorsTensor> tensors;
   auto add = [&](const std::string& key, const std::vector<float>& flat, const Entry& e) {
-    tensors.push_back({key, DType::f32, dims_of(e.shape),
-                       std::as_bytes(std::span<const float>(flat.data() + e.offset, static_cast<std::size_t>(e.numel)))});
+    tensors.push_back(
+        {key, DType::f32, dims_of(e.shape),
+         std::as_bytes(std::span<const float>(flat.data() + e.offset, static_cast<std::size_t>(e.numel)))});
   };
   for (const auto& e : entries_) add(e.name, p, e);
   if (with_optimizer_state) {
@@ -163,8 +164,7 @@ bool ParameterArena::load(const std::filesystem::path& path, cudaStream_t stream
   std::vector<const SafetensorsEntry*> p_src(entries_.size()), m_src(entries_.size()), v_src(entries_.size());
   std::set<std::string, std::less<>> expected;
   bool any_adam = false;
-  for (const auto& t : file.entries)
-    any_adam |= t.name.starts_with(kAdamM) || t.name.starts_with(kAdamV);
+  for (const auto& t : file.entries) any_adam |= t.name.starts_with(kAdamM) || t.name.starts_with(kAdamV);
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
     expected.insert(e.name);

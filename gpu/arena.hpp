@@ -77,8 +77,8 @@ class ParameterArena {
   const float* grads() const noexcept { return grads_.data(); }
   const float* adam_m() const noexcept { return m_.data(); }
   const float* adam_v() const noexcept { return v_.data(); }
-  std::int64_t count() const noexcept { return count_; }                 // sum of numel
-  std::int64_t padded_count() const noexcept { return padded_count_; }   // incl. alignment padding
+  std::int64_t count() const noexcept { return count_; }                // sum of numel
+  std::int64_t padded_count() const noexcept { return padded_count_; }  // incl. alignment padding
 
   void zero_grads(cudaStream_t stream);
   // Host-to-device initialisation of one parameter (values.size() == numel).

@@ -39,8 +39,7 @@ class DeviceBuffer {
   // Host-to-device upload (set-up and checkpoint load; never a readback).
   void upload(std::span<const T> host, cudaStream_t stream) {
     FH_EXPECT(host.size() <= size_, "upload larger than the buffer");
-    if (!host.empty())
-      FH_CHECK(cudaMemcpyAsync(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream));
+    if (!host.empty()) FH_CHECK(cudaMemcpyAsync(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream));
   }
   void zero(cudaStream_t stream) {
     if (size_ > 0) FH_CHECK(cudaMemsetAsync(data_, 0, bytes(), stream));

@@ -6,8 +6,7 @@
 
 namespace foxhunt::gpu {
 
-void throw_error(const char* library, const char* expr, const char* file, int line,
-                 const std::string& detail) {
+void throw_error(const char* library, const char* expr, const char* file, int line, const std::string& detail) {
   std::ostringstream msg;
   msg << library << " error: " << detail << " in `" << expr << "` at " << file << ':' << line;
   throw Error(msg.str());

@@ -39,7 +39,7 @@ void check(CUptiResult r, const char* expr, const char* file, int line);  // gpu
 #define FH_CHECK(expr) ::foxhunt::gpu::check((expr), #expr, __FILE__, __LINE__)
 // After every kernel launch: catches bad launch configurations at the launch site.
 #define FH_CHECK_LAUNCH() ::foxhunt::gpu::check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
-#define FH_EXPECT(cond, why)                                                   \
-  do {                                                                         \
+#define FH_EXPECT(cond, why)                                                      \
+  do {                                                                            \
     if (!(cond)) ::foxhunt::gpu::throw_invalid(#cond, __FILE__, __LINE__, (why)); \
   } while (0)

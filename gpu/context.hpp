@@ -24,8 +24,7 @@ class DeviceContext {
  public:
   static constexpr std::size_t kDefaultWorkspace = 32u << 20;  // cuBLASLt's Hopper recommendation
 
-  explicit DeviceContext(int device = 0, int num_streams = 1,
-                         std::size_t workspace_bytes = kDefaultWorkspace);
+  explicit DeviceContext(int device = 0, int num_streams = 1, std::size_t workspace_bytes = kDefaultWorkspace);
   ~DeviceContext();
   DeviceContext(const DeviceContext&) = delete;
   DeviceContext& operator=(const DeviceContext&) = delete;

@@ -81,8 +81,7 @@ void div(float* out, const float* a, const float* b, std::int64_t n, cudaStream_
   launch_map<kF32Packet>(out, n, stream, DivOp{}, a, b);
 }
 
-void axpby(float* out, const float* a, float alpha, const float* b, float beta, std::int64_t n,
-           cudaStream_t stream) {
+void axpby(float* out, const float* a, float alpha, const float* b, float beta, std::int64_t n, cudaStream_t stream) {
   launch_map<kF32Packet>(out, n, stream, AxpbyOp{alpha, beta}, a, b);
 }
 void scale(float* out, const float* in, float alpha, std::int64_t n, cudaStream_t stream) {
@@ -103,8 +102,8 @@ void mul_backward(float* da, float* db, const float* dout, const float* a, const
   // One gradient wanted: a plain product, no second stream of writes.
   if (db == nullptr) return mul(da, dout, b, n, stream);
   if (da == nullptr) return mul(db, dout, a, n, stream);
-  const bool packed = is_aligned(da, 16) && is_aligned(db, 16) && is_aligned(dout, 16) && is_aligned(a, 16) &&
-                      is_aligned(b, 16);
+  const bool packed =
+      is_aligned(da, 16) && is_aligned(db, 16) && is_aligned(dout, 16) && is_aligned(a, 16) && is_aligned(b, 16);
   if (packed) {
     mul_backward_kernel<kF32Packet>
         <<<grid_stride_blocks((n + kF32Packet - 1) / kF32Packet), kBlock, 0, stream>>>(da, db, dout, a, b, n);

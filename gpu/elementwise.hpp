@@ -17,8 +17,7 @@ void mul(float* out, const float* a, const float* b, std::int64_t n, cudaStream_
 void div(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t stream);  // IEEE: x/0 = ±inf
 
 // out = alpha * a + beta * b
-void axpby(float* out, const float* a, float alpha, const float* b, float beta, std::int64_t n,
-           cudaStream_t stream);
+void axpby(float* out, const float* a, float alpha, const float* b, float beta, std::int64_t n, cudaStream_t stream);
 // out = alpha * in
 void scale(float* out, const float* in, float alpha, std::int64_t n, cudaStream_t stream);
 // out = in + c

@@ -33,8 +33,8 @@ template <class W>
 void launch_copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
   const std::size_t words = bytes / sizeof(W);
   const int blocks = grid_stride_blocks(static_cast<std::int64_t>(words > 0 ? words : 1), kBlock, 2);
-  exit_copy_kernel<W><<<blocks, kBlock, 0, stream>>>(static_cast<unsigned char*>(dst),
-                                                     static_cast<const unsigned char*>(src), bytes);
+  exit_copy_kernel<W>
+      <<<blocks, kBlock, 0, stream>>>(static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src), bytes);
   FH_CHECK_LAUNCH();
 }
 
@@ -102,8 +102,8 @@ void ExitBuffer::release() noexcept {
 
 void ExitBuffer::publish(const void* device_src, std::size_t bytes, cudaStream_t stream) {
   FH_EXPECT(event_ != nullptr, "exit: publish on a moved-from or default-constructed exit");
-  FH_EXPECT(bytes <= bytes_, "exit: publish of " + std::to_string(bytes) + " bytes into a " +
-                                 std::to_string(bytes_) + "-byte exit");
+  FH_EXPECT(bytes <= bytes_,
+            "exit: publish of " + std::to_string(bytes) + " bytes into a " + std::to_string(bytes_) + "-byte exit");
   exit_copy(device_, device_src, bytes, stream);
   record(stream);
 }
@@ -123,8 +123,8 @@ bool ExitBuffer::ready() const {
 }
 
 bool ExitBuffer::try_read(void* out, std::size_t bytes) const {
-  FH_EXPECT(bytes == bytes_, "exit: read of " + std::to_string(bytes) + " bytes from a " +
-                                 std::to_string(bytes_) + "-byte exit");
+  FH_EXPECT(bytes == bytes_,
+            "exit: read of " + std::to_string(bytes) + " bytes from a " + std::to_string(bytes_) + "-byte exit");
   if (!ready()) return false;
   std::atomic_thread_fence(std::memory_order_acquire);  // the read happens after the query
   if (bytes) std::memcpy(out, host_, bytes);
@@ -132,8 +132,8 @@ bool ExitBuffer::try_read(void* out, std::size_t bytes) const {
 }
 
 void ExitBuffer::wait_and_read(void* out, std::size_t bytes) const {
-  FH_EXPECT(bytes == bytes_, "exit: read of " + std::to_string(bytes) + " bytes from a " +
-                                 std::to_string(bytes_) + "-byte exit");
+  FH_EXPECT(bytes == bytes_,
+            "exit: read of " + std::to_string(bytes) + " bytes from a " + std::to_string(bytes_) + "-byte exit");
   if (!published_) throw std::logic_error("exit: wait() before any publish() or record()");
   FH_CHECK(cudaEventSynchronize(event_));
   std::atomic_thread_fence(std::memory_order_acquire);

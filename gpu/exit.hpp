@@ -47,7 +47,7 @@ class ExitBuffer {
   ExitBuffer(ExitBuffer&& o) noexcept;
   ExitBuffer& operator=(ExitBuffer&& o) noexcept;
 
-  void* device() const noexcept { return device_; }    // alias kernels write
+  void* device() const noexcept { return device_; }  // alias kernels write
   std::size_t bytes() const noexcept { return bytes_; }
   // Launches a copy kernel of `bytes` (<= bytes()) from device memory into the block, then
   // records the event. Ordered after earlier work on `stream`.
@@ -55,7 +55,7 @@ class ExitBuffer {
   // For kernels that wrote device() directly: records the event after them.
   void record(cudaStream_t stream);
   bool published() const noexcept { return published_; }
-  bool ready() const;                        // the latest publish has completed (false before any)
+  bool ready() const;  // the latest publish has completed (false before any)
   // Copies the whole block (bytes must equal bytes()) to out iff ready(); out untouched otherwise.
   bool try_read(void* out, std::size_t bytes) const;
   // Blocks on the event, then copies; throws std::logic_error before any publish.

@@ -27,7 +27,8 @@ constexpr std::int64_t kMinChunkRows = 64;
 
 // Warps (= partial rows) of the fused warp-per-row backward; a multiple of kWarpsPerBlock.
 std::int64_t warp_partials(std::int64_t rows) {
-  const std::int64_t warps = std::min(std::max<std::int64_t>(1, (rows + kRowsPerWarp - 1) / kRowsPerWarp), kMaxPartials);
+  const std::int64_t warps =
+      std::min(std::max<std::int64_t>(1, (rows + kRowsPerWarp - 1) / kRowsPerWarp), kMaxPartials);
   return (warps + rows::kWarpsPerBlock - 1) / rows::kWarpsPerBlock * rows::kWarpsPerBlock;
 }
 // Row chunks (= partial rows) of the column kernel used for long rows.
@@ -231,9 +232,8 @@ __global__ void __launch_bounds__(rows::kRowBlockMax)
 
 // d_gamma, d_beta: (cols) = sum over the `parts` partial rows, in partial order, in double.
 // Block (32, 8): 32 columns, 8 threads striding over the partials, then a fixed 8-way sum.
-__global__ void __launch_bounds__(256)
-    finalize_kernel(float* d_gamma, float* d_beta, const float* part_g, const float* part_b, std::int64_t parts,
-                    std::int64_t cols) {
+__global__ void __launch_bounds__(256) finalize_kernel(float* d_gamma, float* d_beta, const float* part_g,
+                                                       const float* part_b, std::int64_t parts, std::int64_t cols) {
   __shared__ double sg[8][33], sb[8][33];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * 32 + tx;
@@ -315,13 +315,12 @@ void layernorm_backward(float* d_in, float* d_gamma, float* d_beta, const float*
   float* part_g = static_cast<float*>(workspace);
   float* part_b = part_g + parts * cols;
   if (cols <= rows::kWarpMaxCols) {
-    rows::dispatch_frag(static_cast<int>(cols), rows::vec4_ok(cols, {d_in, d_out, in, gamma, workspace}),
-                        [&](auto vec, auto iters) {
-                          backward_warp_kernel<decltype(vec)::value, decltype(iters)::value>
-                              <<<static_cast<int>(parts / rows::kWarpsPerBlock), rows::kWarpsPerBlock * 32, 0,
-                                 stream>>>(d_in, part_g, part_b, d_out, in, mean, rstd, gamma, nrows,
-                                           static_cast<int>(cols));
-                        });
+    rows::dispatch_frag(
+        static_cast<int>(cols), rows::vec4_ok(cols, {d_in, d_out, in, gamma, workspace}), [&](auto vec, auto iters) {
+          backward_warp_kernel<decltype(vec)::value, decltype(iters)::value>
+              <<<static_cast<int>(parts / rows::kWarpsPerBlock), rows::kWarpsPerBlock * 32, 0, stream>>>(
+                  d_in, part_g, part_b, d_out, in, mean, rstd, gamma, nrows, static_cast<int>(cols));
+        });
     FH_CHECK_LAUNCH();
   } else {
     const std::int64_t chunk_rows = (nrows + parts - 1) / parts;

@@ -49,9 +49,7 @@ std::uint32_t alignment_of(const void* p) {
 
 class MatmulDesc {
  public:
-  explicit MatmulDesc(cublasComputeType_t compute) {
-    FH_CHECK(cublasLtMatmulDescCreate(&desc_, compute, CUDA_R_32F));
-  }
+  explicit MatmulDesc(cublasComputeType_t compute) { FH_CHECK(cublasLtMatmulDescCreate(&desc_, compute, CUDA_R_32F)); }
   ~MatmulDesc() { cublasLtMatmulDescDestroy(desc_); }
   MatmulDesc(const MatmulDesc&) = delete;
   MatmulDesc& operator=(const MatmulDesc&) = delete;
@@ -98,11 +96,11 @@ class Preference {
 
 // Algorithm choice among the heuristic's first kHeuristicResults (best first). For small GEMMs
 // (k <= kNoSplitMaxK and m n <= kSmallGemmOutputs: the learner's 256-wide layers) each extra kernel
-// costs more than the GEMM saves: split-K adds a reduction kernel (cublasLt splitKreduce / split_k_kernel), and an algorithm
-// whose kernel lacks the requested epilogue gets a separate epilogue::globalKernel pass. So the
-// pick prefers, in heuristic order, an algorithm without split-K and with the epilogue in its
-// capability mask; failing a split-free one, the best result forced to one split (checked with
-// cublasLtMatmulAlgoCheck). Any heuristic result computes the same GEMM: only speed changes.
+// costs more than the GEMM saves: split-K adds a reduction kernel (cublasLt splitKreduce / split_k_kernel), and an
+// algorithm whose kernel lacks the requested epilogue gets a separate epilogue::globalKernel pass. So the pick prefers,
+// in heuristic order, an algorithm without split-K and with the epilogue in its capability mask; failing a split-free
+// one, the best result forced to one split (checked with cublasLtMatmulAlgoCheck). Any heuristic result computes the
+// same GEMM: only speed changes.
 constexpr int kHeuristicResults = 8;
 constexpr std::int64_t kNoSplitMaxK = 2048;
 constexpr std::int64_t kSmallGemmOutputs = std::int64_t{1} << 20;
@@ -110,8 +108,8 @@ constexpr std::int64_t kSmallGemmOutputs = std::int64_t{1} << 20;
 std::int32_t splitk_of(const cublasLtMatmulAlgo_t& algo) {
   std::int32_t splits = 1;
   std::size_t written = 0;
-  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits),
-                                           &written) != CUBLAS_STATUS_SUCCESS)
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written) !=
+      CUBLAS_STATUS_SUCCESS)
     return 1;  // unknown: take it as unsplit
   return splits;
 }
@@ -271,10 +269,9 @@ bool run_gemm(const GemmSpec& g, const BlasLane& lane) {
   }
   if (!entry.supported) return false;
   const float alpha = 1.f;
-  const cublasStatus_t status =
-      cublasLtMatmul(lane.lt, desc.get(), &alpha, g.a, a_layout.get(), g.b, b_layout.get(), &g.beta, g.d,
-                     d_layout.get(), g.d, d_layout.get(), &entry.algo, lane.workspace,
-                     lane.workspace ? lane.workspace_bytes : 0, lane.stream);
+  const cublasStatus_t status = cublasLtMatmul(lane.lt, desc.get(), &alpha, g.a, a_layout.get(), g.b, b_layout.get(),
+                                               &g.beta, g.d, d_layout.get(), g.d, d_layout.get(), &entry.algo,
+                                               lane.workspace, lane.workspace ? lane.workspace_bytes : 0, lane.stream);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) {  // the heuristic offered it, the launch refused: remember
     std::lock_guard<std::mutex> lock(g_algo_mutex);
     g_algos[key].supported = false;
@@ -330,8 +327,7 @@ __global__ void epilogue_kernel(float* __restrict__ out, void* __restrict__ aux,
       if (aux) {
         const unsigned mask = __ballot_sync(0xffffffffu, in_range && x > 0.f);
         if (threadIdx.x == 0)
-          static_cast<std::uint32_t*>(aux)[(row * ld + static_cast<std::int64_t>(blockIdx.x) * kTileCols) / 32] =
-              mask;
+          static_cast<std::uint32_t*>(aux)[(row * ld + static_cast<std::int64_t>(blockIdx.x) * kTileCols) / 32] = mask;
       }
       x = x > 0.f ? x : 0.f;
     } else if constexpr (A == Activation::gelu) {
@@ -368,9 +364,9 @@ __global__ void epilogue_vec4_kernel(float* __restrict__ out, void* __restrict__
     if constexpr (A == Activation::relu) {
       if (aux) {
         // bit e of this lane's nibble: element e > 0 (0 past out_f, as the scalar kernel's ballot)
-        std::uint32_t word = in_range ? ((x.x > 0.f ? 1u : 0u) | (x.y > 0.f ? 2u : 0u) | (x.z > 0.f ? 4u : 0u) |
-                                         (x.w > 0.f ? 8u : 0u))
-                                      : 0u;
+        std::uint32_t word =
+            in_range ? ((x.x > 0.f ? 1u : 0u) | (x.y > 0.f ? 2u : 0u) | (x.z > 0.f ? 4u : 0u) | (x.w > 0.f ? 8u : 0u))
+                     : 0u;
         word <<= 4 * (threadIdx.x & 7u);
         word |= __shfl_xor_sync(0xffffffffu, word, 1);
         word |= __shfl_xor_sync(0xffffffffu, word, 2);
@@ -401,7 +397,7 @@ __global__ void epilogue_vec4_kernel(float* __restrict__ out, void* __restrict__
 constexpr int kDpreRows = 32;
 
 template <Activation A>
-__global__ void __launch_bounds__(kTileCols * kDpreRows)
+__global__ void __launch_bounds__(kTileCols* kDpreRows)
     dpre_bias_kernel(float* __restrict__ d_pre, float* __restrict__ bias_out, const float* __restrict__ d_out,
                      const void* __restrict__ aux, std::int64_t batch, std::int64_t out_f, std::int64_t ld,
                      std::int64_t rows_per_split, bool accumulate) {
@@ -556,7 +552,7 @@ __global__ void __launch_bounds__(2 * BM * kSgKS, 1)
   float* const smem = reinterpret_cast<float*>(sg_smem4);
   const int chunk = sg_chunk(K);
   const int ldk = sg_ld_k(chunk);
-  float* const s_a = smem;                                // AK: [BM][ldk] (m, k); else [chunk][ldm] (k, m)
+  float* const s_a = smem;                               // AK: [BM][ldk] (m, k); else [chunk][ldm] (k, m)
   float* const s_b = smem + sg_a_floats(AK, BM, chunk);  // BK: [kSgBN][ldk] (n, k); else [chunk][ldn] (k, n)
   const std::int64_t m0 = static_cast<std::int64_t>(blockIdx.y) * BM;
   const std::int64_t n0 = static_cast<std::int64_t>(blockIdx.x) * kSgBN;
@@ -577,10 +573,14 @@ __global__ void __launch_bounds__(2 * BM * kSgKS, 1)
   for (std::int64_t k0 = 0; k0 < K; k0 += kSgKC) {  // uniform over the block
     const int kc = static_cast<int>(K - k0 < kSgKC ? K - k0 : kSgKC);
     const int kc4 = (kc + 3) / 4 * 4;  // <= chunk
-    if constexpr (AK) sg_stage<kThreads>(s_a, ldk, a, lda, a_vec, m0, BM, M, k0, kc4, K);
-    else sg_stage<kThreads>(s_a, ldm, a, lda, a_vec, k0, kc4, K, m0, BM, M);
-    if constexpr (BK) sg_stage<kThreads>(s_b, ldk, b, ldb, b_vec, n0, kSgBN, N, k0, kc4, K);
-    else sg_stage<kThreads>(s_b, ldn, b, ldb, b_vec, k0, kc4, K, n0, kSgBN, N);
+    if constexpr (AK)
+      sg_stage<kThreads>(s_a, ldk, a, lda, a_vec, m0, BM, M, k0, kc4, K);
+    else
+      sg_stage<kThreads>(s_a, ldm, a, lda, a_vec, k0, kc4, K, m0, BM, M);
+    if constexpr (BK)
+      sg_stage<kThreads>(s_b, ldk, b, ldb, b_vec, n0, kSgBN, N, k0, kc4, K);
+    else
+      sg_stage<kThreads>(s_b, ldn, b, ldb, b_vec, k0, kc4, K, n0, kSgBN, N);
     cp_async_wait_all();
     __syncthreads();  // every thread's copies have landed
     // This group's slice [kb, ke) of the chunk, a multiple of 4 deep (trailing groups may be empty).
@@ -593,17 +593,29 @@ __global__ void __launch_bounds__(2 * BM * kSgKS, 1)
       for (int q = 0; q < 4; ++q) {
         if constexpr (AK) {
           const float4 v = *reinterpret_cast<const float4*>(s_a + row_of(q) * ldk + k);
-          fa[q][0] = v.x; fa[q][1] = v.y; fa[q][2] = v.z; fa[q][3] = v.w;
+          fa[q][0] = v.x;
+          fa[q][1] = v.y;
+          fa[q][2] = v.z;
+          fa[q][3] = v.w;
         } else {
           const float4 v = *reinterpret_cast<const float4*>(s_a + (k + q) * ldm + 4 * tm);
-          fa[0][q] = v.x; fa[1][q] = v.y; fa[2][q] = v.z; fa[3][q] = v.w;
+          fa[0][q] = v.x;
+          fa[1][q] = v.y;
+          fa[2][q] = v.z;
+          fa[3][q] = v.w;
         }
         if constexpr (BK) {
           const float4 v = *reinterpret_cast<const float4*>(s_b + col_of(q) * ldk + k);
-          fb[q][0] = v.x; fb[q][1] = v.y; fb[q][2] = v.z; fb[q][3] = v.w;
+          fb[q][0] = v.x;
+          fb[q][1] = v.y;
+          fb[q][2] = v.z;
+          fb[q][3] = v.w;
         } else {
           const float4 v = *reinterpret_cast<const float4*>(s_b + (k + q) * ldn + 4 * tn);
-          fb[0][q] = v.x; fb[1][q] = v.y; fb[2][q] = v.z; fb[3][q] = v.w;
+          fb[0][q] = v.x;
+          fb[1][q] = v.y;
+          fb[2][q] = v.z;
+          fb[3][q] = v.w;
         }
       }
 #pragma unroll
@@ -672,8 +684,8 @@ void launch_small_gemm_tiles(float* c, std::int64_t ldc, void* aux, std::int64_t
     FH_CHECK(cudaGetDevice(&device));
     const std::uint64_t bit = device < 64 ? std::uint64_t{1} << device : 0;
     if (bit == 0 || (opted.load(std::memory_order_relaxed) & bit) == 0) {
-      FH_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    sg_smem_bytes(AK, BK, BM, kSgKC)));
+      FH_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sg_smem_bytes(AK, BK, BM, kSgKC)));
       opted.fetch_or(bit, std::memory_order_relaxed);
     }
   }
@@ -683,8 +695,8 @@ void launch_small_gemm_tiles(float* c, std::int64_t ldc, void* aux, std::int64_t
   const bool b_vec = aligned16(b) && ldb % 4 == 0;
   // m * n <= kSmallOutputs keeps grid.y = ceil(m / BM) <= 2^14, far below 65535
   const dim3 grid(static_cast<unsigned>(ceil_div(n, kSgBN)), static_cast<unsigned>(ceil_div(m, BM)));
-  kernel<<<grid, 2 * BM * kSgKS, static_cast<std::size_t>(smem), stream>>>(c, ldc, aux, aux_ld, a, lda, a_vec, b,
-                                                                          ldb, b_vec, bias, m, n, k, beta);
+  kernel<<<grid, 2 * BM * kSgKS, static_cast<std::size_t>(smem), stream>>>(c, ldc, aux, aux_ld, a, lda, a_vec, b, ldb,
+                                                                           b_vec, bias, m, n, k, beta);
   FH_CHECK_LAUNCH();
 }
 
@@ -703,28 +715,27 @@ void launch_small_gemm(float* c, std::int64_t ldc, void* aux, std::int64_t aux_l
 }
 
 // out (B, out_f) = act(in (B, in_f) W^T + bias): A = in (k-contiguous), B = W (k-contiguous).
-void small_linear_forward(float* out, void* aux, const float* in, const float* w, const float* bias,
-                          std::int64_t batch, std::int64_t in_f, std::int64_t out_f, Activation act,
-                          cudaStream_t stream) {
+void small_linear_forward(float* out, void* aux, const float* in, const float* w, const float* bias, std::int64_t batch,
+                          std::int64_t in_f, std::int64_t out_f, Activation act, cudaStream_t stream) {
   const std::int64_t ld = aux_ld(out_f, act);
   switch (act) {
     case Activation::relu:
-      launch_small_gemm<Activation::relu, true, true>(out, out_f, aux, ld, in, in_f, w, in_f, bias, batch, out_f,
-                                                      in_f, 0.f, stream);
+      launch_small_gemm<Activation::relu, true, true>(out, out_f, aux, ld, in, in_f, w, in_f, bias, batch, out_f, in_f,
+                                                      0.f, stream);
       break;
     case Activation::gelu:
-      launch_small_gemm<Activation::gelu, true, true>(out, out_f, aux, ld, in, in_f, w, in_f, bias, batch, out_f,
-                                                      in_f, 0.f, stream);
+      launch_small_gemm<Activation::gelu, true, true>(out, out_f, aux, ld, in, in_f, w, in_f, bias, batch, out_f, in_f,
+                                                      0.f, stream);
       break;
     default:
-      launch_small_gemm<Activation::identity, true, true>(out, out_f, nullptr, 0, in, in_f, w, in_f, bias, batch,
-                                                          out_f, in_f, 0.f, stream);
+      launch_small_gemm<Activation::identity, true, true>(out, out_f, nullptr, 0, in, in_f, w, in_f, bias, batch, out_f,
+                                                          in_f, 0.f, stream);
       break;
   }
 }
 
-void launch_epilogue(float* out, void* aux, const float* bias, std::int64_t batch, std::int64_t out_f,
-                     Activation act, cudaStream_t stream) {
+void launch_epilogue(float* out, void* aux, const float* bias, std::int64_t batch, std::int64_t out_f, Activation act,
+                     cudaStream_t stream) {
   const dim3 block(kTileCols, kTileRows);
   const std::int64_t ld = aux_ld(out_f, act);
   // One row per thread and grid.y <= 65535 (grid-stride beyond): 8192 x 1024 gets 8192 blocks.
@@ -733,18 +744,30 @@ void launch_epilogue(float* out, void* aux, const float* bias, std::int64_t batc
   if (out_f % 4 == 0 && aligned16(out) && aligned16(bias)) {
     const dim3 grid(static_cast<unsigned>(ceil_div(out_f, kVecTileCols)), row_blocks);
     switch (act) {
-      case Activation::relu: epilogue_vec4_kernel<Activation::relu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld); break;
-      case Activation::gelu: epilogue_vec4_kernel<Activation::gelu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld); break;
-      default: epilogue_vec4_kernel<Activation::identity><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld); break;
+      case Activation::relu:
+        epilogue_vec4_kernel<Activation::relu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
+        break;
+      case Activation::gelu:
+        epilogue_vec4_kernel<Activation::gelu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
+        break;
+      default:
+        epilogue_vec4_kernel<Activation::identity><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
+        break;
     }
     FH_CHECK_LAUNCH();
     return;
   }
   const dim3 grid(static_cast<unsigned>(ceil_div(out_f, kTileCols)), row_blocks);
   switch (act) {
-    case Activation::relu: epilogue_kernel<Activation::relu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld); break;
-    case Activation::gelu: epilogue_kernel<Activation::gelu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld); break;
-    default: epilogue_kernel<Activation::identity><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld); break;
+    case Activation::relu:
+      epilogue_kernel<Activation::relu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
+      break;
+    case Activation::gelu:
+      epilogue_kernel<Activation::gelu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
+      break;
+    default:
+      epilogue_kernel<Activation::identity><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
+      break;
   }
   FH_CHECK_LAUNCH();
 }
@@ -757,7 +780,8 @@ cublasLtEpilogue_t fused_epilogue(Activation act, bool has_bias, bool has_aux) {
     case Activation::gelu:
       if (has_aux) return has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
       return has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-    default: return has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    default:
+      return has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   }
 }
 
@@ -785,9 +809,9 @@ std::size_t linear_aux_bytes(std::int64_t batch, std::int64_t out_features, Acti
   return 0;
 }
 
-void linear_forward(float* out, void* aux, const float* in, const float* weight, const float* bias,
-                    std::int64_t batch, std::int64_t in_features, std::int64_t out_features, Activation act,
-                    LinearMath math, BlasLane lane) {
+void linear_forward(float* out, void* aux, const float* in, const float* weight, const float* bias, std::int64_t batch,
+                    std::int64_t in_features, std::int64_t out_features, Activation act, LinearMath math,
+                    BlasLane lane) {
   expect_supported(act, "linear_forward");
   expect_shape(batch, in_features, out_features, lane, "linear_forward");
   if (batch == 0) return;
@@ -832,8 +856,8 @@ void linear_forward(float* out, void* aux, const float* in, const float* weight,
 
 void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_scratch, const float* d_out,
                      const void* aux, const float* in, const float* weight, std::int64_t batch,
-                     std::int64_t in_features, std::int64_t out_features, Activation act,
-                     bool accumulate_param_grads, LinearMath math, BlasLane lane) {
+                     std::int64_t in_features, std::int64_t out_features, Activation act, bool accumulate_param_grads,
+                     LinearMath math, BlasLane lane) {
   expect_supported(act, "linear_backward");
   expect_shape(batch, in_features, out_features, lane, "linear_backward");
   if (batch == 0) {  // empty batch: zero parameter gradients (sums over nothing), unless accumulating

@@ -41,9 +41,9 @@ std::size_t linear_aux_bytes(std::int64_t batch, std::int64_t out_features, Acti
 // out (B, out_f) = act(in (B, in_f) · weight^T + bias).  act: identity, relu or gelu (anything
 // else is rejected: compose other activations with a separate kernel after an identity layer).
 // bias (out_f) may be nullptr. aux: see above. out must not alias in, weight, bias or aux.
-void linear_forward(float* out, void* aux, const float* in, const float* weight, const float* bias,
-                    std::int64_t batch, std::int64_t in_features, std::int64_t out_features, Activation act,
-                    LinearMath math, BlasLane lane);
+void linear_forward(float* out, void* aux, const float* in, const float* weight, const float* bias, std::int64_t batch,
+                    std::int64_t in_features, std::int64_t out_features, Activation act, LinearMath math,
+                    BlasLane lane);
 inline void linear_forward(float* out, void* aux, const float* in, const float* weight, const float* bias,
                            std::int64_t batch, std::int64_t in_features, std::int64_t out_features, Activation act,
                            BlasLane lane) {
@@ -62,8 +62,8 @@ inline void linear_forward(float* out, void* aux, const float* in, const float* 
 // the GEMMs on the same stream, for the bias partial sums.
 void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_scratch, const float* d_out,
                      const void* aux, const float* in, const float* weight, std::int64_t batch,
-                     std::int64_t in_features, std::int64_t out_features, Activation act,
-                     bool accumulate_param_grads, LinearMath math, BlasLane lane);
+                     std::int64_t in_features, std::int64_t out_features, Activation act, bool accumulate_param_grads,
+                     LinearMath math, BlasLane lane);
 inline void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_scratch, const float* d_out,
                             const void* aux, const float* in, const float* weight, std::int64_t batch,
                             std::int64_t in_features, std::int64_t out_features, Activation act,

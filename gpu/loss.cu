@@ -41,8 +41,8 @@ struct MeanOf {
 template <class Term>
 __global__ void pointwise_loss_kernel(float* __restrict__ partials, float* __restrict__ grad,
                                       const float* __restrict__ pred, const float* __restrict__ target,
-                                      const float* __restrict__ weights, std::int64_t n, float grad_scale,
-                                      bool vec4, Term term) {
+                                      const float* __restrict__ weights, std::int64_t n, float grad_scale, bool vec4,
+                                      Term term) {
   const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   float acc = 0.f;
@@ -125,8 +125,7 @@ __global__ void quantile_loss_kernel(float* __restrict__ partials, float* __rest
 }
 
 __global__ void huber_elementwise_kernel(float* __restrict__ out, const float* __restrict__ pred,
-                                         const float* __restrict__ target, std::int64_t n, HuberTerm term,
-                                         bool vec4) {
+                                         const float* __restrict__ target, std::int64_t n, HuberTerm term, bool vec4) {
   const std::int64_t tid = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   std::int64_t done = 0;
@@ -144,8 +143,8 @@ __global__ void huber_elementwise_kernel(float* __restrict__ out, const float* _
   for (std::int64_t i = done + tid; i < n; i += stride) out[i] = term(pred[i] - target[i], unused);
 }
 
-void expect_common(const float* loss, const float* pred, const float* target, std::int64_t n,
-                   const void* workspace, const char* name) {
+void expect_common(const float* loss, const float* pred, const float* target, std::int64_t n, const void* workspace,
+                   const char* name) {
   const std::string op(name);
   FH_EXPECT(n >= 0, op + ": n must be >= 0");
   FH_EXPECT(loss != nullptr, op + ": the loss output (device scalar) must not be null");
@@ -166,8 +165,8 @@ void pointwise_loss(float* loss, float* grad, const float* pred, const float* ta
   const int blocks = partial_blocks(n);
   const bool vec4 = aligned16(pred) && aligned16(target) && aligned16(weights) && aligned16(grad);
   const float grad_scale = static_cast<float>(1.0 / static_cast<double>(n));
-  pointwise_loss_kernel<<<blocks, kBlock, 0, stream>>>(partials, grad, pred, target, weights, n, grad_scale,
-                                                        vec4, term);
+  pointwise_loss_kernel<<<blocks, kBlock, 0, stream>>>(partials, grad, pred, target, weights, n, grad_scale, vec4,
+                                                       term);
   FH_CHECK_LAUNCH();
   finish_partial_sum_kernel<<<1, kBlock, 0, stream>>>(loss, partials, blocks, MeanOf{static_cast<double>(n)});
   FH_CHECK_LAUNCH();
@@ -177,21 +176,21 @@ void pointwise_loss(float* loss, float* grad, const float* pred, const float* ta
 
 std::size_t loss_workspace_bytes(std::int64_t elements) { return partial_bytes(elements); }
 
-void mse_loss(float* loss, float* grad, const float* pred, const float* target, const float* weights,
-              std::int64_t n, void* workspace, cudaStream_t stream) {
+void mse_loss(float* loss, float* grad, const float* pred, const float* target, const float* weights, std::int64_t n,
+              void* workspace, cudaStream_t stream) {
   expect_common(loss, pred, target, n, workspace, "mse_loss");
   pointwise_loss(loss, grad, pred, target, weights, n, workspace, stream, MseTerm{});
 }
 
-void huber_loss(float* loss, float* grad, const float* pred, const float* target, const float* weights,
-                std::int64_t n, float delta, void* workspace, cudaStream_t stream) {
+void huber_loss(float* loss, float* grad, const float* pred, const float* target, const float* weights, std::int64_t n,
+                float delta, void* workspace, cudaStream_t stream) {
   expect_common(loss, pred, target, n, workspace, "huber_loss");
   FH_EXPECT(delta > 0.f, "huber_loss: delta must be > 0, got " + std::to_string(delta));
   pointwise_loss(loss, grad, pred, target, weights, n, workspace, stream, HuberTerm{delta});
 }
 
-void quantile_loss(float* loss, float* grad, const float* pred, const float* target, const float* taus,
-                   std::int64_t n, std::int64_t num_quantiles, void* workspace, cudaStream_t stream) {
+void quantile_loss(float* loss, float* grad, const float* pred, const float* target, const float* taus, std::int64_t n,
+                   std::int64_t num_quantiles, void* workspace, cudaStream_t stream) {
   expect_common(loss, pred, target, n, workspace, "quantile_loss");
   FH_EXPECT(num_quantiles >= 1, "quantile_loss: num_quantiles must be >= 1, got " + std::to_string(num_quantiles));
   FH_EXPECT(n == 0 || taus != nullptr, "quantile_loss: taus must not be null");
@@ -205,10 +204,9 @@ void quantile_loss(float* loss, float* grad, const float* pred, const float* tar
   const bool vec4 = aligned16(pred) && aligned16(grad);
   const float grad_scale = static_cast<float>(1.0 / static_cast<double>(total));
   quantile_loss_kernel<<<blocks, kBlock, 0, stream>>>(partials, grad, pred, target, taus, total, num_quantiles,
-                                                       grad_scale, vec4);
+                                                      grad_scale, vec4);
   FH_CHECK_LAUNCH();
-  finish_partial_sum_kernel<<<1, kBlock, 0, stream>>>(loss, partials, blocks,
-                                                       MeanOf{static_cast<double>(total)});
+  finish_partial_sum_kernel<<<1, kBlock, 0, stream>>>(loss, partials, blocks, MeanOf{static_cast<double>(total)});
   FH_CHECK_LAUNCH();
 }
 
@@ -220,8 +218,7 @@ void huber_elementwise(float* out, const float* pred, const float* target, std::
   FH_EXPECT(out != nullptr && pred != nullptr && target != nullptr,
             "huber_elementwise: out, pred and target must not be null");
   const bool vec4 = aligned16(out) && aligned16(pred) && aligned16(target);
-  huber_elementwise_kernel<<<grid_stride_blocks(n), kBlock, 0, stream>>>(out, pred, target, n, HuberTerm{delta},
-                                                                        vec4);
+  huber_elementwise_kernel<<<grid_stride_blocks(n), kBlock, 0, stream>>>(out, pred, target, n, HuberTerm{delta}, vec4);
   FH_CHECK_LAUNCH();
 }
 

@@ -17,9 +17,7 @@ namespace foxhunt::gpu {
 inline constexpr int kMaxPartials = 2048;
 
 // Blocks the first pass launches for n items (kBlock threads each, grid-stride).
-inline int partial_blocks(std::int64_t n) {
-  return std::min(grid_stride_blocks(n), kMaxPartials);
-}
+inline int partial_blocks(std::int64_t n) { return std::min(grid_stride_blocks(n), kMaxPartials); }
 // Workspace for the partials of a pass over n items: never below what partial_blocks(n) uses.
 inline std::size_t partial_bytes(std::int64_t n) {
   const std::int64_t blocks = std::min<std::int64_t>((n + kBlock - 1) / kBlock, kMaxPartials);
@@ -57,8 +55,6 @@ __global__ void finish_partial_sum_kernel(float* out, const float* partials, int
 }
 
 // 16-byte alignment of every non-null pointer: the float4 paths need it.
-__host__ __device__ inline bool aligned16(const void* p) {
-  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
-}
+__host__ __device__ inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
 }  // namespace foxhunt::gpu

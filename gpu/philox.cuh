@@ -107,8 +107,7 @@ __host__ __device__ __forceinline__ float bits_float(std::uint32_t u) {
 __host__ __device__ __forceinline__ float log_positive(float x) {
   constexpr float kLn2Hi = 6.9313812256e-01f;  // 0x3f317180: k*kLn2Hi is exact for |k| < 2^8
   constexpr float kLn2Lo = 9.0580006145e-06f;  // 0x3717f7d1
-  constexpr float kLg1 = 0.66666662693f, kLg2 = 0.40000972152f, kLg3 = 0.28498786688f,
-                  kLg4 = 0.24279078841f;
+  constexpr float kLg1 = 0.66666662693f, kLg2 = 0.40000972152f, kLg3 = 0.28498786688f, kLg4 = 0.24279078841f;
   const std::uint32_t ix = float_bits(x) - 0x3f3504f3u;  // bits relative to sqrt(1/2)
   const int k = static_cast<int>(ix) >> 23;              // arithmetic shift: floor
   const float m = bits_float(float_bits(x) - (static_cast<std::uint32_t>(k) << 23));
@@ -133,23 +132,35 @@ __host__ __device__ __forceinline__ void sincos_2pi(float u, float* s_out, float
   const int q = static_cast<int>(qf);
   const float t = rn_sub(u4, qf);
   const float z = rn_mul(t, t);
-  float sp = 1.6044118092395365e-04f;                          // (pi/2)^9 / 9!
-  sp = rn_add(-4.681753925979137e-03f, rn_mul(z, sp));               // -(pi/2)^7 / 7!
-  sp = rn_add(7.969262450933456e-02f, rn_mul(z, sp));                // (pi/2)^5 / 5!
-  sp = rn_add(-6.459640860557556e-01f, rn_mul(z, sp));               // -(pi/2)^3 / 3!
-  sp = rn_add(1.5707963705062866f, rn_mul(z, sp));                   // pi/2
+  float sp = 1.6044118092395365e-04f;                   // (pi/2)^9 / 9!
+  sp = rn_add(-4.681753925979137e-03f, rn_mul(z, sp));  // -(pi/2)^7 / 7!
+  sp = rn_add(7.969262450933456e-02f, rn_mul(z, sp));   // (pi/2)^5 / 5!
+  sp = rn_add(-6.459640860557556e-01f, rn_mul(z, sp));  // -(pi/2)^3 / 3!
+  sp = rn_add(1.5707963705062866f, rn_mul(z, sp));      // pi/2
   const float sn = rn_mul(t, sp);
-  float cp = -2.520204179745633e-05f;                          // -(pi/2)^10 / 10!
-  cp = rn_add(9.192602592520416e-04f, rn_mul(z, cp));                // (pi/2)^8 / 8!
-  cp = rn_add(-2.0863480865955353e-02f, rn_mul(z, cp));              // -(pi/2)^6 / 6!
-  cp = rn_add(2.5366950035095215e-01f, rn_mul(z, cp));               // (pi/2)^4 / 4!
-  cp = rn_add(-1.2337005138397217f, rn_mul(z, cp));                  // -(pi/2)^2 / 2!
+  float cp = -2.520204179745633e-05f;                    // -(pi/2)^10 / 10!
+  cp = rn_add(9.192602592520416e-04f, rn_mul(z, cp));    // (pi/2)^8 / 8!
+  cp = rn_add(-2.0863480865955353e-02f, rn_mul(z, cp));  // -(pi/2)^6 / 6!
+  cp = rn_add(2.5366950035095215e-01f, rn_mul(z, cp));   // (pi/2)^4 / 4!
+  cp = rn_add(-1.2337005138397217f, rn_mul(z, cp));      // -(pi/2)^2 / 2!
   const float cs = rn_add(1.0f, rn_mul(z, cp));
   switch (q & 3) {
-    case 0: *s_out = sn; *c_out = cs; break;
-    case 1: *s_out = cs; *c_out = -sn; break;
-    case 2: *s_out = -sn; *c_out = -cs; break;
-    default: *s_out = -cs; *c_out = sn; break;
+    case 0:
+      *s_out = sn;
+      *c_out = cs;
+      break;
+    case 1:
+      *s_out = cs;
+      *c_out = -sn;
+      break;
+    case 2:
+      *s_out = -sn;
+      *c_out = -cs;
+      break;
+    default:
+      *s_out = -cs;
+      *c_out = sn;
+      break;
   }
 }
 
@@ -225,8 +236,7 @@ __host__ __device__ __forceinline__ float2 normal2(std::uint64_t seed, std::uint
 }
 
 // Four standard normals from one Philox block: lanes (x, y) from words (x, y), (z, w) from (z, w).
-__host__ __device__ __forceinline__ float4 normal4(std::uint64_t seed, std::uint32_t stream_id,
-                                                   std::uint64_t counter) {
+__host__ __device__ __forceinline__ float4 normal4(std::uint64_t seed, std::uint32_t stream_id, std::uint64_t counter) {
   const uint4 b = random_bits4(seed, stream_id, counter);
   const float2 a = normal2(b.x, b.y);
   const float2 c = normal2(b.z, b.w);

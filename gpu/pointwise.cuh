@@ -22,9 +22,7 @@ struct alignas(sizeof(T) * N) Packet {
   T v[N];
 };
 
-inline bool is_aligned(const void* p, std::size_t bytes) {
-  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
-}
+inline bool is_aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
 namespace detail {
 

@@ -170,8 +170,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   if (tail + tid < n) Op::add(acc, in[tail + tid]);
   acc = block_reduce<Op>(acc);
   if (threadIdx.x == 0) {
-    if (gridDim.x == 1) Op::finish(acc, n, out0, out1);
-    else partials[blockIdx.x] = acc;
+    if (gridDim.x == 1)
+      Op::finish(acc, n, out0, out1);
+    else
+      partials[blockIdx.x] = acc;
   }
 }
 
@@ -306,11 +308,14 @@ void row_reduce(const char* name, typename Op::Out* out, const float* in, std::i
   FH_EXPECT(out != nullptr && in != nullptr, std::string(name) + ": out and in must not be null");
   if (cols <= rows::kWarpMaxCols) {
     if (rows::vec4_ok(cols, {in}))
-      row_reduce_warp_kernel<Op, 4><<<rows::warp_grid(nrows), rows::kWarpsPerBlock * 32, 0, stream>>>(out, in, nrows, cols);
+      row_reduce_warp_kernel<Op, 4>
+          <<<rows::warp_grid(nrows), rows::kWarpsPerBlock * 32, 0, stream>>>(out, in, nrows, cols);
     else
-      row_reduce_warp_kernel<Op, 1><<<rows::warp_grid(nrows), rows::kWarpsPerBlock * 32, 0, stream>>>(out, in, nrows, cols);
+      row_reduce_warp_kernel<Op, 1>
+          <<<rows::warp_grid(nrows), rows::kWarpsPerBlock * 32, 0, stream>>>(out, in, nrows, cols);
   } else {
-    row_reduce_block_kernel<Op><<<rows::block_grid(nrows), rows::block_threads(cols), 0, stream>>>(out, in, nrows, cols);
+    row_reduce_block_kernel<Op>
+        <<<rows::block_grid(nrows), rows::block_threads(cols), 0, stream>>>(out, in, nrows, cols);
   }
   FH_CHECK_LAUNCH();
 }

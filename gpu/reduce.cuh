@@ -17,7 +17,9 @@ inline constexpr unsigned kFullMask = 0xffffffffu;
 
 struct SumOp {
   template <class T>
-  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return a + b;
+  }
 };
 // fmaxf drops a NaN operand; callers that must propagate NaN use NanMaxOp.
 struct MaxOp {
@@ -43,7 +45,9 @@ __device__ __forceinline__ T warp_allreduce(T v, Op op) {
   return v;
 }
 template <class T>
-__device__ __forceinline__ T warp_sum(T v) { return warp_allreduce(v, SumOp{}); }
+__device__ __forceinline__ T warp_sum(T v) {
+  return warp_allreduce(v, SumOp{});
+}
 __device__ __forceinline__ float warp_max(float v) { return warp_allreduce(v, MaxOp{}); }
 
 // Every thread of the block gets op over all threads' values. blockDim.x must be a multiple of
@@ -61,7 +65,9 @@ __device__ __forceinline__ T block_allreduce(T v, Op op, T* scratch) {
   return v;
 }
 template <class T>
-__device__ __forceinline__ T block_sum(T v, T* scratch) { return block_allreduce(v, SumOp{}, scratch); }
+__device__ __forceinline__ T block_sum(T v, T* scratch) {
+  return block_allreduce(v, SumOp{}, scratch);
+}
 __device__ __forceinline__ float block_max(float v, float* scratch) { return block_allreduce(v, MaxOp{}, scratch); }
 
 }  // namespace foxhunt::gpu

@@ -17,8 +17,8 @@ namespace foxhunt::gpu::rows {
 
 // Rows up to this many columns go one warp per row, in registers (<= 32 floats per lane).
 inline constexpr int kWarpMaxCols = 1024;
-inline constexpr int kWarpsPerBlock = 4;  // warp-per-row kernels: 128-thread blocks, 4 rows at a time
-inline constexpr int kRowBlockMax = 1024; // block-per-row kernels: launch bound
+inline constexpr int kWarpsPerBlock = 4;           // warp-per-row kernels: 128-thread blocks, 4 rows at a time
+inline constexpr int kRowBlockMax = 1024;          // block-per-row kernels: launch bound
 inline constexpr std::int64_t kMaxGrid = 1 << 16;  // grid-stride above this many blocks
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
@@ -99,18 +99,28 @@ void dispatch_frag(int cols, bool vec4, F&& f) {
   using std::integral_constant;
   if (vec4) {
     const int chunks = ceil_div(cols, 128);
-    if (chunks <= 1) f(integral_constant<int, 4>{}, integral_constant<int, 1>{});
-    else if (chunks <= 2) f(integral_constant<int, 4>{}, integral_constant<int, 2>{});
-    else if (chunks <= 4) f(integral_constant<int, 4>{}, integral_constant<int, 4>{});
-    else f(integral_constant<int, 4>{}, integral_constant<int, 8>{});
+    if (chunks <= 1)
+      f(integral_constant<int, 4>{}, integral_constant<int, 1>{});
+    else if (chunks <= 2)
+      f(integral_constant<int, 4>{}, integral_constant<int, 2>{});
+    else if (chunks <= 4)
+      f(integral_constant<int, 4>{}, integral_constant<int, 4>{});
+    else
+      f(integral_constant<int, 4>{}, integral_constant<int, 8>{});
   } else {
     const int chunks = ceil_div(cols, 32);
-    if (chunks <= 1) f(integral_constant<int, 1>{}, integral_constant<int, 1>{});
-    else if (chunks <= 2) f(integral_constant<int, 1>{}, integral_constant<int, 2>{});
-    else if (chunks <= 4) f(integral_constant<int, 1>{}, integral_constant<int, 4>{});
-    else if (chunks <= 8) f(integral_constant<int, 1>{}, integral_constant<int, 8>{});
-    else if (chunks <= 16) f(integral_constant<int, 1>{}, integral_constant<int, 16>{});
-    else f(integral_constant<int, 1>{}, integral_constant<int, 32>{});
+    if (chunks <= 1)
+      f(integral_constant<int, 1>{}, integral_constant<int, 1>{});
+    else if (chunks <= 2)
+      f(integral_constant<int, 1>{}, integral_constant<int, 2>{});
+    else if (chunks <= 4)
+      f(integral_constant<int, 1>{}, integral_constant<int, 4>{});
+    else if (chunks <= 8)
+      f(integral_constant<int, 1>{}, integral_constant<int, 8>{});
+    else if (chunks <= 16)
+      f(integral_constant<int, 1>{}, integral_constant<int, 16>{});
+    else
+      f(integral_constant<int, 1>{}, integral_constant<int, 32>{});
   }
 }
 

@@ -121,8 +121,7 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> file, std::string_v
     reject("file is " + std::to_string(file.size()) + " bytes, shorter than 8 bytes (the header length)");
   std::uint64_t n = 0;
   std::memcpy(&n, file.data(), 8);  // little-endian host (static_assert above)
-  if (n > kSafetensorsMaxHeaderBytes)
-    reject("header length " + std::to_string(n) + " exceeds the 100 MB limit");
+  if (n > kSafetensorsMaxHeaderBytes) reject("header length " + std::to_string(n) + " exceeds the 100 MB limit");
   if (n > file.size() - 8)
     reject("header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(file.size()) +
            " bytes): truncated file?");
@@ -134,14 +133,12 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> file, std::string_v
   std::string duplicate;
   json header;
   try {
-    header = json::parse(
-        text, text + n,
-        [&](int depth, json::parse_event_t event, json& parsed) {
-          if (event == json::parse_event_t::key && depth == 1 && duplicate.empty() &&
-              !seen.insert(parsed.get<std::string>()).second)
-            duplicate = parsed.get<std::string>();
-          return true;
-        });
+    header = json::parse(text, text + n, [&](int depth, json::parse_event_t event, json& parsed) {
+      if (event == json::parse_event_t::key && depth == 1 && duplicate.empty() &&
+          !seen.insert(parsed.get<std::string>()).second)
+        duplicate = parsed.get<std::string>();
+      return true;
+    });
   } catch (const json::exception& e) {
     reject(std::string("header is not valid JSON: ") + e.what());
   }
@@ -197,7 +194,8 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> file, std::string_v
     prev = &e;
   }
   if (cursor != data_size)
-    reject("trailing " + std::to_string(data_size - cursor) + " bytes after the last tensor are not covered by any tensor");
+    reject("trailing " + std::to_string(data_size - cursor) +
+           " bytes after the last tensor are not covered by any tensor");
   return out;
 }
 
@@ -213,7 +211,8 @@ std::string build_header(std::span<const SafetensorsTensor> tensors, const std::
   std::uint64_t offset = 0;
   for (const auto& t : tensors) {
     if (t.name == "__metadata__") throw std::invalid_argument("safetensors: '__metadata__' is not a tensor name");
-    if (!names.insert(t.name).second) throw std::invalid_argument("safetensors: duplicate tensor name '" + t.name + "'");
+    if (!names.insert(t.name).second)
+      throw std::invalid_argument("safetensors: duplicate tensor name '" + t.name + "'");
     std::int64_t numel = 0;
     if (!checked_numel(t.shape, &numel))
       throw std::invalid_argument("safetensors: tensor '" + t.name + "' has a bad shape " + shape_str(t.shape));
@@ -221,8 +220,8 @@ std::string build_header(std::span<const SafetensorsTensor> tensors, const std::
     if (with_data && t.data.size() != bytes)
       throw std::invalid_argument("safetensors: tensor '" + t.name + "' has " + std::to_string(t.data.size()) +
                                   " bytes of data, shape " + shape_str(t.shape) + " needs " + std::to_string(bytes));
-    header[t.name] = {{"dtype", std::string(dtype_name(t.dtype))}, {"shape", t.shape},
-                      {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {
+        {"dtype", std::string(dtype_name(t.dtype))}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
@@ -233,7 +232,8 @@ std::string build_header(std::span<const SafetensorsTensor> tensors, const std::
   return out + text;
 }
 
-std::vector<std::span<const std::byte>> file_pieces(const std::string& header, std::span<const SafetensorsTensor> tensors) {
+std::vector<std::span<const std::byte>> file_pieces(const std::string& header,
+                                                    std::span<const SafetensorsTensor> tensors) {
   std::vector<std::span<const std::byte>> pieces;
   pieces.emplace_back(reinterpret_cast<const std::byte*>(header.data()), header.size());
   for (const auto& t : tensors)

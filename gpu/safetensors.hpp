@@ -38,9 +38,9 @@ struct SafetensorsEntry {
 };
 
 struct SafetensorsFile {
-  std::vector<SafetensorsEntry> entries;         // in data-offset order
-  std::map<std::string, std::string> metadata;   // "__metadata__", empty if absent
-  std::span<const std::byte> data;               // the data section (a view into the parsed bytes)
+  std::vector<SafetensorsEntry> entries;        // in data-offset order
+  std::map<std::string, std::string> metadata;  // "__metadata__", empty if absent
+  std::span<const std::byte> data;              // the data section (a view into the parsed bytes)
 
   const SafetensorsEntry* find(std::string_view name) const;  // nullptr if absent
   std::span<const std::byte> bytes(const SafetensorsEntry& e) const { return data.subspan(e.begin, e.bytes()); }

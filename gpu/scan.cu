@@ -126,11 +126,11 @@ struct ScanCfg {
   static constexpr bool kBlockG = kBlockG_, kEarly = kEarly_, kNc = kNc_;
   static constexpr int kPf = kPf_;
   static constexpr bool kCs = kCs_, kBidx = kBidx_, kSmem = kSmem_, kBst = kBst_, kPfIdx = kPfIdx_;
-  static constexpr std::int64_t kWarpElems = kSegs * 128;           // consecutive elements per warp
-  static constexpr std::int64_t kTileElems = kWarps * kWarpElems;   // per block
-  static constexpr std::int64_t kGroup = 32 * kGroupMul;            // tiles per group total
-  static constexpr int kGReaders = kBlockG ? kThreads : 32;         // threads reading group totals
-  static constexpr int kBatch = kBlockG ? 4 : 8;                    // group totals in flight per reader
+  static constexpr std::int64_t kWarpElems = kSegs * 128;          // consecutive elements per warp
+  static constexpr std::int64_t kTileElems = kWarps * kWarpElems;  // per block
+  static constexpr std::int64_t kGroup = 32 * kGroupMul;           // tiles per group total
+  static constexpr int kGReaders = kBlockG ? kThreads : 32;        // threads reading group totals
+  static constexpr int kBatch = kBlockG ? 4 : 8;                   // group totals in flight per reader
   static_assert(kThreads % 32 == 0 && kThreads >= 32 && kThreads <= 1024, "kThreads: multiple of 32 up to 1024");
   static_assert(kSegs >= 1 && kGroupMul >= 1, "kSegs, kGroupMul >= 1");
   static_assert(kPf >= 0 && (kPf == 0 || kMinBlocks >= 1), "kPf >= 0; the prefetch distance needs kMinBlocks");
@@ -171,17 +171,17 @@ using SmemCfg = ScanCfg<kThreads, kSegs, kGroupMul, kMinBlocks, true, true, fals
 // configurations are limited by shared memory: 6 blocks of 32 KB (+ 1 KB reserved each) or 12 of
 // 16 KB fit in the 228 KB of an H100/H200 SM, and their caps (40 registers) match that (no spills
 // in the inclusive kernels; the aligned exclusive ones spill 4-20 bytes per thread).
-using ScanCfgs = std::tuple<ScanCfg<256, 8, 1, 3, false, false, false>,   // 8192-element register tiles, 3 blocks/SM
-                            ScanCfg<256, 8, 1, 3, true, true, false>,     // + block-wide early group totals
-                            ScanCfg<256, 8, 1, 3, true, true, true>,      // + nc loads
-                            ScanCfg<256, 6, 1, 4, true, true, true>,      // 6144-element tiles, 4 blocks/SM
-                            ScanCfg<256, 8, 1, 3, true, true, true, 1>,   // config 2 + L2 prefetch 1 wave ahead
+using ScanCfgs = std::tuple<ScanCfg<256, 8, 1, 3, false, false, false>,  // 8192-element register tiles, 3 blocks/SM
+                            ScanCfg<256, 8, 1, 3, true, true, false>,    // + block-wide early group totals
+                            ScanCfg<256, 8, 1, 3, true, true, true>,     // + nc loads
+                            ScanCfg<256, 6, 1, 4, true, true, true>,     // 6144-element tiles, 4 blocks/SM
+                            ScanCfg<256, 8, 1, 3, true, true, true, 1>,  // config 2 + L2 prefetch 1 wave ahead
                             // Shared-memory tiles through bulk copies (t256_s8: same bits as configs 1, 2, 4):
-                            SmemCfg<256, 8, 1, 6, false, false, false>,   // tile counter
-                            SmemCfg<256, 8, 1, 6, false, false, true>,    // + L2 prefetch of tile blockIdx
-                            SmemCfg<256, 8, 1, 6, true, false, false>,    // blockIdx tile order
-                            SmemCfg<256, 8, 1, 6, true, true, false>,     // blockIdx order + bulk stores
-                            SmemCfg<256, 8, 1, 6, false, true, true>,     // counter + L2 prefetch + bulk stores (default)
+                            SmemCfg<256, 8, 1, 6, false, false, false>,  // tile counter
+                            SmemCfg<256, 8, 1, 6, false, false, true>,   // + L2 prefetch of tile blockIdx
+                            SmemCfg<256, 8, 1, 6, true, false, false>,   // blockIdx tile order
+                            SmemCfg<256, 8, 1, 6, true, true, false>,    // blockIdx order + bulk stores
+                            SmemCfg<256, 8, 1, 6, false, true, true>,  // counter + L2 prefetch + bulk stores (default)
                             SmemCfg<128, 8, 2, 12, false, false, true>>;  // 4096-element tiles, 64-tile groups
 // What inclusive_scan / exclusive_scan use: the measured best on an H200 (bench/scan_variants.cu,
 // 2026-11-29), t256_s8_g32_mb6_blockG_early_tma_pfidx_bst: 78.2% of copy at 1e8 (CUB 69.0%, the
@@ -434,8 +434,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks > 0 ? C::kMinBlocks
 #pragma unroll
     for (int j = 0; j < kSegs; ++j) {
       float4 t;
-      if (C::kNc && nc) t = load_nc(in + base + j * 128);
-      else t = *reinterpret_cast<const float4*>(in + base + j * 128);
+      if (C::kNc && nc)
+        t = load_nc(in + base + j * 128);
+      else
+        t = *reinterpret_cast<const float4*>(in + base + j * 128);
       x[j][0] = t.x;
       x[j][1] = t.y;
       x[j][2] = t.z;
@@ -470,8 +472,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks > 0 ? C::kMinBlocks
       float4* p = reinterpret_cast<float4*>(out + base + j * 128);
       const float4 v = make_float4(head + (off[j] + x[j][0]), head + (off[j] + x[j][1]), head + (off[j] + x[j][2]),
                                    head + (off[j] + x[j][3]));
-      if constexpr (C::kCs) __stcs(p, v);
-      else *p = v;
+      if constexpr (C::kCs)
+        __stcs(p, v);
+      else
+        *p = v;
     }
   } else {
 #pragma unroll
@@ -587,8 +591,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks > 0 ? C::kMinBlocks
       if (tiles > 1) prefetch_tile_l2<C>(in, n, blockIdx.x);
     }
     if (tiles > 1) {
-      if constexpr (C::kBidx) t = blockIdx.x;
-      else t = static_cast<std::int64_t>(atomicAdd(status, Word{1}));
+      if constexpr (C::kBidx)
+        t = blockIdx.x;
+      else
+        t = static_cast<std::int64_t>(atomicAdd(status, Word{1}));
     }
     if (kVec && (t + 1) * C::kTileElems <= n) bulk_load(bar, tile_smem, in + t * C::kTileElems, kTileBytes);
     s_tile = t;
@@ -648,11 +654,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks > 0 ? C::kMinBlocks
       y[2] = p2;
       y[3] = p3;
     }
-    const float4 r = make_float4(head + (off[j] + y[0]), head + (off[j] + y[1]), head + (off[j] + y[2]),
-                                 head + (off[j] + y[3]));
+    const float4 r =
+        make_float4(head + (off[j] + y[0]), head + (off[j] + y[1]), head + (off[j] + y[2]), head + (off[j] + y[3]));
     if (kVec && full) {
-      if constexpr (C::kBst) *reinterpret_cast<float4*>(s_x + mine + j * 128) = r;  // own slots, read above
-      else *reinterpret_cast<float4*>(out + base + j * 128) = r;
+      if constexpr (C::kBst)
+        *reinterpret_cast<float4*>(s_x + mine + j * 128) = r;  // own slots, read above
+      else
+        *reinterpret_cast<float4*>(out + base + j * 128) = r;
     } else {
       const float rr[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
@@ -675,9 +683,8 @@ void check_scan_args(const char* name, const void* out, const void* in, std::int
                      std::size_t workspace_bytes, std::size_t needed) {
   FH_EXPECT(n >= 0, std::string(name) + ": n must be >= 0");
   FH_EXPECT(n == 0 || (out != nullptr && in != nullptr), std::string(name) + ": out and in must not be null");
-  FH_EXPECT(workspace_bytes >= needed,
-            std::string(name) + ": workspace_bytes " + std::to_string(workspace_bytes) + " < scan_workspace_bytes " +
-                std::to_string(needed));
+  FH_EXPECT(workspace_bytes >= needed, std::string(name) + ": workspace_bytes " + std::to_string(workspace_bytes) +
+                                           " < scan_workspace_bytes " + std::to_string(needed));
   FH_EXPECT(needed == 0 || (workspace != nullptr && (reinterpret_cast<std::uintptr_t>(workspace) & 7u) == 0),
             std::string(name) + ": workspace must be non-null and 8-byte aligned");
 }
@@ -786,8 +793,10 @@ void scan_int(const char* name, T* out, const T* in, std::int64_t n, void* works
   if (n == 0) return;
   std::size_t bytes = workspace_bytes;
   FH_CHECK(with_count(n, [&](auto count) {
-    if constexpr (kExclusive) return cub::DeviceScan::ExclusiveSum(workspace, bytes, in, out, count, stream);
-    else return cub::DeviceScan::InclusiveSum(workspace, bytes, in, out, count, stream);
+    if constexpr (kExclusive)
+      return cub::DeviceScan::ExclusiveSum(workspace, bytes, in, out, count, stream);
+    else
+      return cub::DeviceScan::InclusiveSum(workspace, bytes, in, out, count, stream);
   }));
   FH_CHECK_LAUNCH();
 }
@@ -797,8 +806,10 @@ void scan_int(const char* name, T* out, const T* in, std::int64_t n, void* works
 template <class T>
 std::size_t scan_workspace_bytes(std::int64_t n) {
   if (n <= 0) return 0;
-  if constexpr (std::is_same_v<T, float>) return f32_workspace_bytes<DefaultCfg>(n);
-  else return cub_bytes<T>(n);
+  if constexpr (std::is_same_v<T, float>)
+    return f32_workspace_bytes<DefaultCfg>(n);
+  else
+    return cub_bytes<T>(n);
 }
 template std::size_t scan_workspace_bytes<float>(std::int64_t);
 template std::size_t scan_workspace_bytes<std::int32_t>(std::int64_t);
@@ -838,9 +849,9 @@ std::size_t scan_f32_config_workspace_bytes(int config, std::int64_t n) { return
 void scan_f32_config(float* out, const float* in, std::int64_t n, bool exclusive, int config, void* workspace,
                      std::size_t workspace_bytes, cudaStream_t stream) {
   const CfgEntry& e = cfg_entry(config);
-  (exclusive ? e.exclusive : e.inclusive)(exclusive ? "detail::scan_f32_config (exclusive)"
-                                                    : "detail::scan_f32_config (inclusive)",
-                                          out, in, n, workspace, workspace_bytes, stream);
+  (exclusive ? e.exclusive : e.inclusive)(
+      exclusive ? "detail::scan_f32_config (exclusive)" : "detail::scan_f32_config (inclusive)", out, in, n, workspace,
+      workspace_bytes, stream);
 }
 
 }  // namespace detail

@@ -136,8 +136,7 @@ __global__ void __launch_bounds__(rows::kRowBlockMax)
     if constexpr (kKind == Kind::softmax) {
       const float inv = 1.f / s;
 #pragma unroll 4
-      for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-        y[c] = (kCached ? cache[c] : expf(x[c] - m)) * inv;
+      for (std::int64_t c = threadIdx.x; c < cols; c += blockDim.x) y[c] = (kCached ? cache[c] : expf(x[c] - m)) * inv;
     } else {
       const float log_s = logf(s);
 #pragma unroll 4
@@ -177,8 +176,7 @@ __global__ void __launch_bounds__(rows::kRowBlockMax)
 
 // ---- launchers ----------------------------------------------------------------------------
 
-void check_args(const char* name, const void* a, const void* b, const void* c, std::int64_t nrows,
-                std::int64_t cols) {
+void check_args(const char* name, const void* a, const void* b, const void* c, std::int64_t nrows, std::int64_t cols) {
   FH_EXPECT(nrows >= 0, std::string(name) + ": rows must be >= 0");
   FH_EXPECT(cols >= 1, std::string(name) + ": cols must be >= 1");
   FH_EXPECT(nrows == 0 || (a != nullptr && b != nullptr && c != nullptr),
@@ -213,7 +211,7 @@ void backward(float* d_in, const float* d_out, const float* out, std::int64_t nr
     rows::dispatch_frag(static_cast<int>(cols), rows::vec4_ok(cols, {d_in, d_out, out}), [&](auto vec, auto iters) {
       backward_warp_kernel<kKind, decltype(vec)::value, decltype(iters)::value>
           <<<rows::warp_grid(nrows), rows::kWarpsPerBlock * 32, 0, stream>>>(d_in, d_out, out, nrows,
-                                                                              static_cast<int>(cols));
+                                                                             static_cast<int>(cols));
     });
   } else {
     const std::size_t bytes = 2 * static_cast<std::size_t>(cols) * sizeof(float);

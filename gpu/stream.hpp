@@ -38,8 +38,8 @@ class Event {
   cudaEvent_t get() const noexcept { return event_; }
   operator cudaEvent_t() const noexcept { return event_; }
   void record(cudaStream_t stream) const;
-  bool ready() const;          // non-blocking query
-  void synchronize() const;    // blocks the calling host thread
+  bool ready() const;        // non-blocking query
+  void synchronize() const;  // blocks the calling host thread
   // Milliseconds between two timing events (benchmarks).
   static float elapsed_ms(const Event& start, const Event& stop);
 

@@ -17,9 +17,14 @@ enum class DType : std::uint8_t { f32, bf16, i32, u32, u8 };
 
 constexpr std::size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: case DType::i32: case DType::u32: return 4;
-    case DType::bf16: return 2;
-    case DType::u8: return 1;
+    case DType::f32:
+    case DType::i32:
+    case DType::u32:
+      return 4;
+    case DType::bf16:
+      return 2;
+    case DType::u8:
+      return 1;
   }
   return 0;
 }
@@ -27,21 +32,42 @@ constexpr std::size_t dtype_size(DType t) {
 // Names as safetensors spells them, so checkpoints speak PyTorch's language.
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "F32";
-    case DType::bf16: return "BF16";
-    case DType::i32: return "I32";
-    case DType::u32: return "U32";
-    case DType::u8: return "U8";
+    case DType::f32:
+      return "F32";
+    case DType::bf16:
+      return "BF16";
+    case DType::i32:
+      return "I32";
+    case DType::u32:
+      return "U32";
+    case DType::u8:
+      return "U8";
   }
   return "?";
 }
 
-template <class T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::f32; }
-template <> constexpr DType dtype_of<__nv_bfloat16>() { return DType::bf16; }
-template <> constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
-template <> constexpr DType dtype_of<std::uint32_t>() { return DType::u32; }
-template <> constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<__nv_bfloat16>() {
+  return DType::bf16;
+}
+template <>
+constexpr DType dtype_of<std::int32_t>() {
+  return DType::i32;
+}
+template <>
+constexpr DType dtype_of<std::uint32_t>() {
+  return DType::u32;
+}
+template <>
+constexpr DType dtype_of<std::uint8_t>() {
+  return DType::u8;
+}
 
 inline constexpr int kMaxRank = 4;
 

@@ -46,15 +46,25 @@ void count(const CUpti_Activity* rec, TransferCounts& c) {
   const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
   switch (static_cast<CUpti_ActivityMemcpyKind>(m->copyKind)) {
     case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA: add(c.host_to_device, c.host_to_device_bytes, m->bytes); break;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA:
+      add(c.host_to_device, c.host_to_device_bytes, m->bytes);
+      break;
     case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
-    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH: add(c.device_to_host, c.device_to_host_bytes, m->bytes); break;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH:
+      add(c.device_to_host, c.device_to_host_bytes, m->bytes);
+      break;
     case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
     case CUPTI_ACTIVITY_MEMCPY_KIND_DTOA:
     case CUPTI_ACTIVITY_MEMCPY_KIND_ATOD:
-    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA: add(c.device_to_device, c.device_to_device_bytes, m->bytes); break;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: add(c.peer, c.peer_bytes, m->bytes); break;
-    default: add(c.other, c.other_bytes, m->bytes); break;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA:
+      add(c.device_to_device, c.device_to_device_bytes, m->bytes);
+      break;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP:
+      add(c.peer, c.peer_bytes, m->bytes);
+      break;
+    default:
+      add(c.other, c.other_bytes, m->bytes);
+      break;
   }
 }
 
@@ -90,8 +100,10 @@ bool environment_failure(CUptiResult r) {
     case CUPTI_ERROR_CMP_DEVICE_NOT_SUPPORTED:
     case CUPTI_ERROR_MIG_DEVICE_NOT_SUPPORTED:
     case CUPTI_ERROR_SLI_DEVICE_NOT_SUPPORTED:
-    case CUPTI_ERROR_WSL_DEVICE_NOT_SUPPORTED: return true;
-    default: return false;
+    case CUPTI_ERROR_WSL_DEVICE_NOT_SUPPORTED:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -136,8 +148,8 @@ void disable_memcpy_activity() noexcept {
 std::string TransferCounts::str() const {
   std::ostringstream s;
   s << "h2d " << host_to_device << " (" << host_to_device_bytes << " B), d2h " << device_to_host << " ("
-    << device_to_host_bytes << " B), d2d " << device_to_device << " (" << device_to_device_bytes << " B), peer "
-    << peer << " (" << peer_bytes << " B), other " << other << " (" << other_bytes << " B)";
+    << device_to_host_bytes << " B), d2d " << device_to_device << " (" << device_to_device_bytes << " B), peer " << peer
+    << " (" << peer_bytes << " B), other " << other << " (" << other_bytes << " B)";
   if (dropped_records) s << ", " << dropped_records << " records dropped";
   return s.str();
 }

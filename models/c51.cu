@@ -52,8 +52,8 @@ __global__ void project_kernel(float* __restrict__ m, const float* __restrict__ 
 
 __global__ void cross_entropy_kernel(float* __restrict__ d_logits, float* __restrict__ sample_loss,
                                      const float* __restrict__ logits, const std::int32_t* __restrict__ acts,
-                                     const float* __restrict__ m, const float* __restrict__ weights,
-                                     std::int64_t batch, std::int64_t actions, std::int64_t atoms) {
+                                     const float* __restrict__ m, const float* __restrict__ weights, std::int64_t batch,
+                                     std::int64_t actions, std::int64_t atoms) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t b = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < batch; b += stride) {
     const std::int64_t row = (b * actions + acts[b]) * atoms;
@@ -76,9 +76,9 @@ __global__ void cross_entropy_kernel(float* __restrict__ d_logits, float* __rest
 
 void check_support(const char* fn, std::int64_t atoms, float v_min, float v_max) {
   FH_EXPECT(atoms >= 2, std::string(fn) + ": atoms must be >= 2, got " + std::to_string(atoms));
-  FH_EXPECT(std::isfinite(v_min) && std::isfinite(v_max) && v_min < v_max,
-            std::string(fn) + ": need finite v_min < v_max, got " + std::to_string(v_min) + ", " +
-                std::to_string(v_max));
+  FH_EXPECT(
+      std::isfinite(v_min) && std::isfinite(v_max) && v_min < v_max,
+      std::string(fn) + ": need finite v_min < v_max, got " + std::to_string(v_min) + ", " + std::to_string(v_max));
 }
 
 float delta_z(std::int64_t atoms, float v_min, float v_max) {
@@ -104,9 +104,9 @@ void c51_project(float* m, const float* next_probs, const std::int32_t* next_act
   FH_EXPECT(batch >= 0 && actions >= 1, "c51_project: need batch >= 0 and actions >= 1");
   if (batch == 0) return;
   FH_EXPECT(m && next_probs && next_actions && returns && discounts, "c51_project: null pointer");
-  project_kernel<<<gpu::grid_stride_blocks(batch, 128), 128, 0, stream>>>(
-      m, next_probs, next_actions, returns, discounts, batch, actions, atoms, v_min, v_max,
-      delta_z(atoms, v_min, v_max));
+  project_kernel<<<gpu::grid_stride_blocks(batch, 128), 128, 0, stream>>>(m, next_probs, next_actions, returns,
+                                                                          discounts, batch, actions, atoms, v_min,
+                                                                          v_max, delta_z(atoms, v_min, v_max));
   FH_CHECK_LAUNCH();
 }
 
@@ -117,10 +117,10 @@ void c51_cross_entropy(float* d_logits, float* sample_loss, const float* logits,
             "c51_cross_entropy: need batch >= 0, actions >= 1, atoms >= 2");
   if (batch == 0) return;
   FH_EXPECT(d_logits && sample_loss && logits && actions && m, "c51_cross_entropy: null pointer");
-  FH_CHECK(cudaMemsetAsync(d_logits, 0,
-                           static_cast<std::size_t>(batch * actions_count * atoms) * sizeof(float), stream));
-  cross_entropy_kernel<<<gpu::grid_stride_blocks(batch, 128), 128, 0, stream>>>(d_logits, sample_loss, logits, actions,
-                                                                               m, weights, batch, actions_count, atoms);
+  FH_CHECK(
+      cudaMemsetAsync(d_logits, 0, static_cast<std::size_t>(batch * actions_count * atoms) * sizeof(float), stream));
+  cross_entropy_kernel<<<gpu::grid_stride_blocks(batch, 128), 128, 0, stream>>>(
+      d_logits, sample_loss, logits, actions, m, weights, batch, actions_count, atoms);
   FH_CHECK_LAUNCH();
 }
 

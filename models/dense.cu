@@ -102,8 +102,8 @@ void Dense::backward(float* d_in, float* d_pre_scratch, const float* d_out, cons
     gpu::linear_backward(d_in, dw_, db_, d_pre_scratch, d_out, aux, in, w_, batch, spec_.in, spec_.out, spec_.act,
                          false, spec_.math, lane);
     if (spec_.noisy) {  // evaluation-mode backward: sigma gets no gradient
-      FH_CHECK(cudaMemsetAsync(dw_sigma_, 0, static_cast<std::size_t>(spec_.in * spec_.out) * sizeof(float),
-                               lane.stream));
+      FH_CHECK(
+          cudaMemsetAsync(dw_sigma_, 0, static_cast<std::size_t>(spec_.in * spec_.out) * sizeof(float), lane.stream));
       FH_CHECK(cudaMemsetAsync(db_sigma_, 0, static_cast<std::size_t>(spec_.out) * sizeof(float), lane.stream));
     }
     return;

@@ -25,7 +25,7 @@ struct DenseSpec {
   std::int64_t in = 0, out = 0;
   gpu::Activation act = gpu::Activation::identity;  // identity, relu or gelu (gpu/linear's epilogues)
   bool noisy = false;
-  float sigma0 = 0.5f;  // NoisyNet sigma_0 (Rainbow: 0.5)
+  float sigma0 = 0.5f;                           // NoisyNet sigma_0 (Rainbow: 0.5)
   gpu::LinearMath math = gpu::LinearMath::fp32;  // tf32: tensor-core GEMMs (opt-in)
 };
 
@@ -71,7 +71,7 @@ class Dense {
   std::uint32_t stream_id_;
   bool bound_ = false;
   bool last_eval_ = false;
-  float *w_ = nullptr, *b_ = nullptr, *dw_ = nullptr, *db_ = nullptr;                // weight(_mu), bias(_mu)
+  float *w_ = nullptr, *b_ = nullptr, *dw_ = nullptr, *db_ = nullptr;  // weight(_mu), bias(_mu)
   float *w_sigma_ = nullptr, *b_sigma_ = nullptr, *dw_sigma_ = nullptr, *db_sigma_ = nullptr;
   gpu::DeviceBuffer<float> eps_in_, eps_out_, w_eff_, b_eff_, dw_eff_, db_eff_;
 };

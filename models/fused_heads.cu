@@ -12,10 +12,10 @@
 namespace foxhunt::models {
 namespace {
 
-constexpr int kWarps = 4;                                    // rows (warps) per block, row kernels
+constexpr int kWarps = 4;  // rows (warps) per block, row kernels
 constexpr int kMaxOut = static_cast<int>(kFusedHeadMaxOutputs);
-constexpr int kPgRows = 16;                                  // row lanes per block, param-grad kernel
-constexpr int kSlotGroup = 16;                               // slots reduced per barrier pair, param grads
+constexpr int kPgRows = 16;     // row lanes per block, param-grad kernel
+constexpr int kSlotGroup = 16;  // slots reduced per barrier pair, param grads
 
 // The row kernels keep one accumulator per head output in registers: MaxO (8, 16 or 32) is the
 // compile-time bound (>= the real O, so every index into acc[] is static), and Vec selects float4
@@ -65,8 +65,10 @@ constexpr std::int64_t kBackwardTwoChunkMaxHidden = 512;
 template <int MaxO, int Vec, class F>
 void with_chunks(std::int64_t hidden, std::int64_t two_chunk_max_hidden, F&& f) {
   if constexpr (Vec == 4 && kChunks<MaxO> == 2) {
-    if (hidden > two_chunk_max_hidden) f(std::integral_constant<int, 1>{});
-    else f(std::integral_constant<int, 2>{});
+    if (hidden > two_chunk_max_hidden)
+      f(std::integral_constant<int, 1>{});
+    else
+      f(std::integral_constant<int, 2>{});
   } else {
     f(std::integral_constant<int, kChunks<MaxO>>{});
   }
@@ -167,8 +169,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     heads_backward_input_kernel(float* __restrict__ d_h, float* __restrict__ d_heads,
                                 const float* __restrict__ d_logits, const float* __restrict__ vw,
                                 const float* __restrict__ aw, const std::uint32_t* __restrict__ mask,
-                                std::int64_t batch, std::int64_t hidden, std::int64_t branches,
-                                std::int64_t actions) {
+                                std::int64_t batch, std::int64_t hidden, std::int64_t branches, std::int64_t actions) {
   using V_t = typename VecT<Vec>::type;
   constexpr std::int64_t kStep = 32 * Vec;
   const std::int64_t mask_ld = (hidden + 127) / 128 * 128;  // bits per row (gpu/linear's ReLU aux)
@@ -318,11 +319,15 @@ __global__ void __launch_bounds__(32 * kPgRows, 2)
     if (o == outputs) {
       tdb[j] = v;
     } else if (bias_block) {
-      if (o < value_outputs) vdb[0] = v;
-      else adb[o - value_outputs] = v;
+      if (o < value_outputs)
+        vdb[0] = v;
+      else
+        adb[o - value_outputs] = v;
     } else {
-      if (o < value_outputs) vdw[j] = v;
-      else adw[static_cast<std::int64_t>(o - value_outputs) * hidden + j] = v;
+      if (o < value_outputs)
+        vdw[j] = v;
+      else
+        adw[static_cast<std::int64_t>(o - value_outputs) * hidden + j] = v;
     }
   };
   // Whether this thread's column takes slot o at all.
@@ -333,9 +338,9 @@ __global__ void __launch_bounds__(32 * kPgRows, 2)
   float acc[MaxO];
 #pragma unroll
   for (int o = 0; o < MaxO; ++o) acc[o] = 0.f;
-  float acc_pre = 0.f;                                 // trunk bias: column sum of d_pre
+  float acc_pre = 0.f;                                  // trunk bias: column sum of d_pre
   const std::int64_t jc = j < hidden ? j : hidden - 1;  // lanes past H: a valid column, never stored
-  const int d_lane = x < outputs ? x : outputs - 1;    // the d_heads output this lane loads
+  const int d_lane = x < outputs ? x : outputs - 1;     // the d_heads output this lane loads
   for (std::int64_t b0 = row_begin + y; b0 < row_end; b0 += U * kPgRows) {  // warp-uniform
     float hv[U], pv[U], dv[U];
 #pragma unroll
@@ -374,8 +379,10 @@ __global__ void __launch_bounds__(32 * kPgRows, 2)
       float s = 0.f;
 #pragma unroll
       for (int r = 0; r < kPgRows; ++r) s += s_red[y][r][x];
-      if (splits == 1) store(o, s);
-      else partials[(static_cast<std::int64_t>(blockIdx.y) * slots + o) * cols + j] = s;
+      if (splits == 1)
+        store(o, s);
+      else
+        partials[(static_cast<std::int64_t>(blockIdx.y) * slots + o) * cols + j] = s;
     }
     __syncthreads();  // s_red is rewritten for the next group
   }
@@ -418,19 +425,24 @@ int row_blocks(std::int64_t batch) { return gpu::grid_stride_blocks(batch, kWarp
 template <class F>
 void dispatch(int outputs, bool vec, F&& f) {
   auto with_vec = [&](auto max_o) {
-    if (vec) f(max_o, std::integral_constant<int, 4>{});
-    else f(max_o, std::integral_constant<int, 1>{});
+    if (vec)
+      f(max_o, std::integral_constant<int, 4>{});
+    else
+      f(max_o, std::integral_constant<int, 1>{});
   };
-  if (outputs <= 8) with_vec(std::integral_constant<int, 8>{});
-  else if (outputs <= 16) with_vec(std::integral_constant<int, 16>{});
-  else with_vec(std::integral_constant<int, kMaxOut>{});
+  if (outputs <= 8)
+    with_vec(std::integral_constant<int, 8>{});
+  else if (outputs <= 16)
+    with_vec(std::integral_constant<int, 16>{});
+  else
+    with_vec(std::integral_constant<int, kMaxOut>{});
 }
 
 }  // namespace
 
-void fused_heads_forward(float* logits, const float* h, const float* value_w, const float* value_b,
-                         const float* adv_w, const float* adv_b, std::int64_t batch, std::int64_t hidden,
-                         std::int64_t branches, std::int64_t actions, cudaStream_t stream) {
+void fused_heads_forward(float* logits, const float* h, const float* value_w, const float* value_b, const float* adv_w,
+                         const float* adv_b, std::int64_t batch, std::int64_t hidden, std::int64_t branches,
+                         std::int64_t actions, cudaStream_t stream) {
   check("fused_heads_forward", batch, hidden, branches, actions, value_w != nullptr);
   if (batch == 0) return;
   FH_EXPECT(logits && h && adv_w, "fused_heads_forward: logits, h and adv_w must not be null");
@@ -452,22 +464,23 @@ void fused_heads_backward_input(float* d_h, float* d_heads, const float* d_logit
   check("fused_heads_backward_input", batch, hidden, branches, actions, value_w != nullptr);
   if (batch == 0) return;
   FH_EXPECT(d_h && d_heads && d_logits && adv_w, "fused_heads_backward_input: null pointer");
-  FH_EXPECT(relu_mask == nullptr || gpu::aligned16(relu_mask), "fused_heads_backward_input: relu_mask must be 16-byte aligned");
+  FH_EXPECT(relu_mask == nullptr || gpu::aligned16(relu_mask),
+            "fused_heads_backward_input: relu_mask must be 16-byte aligned");
   const int O = static_cast<int>(branches * actions) + (value_w != nullptr ? 1 : 0);
   const bool vec = hidden % 4 == 0 && gpu::aligned16(d_h) && gpu::aligned16(adv_w) && gpu::aligned16(value_w);
   dispatch(O, vec, [&](auto max_o, auto vec_w) {
     constexpr int kO = decltype(max_o)::value, kV = decltype(vec_w)::value;
     with_chunks<kO, kV>(hidden, kBackwardTwoChunkMaxHidden, [&](auto chunks) {
       heads_backward_input_kernel<kO, kV, decltype(chunks)::value><<<row_blocks(batch), kWarps * 32, 0, stream>>>(
-          d_h, d_heads, d_logits, value_w, adv_w, static_cast<const std::uint32_t*>(relu_mask), batch, hidden,
-          branches, actions);
+          d_h, d_heads, d_logits, value_w, adv_w, static_cast<const std::uint32_t*>(relu_mask), batch, hidden, branches,
+          actions);
     });
   });
   FH_CHECK_LAUNCH();
 }
 
 std::size_t fused_heads_param_grads_workspace_bytes(std::int64_t batch, std::int64_t hidden, std::int64_t branches,
-                                                   std::int64_t actions, bool dueling) {
+                                                    std::int64_t actions, bool dueling) {
   check("fused_heads_param_grads_workspace_bytes", batch, hidden, branches, actions, dueling);
   const std::int64_t splits = param_grad_splits(batch), tiles = (hidden + 31) / 32;
   const std::int64_t slots = branches * actions + (dueling ? 1 : 0) + 1;
@@ -500,9 +513,9 @@ void fused_heads_param_grads(float* value_dw, float* value_db, float* adv_dw, fl
   // batch == 0 still launches (one split): the gradients are sums over nothing, written as 0.
   const dim3 grid(static_cast<unsigned>(tiles + 1), static_cast<unsigned>(splits)), block(32, kPgRows);
   dispatch(outputs, false, [&](auto max_o, auto) {
-    heads_param_grad_kernel<decltype(max_o)::value><<<grid, block, 0, stream>>>(
-        value_dw, value_db, adv_dw, adv_db, trunk_db, d_heads, h, d_pre, batch, hidden, outputs, value_outputs,
-        partials, counters);
+    heads_param_grad_kernel<decltype(max_o)::value>
+        <<<grid, block, 0, stream>>>(value_dw, value_db, adv_dw, adv_db, trunk_db, d_heads, h, d_pre, batch, hidden,
+                                     outputs, value_outputs, partials, counters);
   });
   FH_CHECK_LAUNCH();
 }

@@ -19,9 +19,9 @@ inline constexpr std::int64_t kFusedHeadMaxOutputs = 32;
 
 // logits (B, K): dueling (value_w != nullptr): v + a_k - mean over the k's branch of a;
 // plain (value_w == value_b == nullptr): the adv head's output. K = branches * actions.
-void fused_heads_forward(float* logits, const float* h, const float* value_w, const float* value_b,
-                         const float* adv_w, const float* adv_b, std::int64_t batch, std::int64_t hidden,
-                         std::int64_t branches, std::int64_t actions, cudaStream_t stream);
+void fused_heads_forward(float* logits, const float* h, const float* value_w, const float* value_b, const float* adv_w,
+                         const float* adv_b, std::int64_t batch, std::int64_t hidden, std::int64_t branches,
+                         std::int64_t actions, cudaStream_t stream);
 
 // From d_logits (B, K): d_heads (B, O) = per row [d_value (dueling only), d_adv (K)] (the head
 // pre-activation gradients, for fused_heads_param_grads) and d_h (B, H) = sum_o d_heads[o] W_o.
@@ -39,7 +39,7 @@ void fused_heads_backward_input(float* d_h, float* d_heads, const float* d_logit
 // workspace: fused_heads_param_grads_workspace_bytes(...) bytes, 16-byte aligned, zeroed once before
 // the first call (completion counters that each call leaves at zero; partial sums of row splits).
 std::size_t fused_heads_param_grads_workspace_bytes(std::int64_t batch, std::int64_t hidden, std::int64_t branches,
-                                                   std::int64_t actions, bool dueling);
+                                                    std::int64_t actions, bool dueling);
 void fused_heads_param_grads(float* value_dw, float* value_db, float* adv_dw, float* adv_db, float* trunk_db,
                              const float* d_heads, const float* h, const float* d_pre, std::int64_t batch,
                              std::int64_t hidden, std::int64_t branches, std::int64_t actions, void* workspace,

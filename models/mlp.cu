@@ -190,8 +190,8 @@ void Mlp::backward_from_last_pre(float* d_in, Workspace& ws, const float* d_last
                          l.spec().in, l.spec().out, gpu::Activation::identity, false, l.spec().math, side->lane);
     float* dx = last == 0 ? d_in : ws.split_d_out[last - 1].data();
     if (dx != nullptr)
-      gpu::linear_backward(dx, nullptr, nullptr, nullptr, d_last_pre, nullptr, nullptr, l.weight(), batch,
-                           l.spec().in, l.spec().out, gpu::Activation::identity, false, l.spec().math, lane);
+      gpu::linear_backward(dx, nullptr, nullptr, nullptr, d_last_pre, nullptr, nullptr, l.weight(), batch, l.spec().in,
+                           l.spec().out, gpu::Activation::identity, false, l.spec().math, lane);
     backward_split(d_in, ws, dx, in, batch, last, lane, *side);
     join_side(*side, lane);
     return;
@@ -219,7 +219,7 @@ void Mlp::backward_split(float* d_in, Workspace& ws, const float* g, const float
     const DenseSpec& sp = l.spec();
     const float* x = k == 0 ? in : ws.out[k - 1].data();
     float* dx = k == 0 ? d_in : ws.split_d_out[k - 1].data();  // per layer: the side may still read g
-    float* d_pre = ws.split_d_pre[k].data();                     // per layer: likewise
+    float* d_pre = ws.split_d_pre[k].data();                   // per layer: likewise
     if (sp.noisy || dx == nullptr) {
       // Noisy layers compose their gradients after the GEMMs, and without d_in linear_backward would
       // not write d_pre: the whole layer stays on the main stream (layer 0: its weight gradient is

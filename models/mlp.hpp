@@ -32,9 +32,9 @@ struct SideLane {
 struct MlpSpec {
   std::string name;
   std::int64_t in = 0;
-  std::vector<std::int64_t> sizes;                  // output width of each layer (>= 1 layer)
-  gpu::Activation act = gpu::Activation::relu;      // identity, relu or gelu
-  bool noisy = false;                               // NoisyNet layers throughout
+  std::vector<std::int64_t> sizes;              // output width of each layer (>= 1 layer)
+  gpu::Activation act = gpu::Activation::relu;  // identity, relu or gelu
+  bool noisy = false;                           // NoisyNet layers throughout
   float sigma0 = 0.5f;
   gpu::LinearMath math = gpu::LinearMath::fp32;
 };
@@ -68,15 +68,15 @@ class Mlp {
   // From d_out (B, sizes.back()): writes every layer's parameter gradients; d_in (B, in) nullable.
   // side (nullable; ws from make_workspace(.., true)): the weight-gradient GEMMs of the deterministic
   // layers that have an input gradient run there (see SideLane); the results are the same.
-  void backward(float* d_in, Workspace& ws, const float* d_out, const float* in, std::int64_t batch,
-                gpu::BlasLane lane, const SideLane* side = nullptr);
+  void backward(float* d_in, Workspace& ws, const float* d_out, const float* in, std::int64_t batch, gpu::BlasLane lane,
+                const SideLane* side = nullptr);
 
   // backward() for a caller that already applied the last layer's activation derivative and wrote
   // its bias gradient (models/fused_heads does both in its kernels): d_last_pre (B, sizes.back()) is
   // the last layer's pre-activation gradient; that layer then costs only its two GEMMs. The last
   // layer must not be noisy.
-  void backward_from_last_pre(float* d_in, Workspace& ws, const float* d_last_pre, const float* in,
-                              std::int64_t batch, gpu::BlasLane lane, const SideLane* side = nullptr);
+  void backward_from_last_pre(float* d_in, Workspace& ws, const float* d_last_pre, const float* in, std::int64_t batch,
+                              gpu::BlasLane lane, const SideLane* side = nullptr);
 
   // ReLU trunks only (0 otherwise): the number of units across all layers.
   std::int64_t relu_units() const;

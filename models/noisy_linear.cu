@@ -34,8 +34,7 @@ __global__ void compose_kernel(float* __restrict__ w, float* __restrict__ b, con
                                const float* __restrict__ f_out, std::int64_t in_f, std::int64_t out_f) {
   const std::int64_t n = in_f * out_f;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n + out_f;
-       i += stride) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n + out_f; i += stride) {
     if (i < n) {
       const std::int64_t o = i / in_f, k = i - o * in_f;
       w[i] = fmaf(w_sigma[i], f_out[o] * f_in[k], w_mu[i]);
@@ -49,12 +48,11 @@ __global__ void compose_kernel(float* __restrict__ w, float* __restrict__ b, con
 __global__ void param_grads_kernel(float* __restrict__ d_w_mu, float* __restrict__ d_w_sigma,
                                    float* __restrict__ d_b_mu, float* __restrict__ d_b_sigma,
                                    const float* __restrict__ d_w, const float* __restrict__ d_b,
-                                   const float* __restrict__ f_in, const float* __restrict__ f_out,
-                                   std::int64_t in_f, std::int64_t out_f) {
+                                   const float* __restrict__ f_in, const float* __restrict__ f_out, std::int64_t in_f,
+                                   std::int64_t out_f) {
   const std::int64_t n = in_f * out_f;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n + out_f;
-       i += stride) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n + out_f; i += stride) {
     if (i < n) {
       const std::int64_t o = i / in_f, k = i - o * in_f;
       const float g = d_w[i];
@@ -71,7 +69,7 @@ __global__ void param_grads_kernel(float* __restrict__ d_w_mu, float* __restrict
 
 void check_sizes(const char* fn, std::int64_t in_f, std::int64_t out_f) {
   FH_EXPECT(in_f >= 1 && out_f >= 1, std::string(fn) + ": in_features and out_features must be >= 1, got " +
-                                          std::to_string(in_f) + ", " + std::to_string(out_f));
+                                         std::to_string(in_f) + ", " + std::to_string(out_f));
 }
 
 }  // namespace

@@ -40,16 +40,16 @@ QNetwork::QNetwork(QNetworkSpec spec, std::string prefix, std::uint32_t noise_st
   const std::int64_t h = spec_.hidden.back();
   const std::int64_t out = outputs();
   if (spec_.dueling) {
-    heads_.emplace_back(DenseSpec{prefix + "value", h, spec_.atoms, gpu::Activation::identity, spec_.noisy,
-                                  spec_.sigma0, spec_.math},
-                        noise_stream_base + 0);
-    heads_.emplace_back(DenseSpec{prefix + "advantage", h, out, gpu::Activation::identity, spec_.noisy, spec_.sigma0,
-                                  spec_.math},
-                        noise_stream_base + 1);
+    heads_.emplace_back(
+        DenseSpec{prefix + "value", h, spec_.atoms, gpu::Activation::identity, spec_.noisy, spec_.sigma0, spec_.math},
+        noise_stream_base + 0);
+    heads_.emplace_back(
+        DenseSpec{prefix + "advantage", h, out, gpu::Activation::identity, spec_.noisy, spec_.sigma0, spec_.math},
+        noise_stream_base + 1);
   } else {
-    heads_.emplace_back(DenseSpec{prefix + "head", h, out, gpu::Activation::identity, spec_.noisy, spec_.sigma0,
-                                  spec_.math},
-                        noise_stream_base + 0);
+    heads_.emplace_back(
+        DenseSpec{prefix + "head", h, out, gpu::Activation::identity, spec_.noisy, spec_.sigma0, spec_.math},
+        noise_stream_base + 0);
   }
 }
 
@@ -129,8 +129,8 @@ void QNetwork::forward(Workspace& ws, const float* obs, std::int64_t batch, bool
   if (spec_.dueling) {
     heads_[0].forward(ws.value.data(), nullptr, h, batch, eval, lane);
     heads_[1].forward(ws.adv.data(), nullptr, h, batch, eval, lane);
-    dueling_forward(ws.logits.data(), ws.value.data(), ws.adv.data(), batch, spec_.branches, spec_.actions,
-                    spec_.atoms, lane.stream);
+    dueling_forward(ws.logits.data(), ws.value.data(), ws.adv.data(), batch, spec_.branches, spec_.actions, spec_.atoms,
+                    lane.stream);
   } else {
     heads_[0].forward(ws.logits.data(), nullptr, h, batch, eval, lane);
   }
@@ -141,12 +141,11 @@ void QNetwork::forward(Workspace& ws, const float* obs, std::int64_t batch, bool
   }
 }
 
-void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, std::int64_t batch,
-                        gpu::BlasLane lane, const SideLane* side) {
+void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, std::int64_t batch, gpu::BlasLane lane,
+                        const SideLane* side) {
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "QNetwork::backward: batch out of range");
   FH_EXPECT(side == nullptr || (side->lane.stream != nullptr && side->lane.stream != lane.stream && side->lane.lt &&
-                                side->fork && side->join &&
-                                ws.trunk.split_d_pre.size() == spec_.hidden.size()),
+                                side->fork && side->join && ws.trunk.split_d_pre.size() == spec_.hidden.size()),
             "QNetwork::backward: a SideLane needs its own created stream, a cuBLASLt handle, both events and a "
             "workspace from make_workspace(max_batch, true)");
   const float* h = trunk_.output(ws.trunk);

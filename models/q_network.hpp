@@ -47,11 +47,11 @@ class QNetwork {
   struct Workspace {
     std::int64_t max_batch = 0;
     Mlp::Workspace trunk;
-    gpu::DeviceBuffer<float> value, adv, logits, probs, q;          // forward
-    gpu::DeviceBuffer<std::byte> aux_value, aux_head;               // identity heads: empty
-    gpu::DeviceBuffer<float> d_value, d_adv, d_h, d_h2, d_pre;      // backward scratch
-    gpu::DeviceBuffer<float> d_heads;                                // fused heads: (B, 1 + D*A)
-    gpu::DeviceBuffer<std::byte> head_grad_ws;                       // fused heads: param-grad splits
+    gpu::DeviceBuffer<float> value, adv, logits, probs, q;      // forward
+    gpu::DeviceBuffer<std::byte> aux_value, aux_head;           // identity heads: empty
+    gpu::DeviceBuffer<float> d_value, d_adv, d_h, d_h2, d_pre;  // backward scratch
+    gpu::DeviceBuffer<float> d_heads;                           // fused heads: (B, 1 + D*A)
+    gpu::DeviceBuffer<std::byte> head_grad_ws;                  // fused heads: param-grad splits
   };
 
   void declare(gpu::ParameterArena& arena) const;

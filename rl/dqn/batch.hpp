@@ -6,14 +6,14 @@
 namespace foxhunt::rl {
 
 struct DqnBatch {
-  const float* obs = nullptr;               // (B, obs_dim)
-  const std::int32_t* actions = nullptr;    // (B, D) action index per branch
-  const float* returns = nullptr;           // (B) n-step discounted reward sum, cut at the episode end
-  const float* discounts = nullptr;         // (B) gamma^k of the bootstrap, 0 when the episode terminated
-  const float* next_obs = nullptr;          // (B, obs_dim) the observation k steps later
-  const float* weights = nullptr;           // (B) importance-sampling weights; nullptr = uniform replay
-  const std::int32_t* indices = nullptr;    // (B) replay slots (for the priority update); may be nullptr
-  std::int64_t size = 0;                    // B
+  const float* obs = nullptr;             // (B, obs_dim)
+  const std::int32_t* actions = nullptr;  // (B, D) action index per branch
+  const float* returns = nullptr;         // (B) n-step discounted reward sum, cut at the episode end
+  const float* discounts = nullptr;       // (B) gamma^k of the bootstrap, 0 when the episode terminated
+  const float* next_obs = nullptr;        // (B, obs_dim) the observation k steps later
+  const float* weights = nullptr;         // (B) importance-sampling weights; nullptr = uniform replay
+  const std::int32_t* indices = nullptr;  // (B) replay slots (for the priority update); may be nullptr
+  std::int64_t size = 0;                  // B
 };
 
 }  // namespace foxhunt::rl

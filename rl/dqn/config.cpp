@@ -181,15 +181,16 @@ DqnRunConfig parse_dqn_config(const std::string& toml_text, const std::string& s
   const toml::table* tr = r.table(root, "train");
   if (env) r.check_keys(*env, "env", {"kind", "market_config", "num_envs"});
   if (net)
-    r.check_keys(*net, "network", {"hidden", "activation", "dueling", "noisy", "sigma0", "atoms", "v_min", "v_max",
-                                   "branching"});
+    r.check_keys(*net, "network",
+                 {"hidden", "activation", "dueling", "noisy", "sigma0", "atoms", "v_min", "v_max", "branching"});
   if (dqn)
-    r.check_keys(*dqn, "dqn", {"batch", "gamma", "n_step", "double", "loss", "huber_delta", "lr", "lr_end",
-                               "lr_anneal_updates", "adam_eps", "adam_beta1", "adam_beta2", "max_grad_norm", "tau",
-                               "target_period", "epsilon_start", "epsilon_end", "epsilon_steps", "seed"});
+    r.check_keys(*dqn, "dqn",
+                 {"batch", "gamma", "n_step", "double", "loss", "huber_delta", "lr", "lr_end", "lr_anneal_updates",
+                  "adam_eps", "adam_beta1", "adam_beta2", "max_grad_norm", "tau", "target_period", "epsilon_start",
+                  "epsilon_end", "epsilon_steps", "seed"});
   if (rep)
-    r.check_keys(*rep, "replay", {"capacity", "prioritized", "alpha", "beta", "beta_final", "beta_anneal_updates",
-                                  "priority_eps"});
+    r.check_keys(*rep, "replay",
+                 {"capacity", "prioritized", "alpha", "beta", "beta_final", "beta_anneal_updates", "priority_eps"});
   if (tr) r.check_keys(*tr, "train", {"total_steps", "learning_starts", "train_every", "updates_per_train"});
 
   r.string(env, "env", "kind", c.env);

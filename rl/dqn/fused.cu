@@ -87,8 +87,8 @@ __global__ void __launch_bounds__(kTdThreads)
                     const float* __restrict__ q, const float* __restrict__ q_select, const float* __restrict__ q_eval,
                     const std::int32_t* __restrict__ acts, const float* __restrict__ returns,
                     const float* __restrict__ discounts, const float* __restrict__ weights, std::int64_t batch,
-                    std::int64_t branches, std::int64_t actions, float delta, float eps,
-                    double* __restrict__ partials, unsigned int* __restrict__ counter) {
+                    std::int64_t branches, std::int64_t actions, float delta, float eps, double* __restrict__ partials,
+                    unsigned int* __restrict__ counter) {
   static_assert(kTdThreads == 32 * 32, "the block sums assume 32 warps");
   __shared__ double s_loss[32];
   __shared__ double s_q[32];
@@ -102,15 +102,15 @@ __global__ void __launch_bounds__(kTdThreads)
     const std::int64_t row0 = b * branches * actions;
     const std::int32_t a0 = acts[b * branches];
     const float disc = discounts[b], ret = returns[b], w = weights ? weights[b] : 1.f;
-    const std::int32_t best0 = short_rows ? argmax_row_short(q_select + row0, actions)
-                                          : argmax_row(q_select + row0, actions);
+    const std::int32_t best0 =
+        short_rows ? argmax_row_short(q_select + row0, actions) : argmax_row(q_select + row0, actions);
     const float qa0 = q[row0 + a0];
     float sum = 0.f;
     sum += q_eval[row0 + best0];
     for (std::int64_t d = 1; d < branches; ++d) {
       const std::int64_t row = (b * branches + d) * actions;
-      const std::int32_t best = short_rows ? argmax_row_short(q_select + row, actions)
-                                           : argmax_row(q_select + row, actions);
+      const std::int32_t best =
+          short_rows ? argmax_row_short(q_select + row, actions) : argmax_row(q_select + row, actions);
       sum += q_eval[row + best];
     }
     const float y = fmaf(disc, sum / static_cast<float>(branches), ret);
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(gpu::kBlock)
     __threadfence();  // the partial is visible device-wide before the count says so
     last = atomicAdd(done_blocks, 1u) == gridDim.x - 1;
   }
-  __syncthreads();  // also separates the two block_sum calls (they share one shared array)
+  __syncthreads();    // also separates the two block_sum calls (they share one shared array)
   if (!last) return;  // uniform over the block
   __threadfence();
   float s = 0.f;
@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(gpu::kBlock)
     const float norm = sqrtf(s);
     st->grad_norm = norm;
     if (max_norm > 0.f) st->clip_scale = clip_coefficient(norm, max_norm);
-    *done_blocks = 0u;  // ready for the next call (no other block touches it any more)
+    *done_blocks = 0u;               // ready for the next call (no other block touches it any more)
     skip = __ldcg(&st->skip) != 0u;  // final: the loss guard ran before, every block's flag is in
   }
   __syncthreads();
@@ -322,9 +322,9 @@ __global__ void end_target_kernel(DqnState* __restrict__ st, float* __restrict__
 
 // ---- Adam + end of update + target update + parameter check (one pass) ----------------------------
 
-using gpu::AdamConstants;
 using gpu::adam_element;  // gpu/adam.cuh: the same bits as adam_step_device
 using gpu::adam_element4;
+using gpu::AdamConstants;
 
 struct AdamEndParams {
   AdamConstants c;  // host-folded part (as adam_step_device)
@@ -472,19 +472,16 @@ void dqn_td_fused(float* d_q, float* priorities, DqnState* state, const float* q
   // No workspace: one block for any batch (the sums in the single-block order).
   const int blocks = workspace != nullptr ? static_cast<int>(td_blocks(batch)) : 1;
   auto* counter = static_cast<unsigned int*>(workspace);
-  auto* partials = workspace != nullptr
-                       ? reinterpret_cast<double*>(static_cast<std::byte*>(workspace) + kTdCounterBytes)
-                       : nullptr;
+  auto* partials =
+      workspace != nullptr ? reinterpret_cast<double*>(static_cast<std::byte*>(workspace) + kTdCounterBytes) : nullptr;
   if (kind == TdLoss::huber)
-    td_fused_kernel<true><<<blocks, kTdThreads, 0, stream>>>(d_q, priorities, state, q, q_select, q_eval, actions,
-                                                             returns, discounts, weights, batch, branches,
-                                                             actions_count, huber_delta, priority_eps, partials,
-                                                             counter);
+    td_fused_kernel<true><<<blocks, kTdThreads, 0, stream>>>(
+        d_q, priorities, state, q, q_select, q_eval, actions, returns, discounts, weights, batch, branches,
+        actions_count, huber_delta, priority_eps, partials, counter);
   else
-    td_fused_kernel<false><<<blocks, kTdThreads, 0, stream>>>(d_q, priorities, state, q, q_select, q_eval, actions,
-                                                              returns, discounts, weights, batch, branches,
-                                                              actions_count, huber_delta, priority_eps, partials,
-                                                              counter);
+    td_fused_kernel<false><<<blocks, kTdThreads, 0, stream>>>(
+        d_q, priorities, state, q, q_select, q_eval, actions, returns, discounts, weights, batch, branches,
+        actions_count, huber_delta, priority_eps, partials, counter);
   FH_CHECK_LAUNCH();
 }
 
@@ -501,8 +498,8 @@ void dqn_grad_guard(DqnState* state, float* priorities, const float* grads, std:
   FH_EXPECT(state && grads && workspace, "dqn_grad_guard: null pointer (workspace: dqn_grad_guard_workspace_bytes)");
   FH_EXPECT(gpu::aligned16(workspace), "dqn_grad_guard: workspace must be 16-byte aligned");
   auto* partials = static_cast<float*>(workspace);
-  auto* counter = reinterpret_cast<unsigned int*>(static_cast<std::byte*>(workspace) +
-                                                  (gpu::partial_bytes(n) + 15) / 16 * 16);
+  auto* counter =
+      reinterpret_cast<unsigned int*>(static_cast<std::byte*>(workspace) + (gpu::partial_bytes(n) + 15) / 16 * 16);
   // gpu::global_grad_norm's grid gives the same partials. On the float4 path, when that grid has at
   // most one float4 per thread (stride >= n / 4), its blocks past ceil(n / 4 / kBlock) hold no
   // element: their partials are +0, which the in-order finish adds last to sums >= +0 (or NaN / inf),
@@ -530,9 +527,9 @@ void dqn_end_and_target_update(DqnState* state, float* priorities, std::int64_t 
   const bool vec4 = gpu::aligned16(target) && gpu::aligned16(online);
   // Always launches (the counters advance even with nothing to copy).
   const std::int64_t items = std::max(vec4 ? (n + 3) / 4 : n, batch);
-  end_target_kernel<<<gpu::grid_stride_blocks(items), gpu::kBlock, 0, stream>>>(
-      state, priorities, batch, skip_priority, target, online, n, tau, period, vec4,
-      static_cast<unsigned int*>(workspace));
+  end_target_kernel<<<gpu::grid_stride_blocks(items), gpu::kBlock, 0, stream>>>(state, priorities, batch, skip_priority,
+                                                                                target, online, n, tau, period, vec4,
+                                                                                static_cast<unsigned int*>(workspace));
   FH_CHECK_LAUNCH();
 }
 

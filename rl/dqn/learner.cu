@@ -192,8 +192,8 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s, const std:
   // One kernel: non-finite gradient flag, global norm, clip scale, and the safe priorities of a
   // skipped update: priorities_ is final when it ends.
   const std::int64_t n = online_arena_.padded_count();
-  dqn_grad_guard(st, priorities_.data(), online_arena_.grads(), n, c.max_grad_norm, B, c.skip_priority,
-                 norm_ws_.data(), s);
+  dqn_grad_guard(st, priorities_.data(), online_arena_.grads(), n, c.max_grad_norm, B, c.skip_priority, norm_ws_.data(),
+                 s);
   if (after) {  // the priority update, beside Adam and the target update
     after_fork_.record(s);
     side_.wait(after_fork_);
@@ -230,9 +230,9 @@ void DqnLearner::replay() {
 }
 
 void DqnLearner::act(std::int32_t* actions, const float* obs, std::int64_t rows, bool eval) {
-  FH_EXPECT(rows >= 1 && rows <= config_.act_rows, "DqnLearner::act: rows must be in [1, act_rows = " +
-                                                       std::to_string(config_.act_rows) + "], got " +
-                                                       std::to_string(rows));
+  FH_EXPECT(rows >= 1 && rows <= config_.act_rows,
+            "DqnLearner::act: rows must be in [1, act_rows = " + std::to_string(config_.act_rows) + "], got " +
+                std::to_string(rows));
   DqnState* st = state_.data();
   // Noisy nets explore through fresh noise per environment step (the update resamples its own).
   if (config_.net.noisy && !eval) online_->resample_noise(config_.seed, &st->act_noise_counter, lane_.stream);

@@ -42,17 +42,17 @@ struct DqnLearnerConfig {
   models::QNetworkSpec net;
   std::int64_t batch = 32;
   bool double_q = true;
-  TdLoss loss = TdLoss::huber;   // C51 (net.atoms > 1) always uses its cross-entropy
+  TdLoss loss = TdLoss::huber;  // C51 (net.atoms > 1) always uses its cross-entropy
   float huber_delta = 1.f;
-  gpu::AdamConfig adam{};        // adam.lr is ignored: schedule.lr_* drives the rate
+  gpu::AdamConfig adam{};  // adam.lr is ignored: schedule.lr_* drives the rate
   DqnSchedule schedule{};
-  float max_grad_norm = 10.f;    // <= 0: no clipping
-  float tau = 1.f;               // target update coefficient: 1 = hard copy
+  float max_grad_norm = 10.f;      // <= 0: no clipping
+  float tau = 1.f;                 // target update coefficient: 1 = hard copy
   std::int64_t target_period = 1;  // applied updates between target updates
   float priority_eps = 1e-6f;
-  float skip_priority = 1.f;     // priority written for every sample of a skipped update
-  std::uint64_t seed = 0;        // init, noise and exploration
-  std::int64_t act_rows = 1;     // most observations one act() call handles (e.g. the env count)
+  float skip_priority = 1.f;  // priority written for every sample of a skipped update
+  std::uint64_t seed = 0;     // init, noise and exploration
+  std::int64_t act_rows = 1;  // most observations one act() call handles (e.g. the env count)
 };
 
 // std::invalid_argument naming the field and the allowed range.
@@ -126,7 +126,8 @@ class DqnLearner {
   gpu::DeviceBuffer<DqnState> state_;
   gpu::DeviceBuffer<float> y_, d_logits_, sample_loss_, weighted_loss_, priorities_, m_, obs2_;
   gpu::DeviceBuffer<std::int32_t> next_actions_;
-  gpu::DeviceBuffer<std::byte> reduce_ws_, norm_ws_, end_ws_, td_ws_;  // norm_ws_, end_ws_, td_ws_: fused-kernel counters
+  gpu::DeviceBuffer<std::byte> reduce_ws_, norm_ws_, end_ws_,
+      td_ws_;  // norm_ws_, end_ws_, td_ws_: fused-kernel counters
   gpu::ExitSlot<DqnState> metrics_;
   gpu::CudaGraph graph_;
   // A second stream for the work that does not depend on the online forward (the target forward,

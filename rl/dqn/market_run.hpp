@@ -40,8 +40,8 @@ class MarketDqnRun {
 
   // Allocates everything (envs, replay, learner, evaluation buffers) on the lane's stream and
   // waits for it, so that a worker thread can train and evaluate without allocating.
-  MarketDqnRun(const MarketConfig& market, const MarketLearning& learning, std::uint64_t seed,
-               std::int64_t total_steps, gpu::BlasLane lane);
+  MarketDqnRun(const MarketConfig& market, const MarketLearning& learning, std::uint64_t seed, std::int64_t total_steps,
+               gpu::BlasLane lane);
 
   DqnTrainer& trainer() { return *trainer_; }
   DqnLearner& learner() { return learner_; }

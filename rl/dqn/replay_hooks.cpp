@@ -7,8 +7,9 @@ namespace foxhunt::rl {
 DqnBatch dqn_batch_view(SampledBatch& out) { return dqn_batch_view(out.view()); }
 
 DqnBatch dqn_batch_view(const SampledBatchView& v) {
-  return DqnBatch{v.obs, static_cast<const std::int32_t*>(v.actions), v.returns, v.discounts, v.next_obs, v.weights,
-                  v.indices, v.batch};
+  return DqnBatch{
+      v.obs,  static_cast<const std::int32_t*>(v.actions), v.returns, v.discounts, v.next_obs, v.weights, v.indices,
+      v.batch};
 }
 
 DqnReplayHooks make_replay_hooks(ReplayBuffer& rb, SampledBatch& out, std::int64_t num_envs) {

@@ -140,8 +140,8 @@ void select_actions(std::int32_t* actions, const float* q, const float* epsilon,
   FH_CHECK_LAUNCH();
 }
 
-void taken_q_mean(float* q_mean, const float* q, const std::int32_t* actions, std::int64_t batch,
-                  std::int64_t branches, std::int64_t actions_count, cudaStream_t stream) {
+void taken_q_mean(float* q_mean, const float* q, const std::int32_t* actions, std::int64_t batch, std::int64_t branches,
+                  std::int64_t actions_count, cudaStream_t stream) {
   FH_EXPECT(batch >= 1 && branches >= 1 && actions_count >= 1, "taken_q_mean: need batch, branches, actions >= 1");
   FH_EXPECT(q_mean && q && actions, "taken_q_mean: null pointer");
   q_mean_kernel<<<1, gpu::kBlock, 0, stream>>>(q_mean, q, actions, batch, branches, actions_count);

@@ -11,11 +11,11 @@ namespace foxhunt::rl {
 
 struct DqnState {
   // counters
-  std::int64_t updates_applied = 0;    // Adam steps taken (skipped updates excluded)
-  std::int64_t updates_attempted = 0;  // update graph runs
-  std::int64_t env_steps = 0;          // environment transitions collected (all envs)
-  std::uint64_t noise_counter = 0;     // NoisyNet resamples (Philox counter)
-  std::uint64_t act_counter = 0;       // action-selection draws (Philox counter)
+  std::int64_t updates_applied = 0;                          // Adam steps taken (skipped updates excluded)
+  std::int64_t updates_attempted = 0;                        // update graph runs
+  std::int64_t env_steps = 0;                                // environment transitions collected (all envs)
+  std::uint64_t noise_counter = 0;                           // NoisyNet resamples (Philox counter)
+  std::uint64_t act_counter = 0;                             // action-selection draws (Philox counter)
   std::uint64_t act_noise_counter = std::uint64_t{1} << 40;  // NoisyNet resamples for acting (a range
                                                              // disjoint from noise_counter's)
   // training guard
@@ -29,21 +29,21 @@ struct DqnState {
   float beta = 0.4f;
   float lr = 1e-3f;
   // this update's statistics
-  float loss = 0.f;                    // weighted batch loss
-  float grad_norm = 0.f;               // global gradient norm before clipping
+  float loss = 0.f;       // weighted batch loss
+  float grad_norm = 0.f;  // global gradient norm before clipping
   float clip_scale = 1.f;
-  float q_mean = 0.f;                  // mean Q(s, a) of the taken actions
+  float q_mean = 0.f;  // mean Q(s, a) of the taken actions
   float pad_ = 0.f;
 };
 
 // Linear schedules, evaluated on the device from the counters.
 struct DqnSchedule {
   float epsilon_start = 1.f, epsilon_end = 0.05f;
-  std::int64_t epsilon_steps = 0;      // env steps of the linear decay (0: epsilon_end at once)
+  std::int64_t epsilon_steps = 0;  // env steps of the linear decay (0: epsilon_end at once)
   float beta_start = 0.4f, beta_end = 1.f;
-  std::int64_t beta_updates = 0;       // updates of the linear anneal (0: beta_end at once)
+  std::int64_t beta_updates = 0;  // updates of the linear anneal (0: beta_end at once)
   float lr_start = 1e-3f, lr_end = 1e-3f;
-  std::int64_t lr_updates = 0;         // updates of the linear anneal (0: lr_end at once)
+  std::int64_t lr_updates = 0;  // updates of the linear anneal (0: lr_end at once)
 };
 
 // Host-side reference of the schedules (tests and the CPU config checks use it).
@@ -76,7 +76,7 @@ void select_actions(std::int32_t* actions, const float* q, const float* epsilon,
                     std::int64_t actions_count, cudaStream_t stream);
 
 // *q_mean = mean over b of q[b, d, actions[b, d]] averaged over branches (one block, fixed order).
-void taken_q_mean(float* q_mean, const float* q, const std::int32_t* actions, std::int64_t batch,
-                  std::int64_t branches, std::int64_t actions_count, cudaStream_t stream);
+void taken_q_mean(float* q_mean, const float* q, const std::int32_t* actions, std::int64_t batch, std::int64_t branches,
+                  std::int64_t actions_count, cudaStream_t stream);
 
 }  // namespace foxhunt::rl

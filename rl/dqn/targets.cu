@@ -44,11 +44,10 @@ __global__ void targets_kernel(float* __restrict__ y, std::int32_t* __restrict__
   }
 }
 
-__global__ void td_loss_kernel(float* __restrict__ d_q, float* __restrict__ sample_loss,
-                               float* __restrict__ priorities, const float* __restrict__ q,
-                               const std::int32_t* __restrict__ acts, const float* __restrict__ y,
-                               const float* __restrict__ weights, std::int64_t batch, std::int64_t branches,
-                               std::int64_t actions, bool huber, float delta, float eps) {
+__global__ void td_loss_kernel(float* __restrict__ d_q, float* __restrict__ sample_loss, float* __restrict__ priorities,
+                               const float* __restrict__ q, const std::int32_t* __restrict__ acts,
+                               const float* __restrict__ y, const float* __restrict__ weights, std::int64_t batch,
+                               std::int64_t branches, std::int64_t actions, bool huber, float delta, float eps) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   const float inv_n = 1.f / static_cast<float>(batch * branches);
   for (std::int64_t b = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < batch; b += stride) {
@@ -121,8 +120,8 @@ void check_qdims(const char* fn, std::int64_t batch, std::int64_t branches, std:
 
 }  // namespace
 
-void greedy_actions(std::int32_t* out, const float* q, std::int64_t batch, std::int64_t branches,
-                    std::int64_t actions, cudaStream_t stream) {
+void greedy_actions(std::int32_t* out, const float* q, std::int64_t batch, std::int64_t branches, std::int64_t actions,
+                    cudaStream_t stream) {
   check_qdims("greedy_actions", batch, branches, actions);
   if (batch == 0) return;
   FH_EXPECT(out && q, "greedy_actions: null pointer");
@@ -131,9 +130,9 @@ void greedy_actions(std::int32_t* out, const float* q, std::int64_t batch, std::
   FH_CHECK_LAUNCH();
 }
 
-void dqn_targets(float* y, std::int32_t* next_actions, const float* q_select, const float* q_eval,
-                 const float* returns, const float* discounts, std::int64_t batch, std::int64_t branches,
-                 std::int64_t actions, cudaStream_t stream) {
+void dqn_targets(float* y, std::int32_t* next_actions, const float* q_select, const float* q_eval, const float* returns,
+                 const float* discounts, std::int64_t batch, std::int64_t branches, std::int64_t actions,
+                 cudaStream_t stream) {
   check_qdims("dqn_targets", batch, branches, actions);
   if (batch == 0) return;
   FH_EXPECT(y && q_select && q_eval && returns && discounts, "dqn_targets: null pointer");
@@ -144,8 +143,7 @@ void dqn_targets(float* y, std::int32_t* next_actions, const float* q_select, co
 
 void td_loss(float* d_q, float* sample_loss, float* priorities, const float* q, const std::int32_t* actions,
              const float* y, const float* weights, std::int64_t batch, std::int64_t branches,
-             std::int64_t actions_count,
-             TdLoss kind, float huber_delta, float priority_eps, cudaStream_t stream) {
+             std::int64_t actions_count, TdLoss kind, float huber_delta, float priority_eps, cudaStream_t stream) {
   check_qdims("td_loss", batch, branches, actions_count);
   FH_EXPECT(kind == TdLoss::mse || (huber_delta > 0.f && std::isfinite(huber_delta)),
             "td_loss: huber_delta must be finite and > 0, got " + std::to_string(huber_delta));

@@ -10,16 +10,16 @@
 namespace foxhunt::rl {
 
 // Greedy action per branch of q (B, D, A): argmax_a, ties to the lowest index. out (B, D).
-void greedy_actions(std::int32_t* out, const float* q, std::int64_t batch, std::int64_t branches,
-                    std::int64_t actions, cudaStream_t stream);
+void greedy_actions(std::int32_t* out, const float* q, std::int64_t batch, std::int64_t branches, std::int64_t actions,
+                    cudaStream_t stream);
 
 // y (B) = returns[b] + discounts[b] * mean_d q_eval[b, d, a*_d],  a*_d = argmax_a q_select[b, d, :].
 // Double DQN: q_select = online(s'), q_eval = target(s'); plain DQN: both target(s'). With D = 1 this
 // is y = R + gamma^n (1 - done) Q_target(s', argmax Q_online(s')); with D > 1 it is BDQ's target.
 // next_actions (B, D) (nullable): the a* used.
-void dqn_targets(float* y, std::int32_t* next_actions, const float* q_select, const float* q_eval,
-                 const float* returns, const float* discounts, std::int64_t batch, std::int64_t branches,
-                 std::int64_t actions, cudaStream_t stream);
+void dqn_targets(float* y, std::int32_t* next_actions, const float* q_select, const float* q_eval, const float* returns,
+                 const float* discounts, std::int64_t batch, std::int64_t branches, std::int64_t actions,
+                 cudaStream_t stream);
 
 enum class TdLoss : std::uint8_t { huber, mse };
 
@@ -31,8 +31,7 @@ enum class TdLoss : std::uint8_t { huber, mse };
 //    MSE = d^2, l' = 2 d. weights (B) nullable (= 1). priorities nullable.
 void td_loss(float* d_q, float* sample_loss, float* priorities, const float* q, const std::int32_t* actions,
              const float* y, const float* weights, std::int64_t batch, std::int64_t branches,
-             std::int64_t actions_count,
-             TdLoss kind, float huber_delta, float priority_eps, cudaStream_t stream);
+             std::int64_t actions_count, TdLoss kind, float huber_delta, float priority_eps, cudaStream_t stream);
 
 // From unweighted per-sample losses l_b (C51's cross-entropy):
 //   weighted_loss[b] = w_b * l_b / B  (sums to the batch loss),  priorities[b] = l_b + priority_eps.

@@ -36,9 +36,8 @@ struct DqnEnvHooks {
 
 struct DqnReplayHooks {
   // Inserts N transitions (obs, action, reward, terminated, truncated, bootstrap obs).
-  std::function<void(const float* obs, const std::int32_t* actions, const float* reward,
-                     const std::uint8_t* terminated, const std::uint8_t* truncated, const float* next_obs,
-                     cudaStream_t)>
+  std::function<void(const float* obs, const std::int32_t* actions, const float* reward, const std::uint8_t* terminated,
+                     const std::uint8_t* truncated, const float* next_obs, cudaStream_t)>
       insert;
   // Fills `batch`'s buffers (graph-capturable: captured once into the update graph).
   std::function<void(cudaStream_t)> sample;

@@ -47,8 +47,8 @@ Params make_params() {
 }
 
 template <class ObsT>
-__global__ void __launch_bounds__(kThreads) reset_kernel(ObsT* obs, BenchMarketState st, Params p, std::uint64_t seed,
-                                                         std::int64_t n) {
+__global__ void __launch_bounds__(kThreads)
+    reset_kernel(ObsT* obs, BenchMarketState st, Params p, std::uint64_t seed, std::int64_t n) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) {
     const uint4 bits = gpu::random_bits4(seed, static_cast<std::uint32_t>(i), 0);
@@ -66,10 +66,10 @@ __global__ void __launch_bounds__(kThreads) reset_kernel(ObsT* obs, BenchMarketS
 }
 
 template <class ObsT>
-__global__ void __launch_bounds__(kThreads) step_kernel(ObsT* obs, float* reward, std::uint8_t* terminated,
-                                                        std::uint8_t* truncated, ObsT* final_obs, BenchMarketState st,
-                                                        const std::int32_t* actions, Params p, std::uint64_t seed,
-                                                        std::int64_t n, std::int64_t steps) {
+__global__ void __launch_bounds__(kThreads)
+    step_kernel(ObsT* obs, float* reward, std::uint8_t* terminated, std::uint8_t* truncated, ObsT* final_obs,
+                BenchMarketState st, const std::int32_t* actions, Params p, std::uint64_t seed, std::int64_t n,
+                std::int64_t steps) {
   __shared__ __align__(16) float stage[kThreads * kD];
   const std::int64_t block_start = static_cast<std::int64_t>(blockIdx.x) * kThreads;
   const std::int64_t i = block_start + threadIdx.x;
@@ -167,7 +167,8 @@ void bench_market_reset(void* obs, gpu::DType obs_dtype, const BenchMarketState&
   FH_EXPECT(n >= 0 && n <= (std::int64_t{1} << 31), "bench_market_reset: n must be in [0, 2^31]");
   if (n == 0) return;
   FH_EXPECT(obs != nullptr, "bench_market_reset: obs must be a device buffer of (N, 33)");
-  FH_EXPECT(obs_dtype == gpu::DType::f32 || obs_dtype == gpu::DType::bf16, "bench_market_reset: obs_dtype must be f32 or bf16");
+  FH_EXPECT(obs_dtype == gpu::DType::f32 || obs_dtype == gpu::DType::bf16,
+            "bench_market_reset: obs_dtype must be f32 or bf16");
   const int blocks = gpu::ceil_div(n, kThreads);
   const Params p = make_params();
   if (obs_dtype == gpu::DType::f32)
@@ -212,7 +213,7 @@ BenchMarketEnv::BenchMarketEnv(std::int64_t num_envs)
       stats_workspace_(episode_stats_workspace_bytes()) {
   FH_EXPECT(num_envs >= 1 && num_envs <= (std::int64_t{1} << 31), "BenchMarketEnv: num_envs must be in [1, 2^31]");
   state_ = BenchMarketState{log_price_.data(), position_.data(), episode_return_.data(), episode_step_.data(),
-                            counter_.data(), window_.data(), accum_.data()};
+                            counter_.data(),   window_.data(),   accum_.data()};
 }
 
 void BenchMarketEnv::reset(void* obs, gpu::DType obs_dtype, std::uint64_t seed, cudaStream_t stream) {
@@ -221,8 +222,7 @@ void BenchMarketEnv::reset(void* obs, gpu::DType obs_dtype, std::uint64_t seed, 
   started_ = true;
 }
 
-void BenchMarketEnv::step(const StepOutputs& out, const ActionInput& actions, std::int64_t steps,
-                          cudaStream_t stream) {
+void BenchMarketEnv::step(const StepOutputs& out, const ActionInput& actions, std::int64_t steps, cudaStream_t stream) {
   FH_EXPECT(started_, "BenchMarketEnv::step: call reset() first");
   check_step_args(out, actions, steps);
   bench_market_step(out, state_, actions.discrete, seed_, n_, steps, stream);

@@ -35,13 +35,13 @@ struct BenchMarketConstants {
 
 // Device state of n environments (struct of arrays, owned by BenchMarketEnv).
 struct BenchMarketState {
-  float* log_price = nullptr;          // (n)
-  float* position = nullptr;           // (n) in {-1, 0, 1}
-  float* episode_return = nullptr;     // (n) sum of rewards so far
+  float* log_price = nullptr;            // (n)
+  float* position = nullptr;             // (n) in {-1, 0, 1}
+  float* episode_return = nullptr;       // (n) sum of rewards so far
   std::int32_t* episode_step = nullptr;  // (n)
-  std::uint64_t* counter = nullptr;    // (n) steps taken by the environment
-  float* window = nullptr;             // (window, n) normalized log returns, oldest first
-  EpisodeAccum* accum = nullptr;       // (n)
+  std::uint64_t* counter = nullptr;      // (n) steps taken by the environment
+  float* window = nullptr;               // (window, n) normalized log returns, oldest first
+  EpisodeAccum* accum = nullptr;         // (n)
 };
 
 void bench_market_reset(void* obs, gpu::DType obs_dtype, const BenchMarketState& state, std::uint64_t seed,

@@ -37,8 +37,8 @@ __device__ __forceinline__ float4 physics_step(float4 s, std::int32_t action) {
   float sintheta, costheta;
   sincosf(s.z, &sintheta, &costheta);
   const float temp = (force + kPoleMassLength * s.w * s.w * sintheta) / kTotalMass;
-  const float thetaacc =
-      (kGravity * sintheta - costheta * temp) / (kLength * (4.0f / 3.0f - kMassPole * costheta * costheta / kTotalMass));
+  const float thetaacc = (kGravity * sintheta - costheta * temp) /
+                         (kLength * (4.0f / 3.0f - kMassPole * costheta * costheta / kTotalMass));
   const float xacc = temp - kPoleMassLength * thetaacc * costheta / kTotalMass;
   float4 n;
   n.x = s.x + kTau * s.y;
@@ -55,9 +55,9 @@ __device__ __forceinline__ bool is_terminal(float4 s) {
 }
 
 template <class ObsT>
-__global__ void __launch_bounds__(kEnvBlock) reset_kernel(ObsT* obs, float4* state, std::int32_t* episode_steps,
-                                                          std::uint64_t* counter, EpisodeAccum* accum,
-                                                          std::uint64_t seed, std::int64_t n) {
+__global__ void __launch_bounds__(kEnvBlock)
+    reset_kernel(ObsT* obs, float4* state, std::int32_t* episode_steps, std::uint64_t* counter, EpisodeAccum* accum,
+                 std::uint64_t seed, std::int64_t n) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float4 s = initial_state(seed, static_cast<std::uint32_t>(i), 0);
@@ -69,11 +69,10 @@ __global__ void __launch_bounds__(kEnvBlock) reset_kernel(ObsT* obs, float4* sta
 }
 
 template <class ObsT>
-__global__ void __launch_bounds__(kEnvBlock) step_kernel(ObsT* obs, float* reward, std::uint8_t* terminated,
-                                                         std::uint8_t* truncated, ObsT* final_obs, float4* state,
-                                                         std::int32_t* episode_steps, std::uint64_t* counter,
-                                                         EpisodeAccum* accum, const std::int32_t* actions,
-                                                         std::uint64_t seed, std::int64_t n, std::int64_t steps) {
+__global__ void __launch_bounds__(kEnvBlock)
+    step_kernel(ObsT* obs, float* reward, std::uint8_t* terminated, std::uint8_t* truncated, ObsT* final_obs,
+                float4* state, std::int32_t* episode_steps, std::uint64_t* counter, EpisodeAccum* accum,
+                const std::int32_t* actions, std::uint64_t seed, std::int64_t n, std::int64_t steps) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float4 s = state[i];
@@ -105,23 +104,24 @@ __global__ void __launch_bounds__(kEnvBlock) step_kernel(ObsT* obs, float* rewar
 void check_obs_alignment(const void* p, gpu::DType dtype, const char* name) {
   const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p);
   const std::uintptr_t need = dtype == gpu::DType::f32 ? 16 : 8;
-  FH_EXPECT(p == nullptr || a % need == 0,
-            std::string("cartpole: ") + name + " must be " + std::to_string(need) + "-byte aligned (rows are 4 values)");
+  FH_EXPECT(p == nullptr || a % need == 0, std::string("cartpole: ") + name + " must be " + std::to_string(need) +
+                                               "-byte aligned (rows are 4 values)");
 }
 
 }  // namespace
 
-void cartpole_reset(void* obs, gpu::DType obs_dtype, float4* state, std::int32_t* episode_steps,
-                    std::uint64_t* counter, EpisodeAccum* accum, std::uint64_t seed, std::int64_t n,
-                    cudaStream_t stream) {
+void cartpole_reset(void* obs, gpu::DType obs_dtype, float4* state, std::int32_t* episode_steps, std::uint64_t* counter,
+                    EpisodeAccum* accum, std::uint64_t seed, std::int64_t n, cudaStream_t stream) {
   FH_EXPECT(n >= 0 && n <= (std::int64_t{1} << 31), "cartpole_reset: n must be in [0, 2^31]");
   if (n == 0) return;
   FH_EXPECT(obs != nullptr, "cartpole_reset: obs must be a device buffer of (N, 4)");
-  FH_EXPECT(obs_dtype == gpu::DType::f32 || obs_dtype == gpu::DType::bf16, "cartpole_reset: obs_dtype must be f32 or bf16");
+  FH_EXPECT(obs_dtype == gpu::DType::f32 || obs_dtype == gpu::DType::bf16,
+            "cartpole_reset: obs_dtype must be f32 or bf16");
   check_obs_alignment(obs, obs_dtype, "obs");
   const int blocks = gpu::ceil_div(n, kEnvBlock);
   if (obs_dtype == gpu::DType::f32)
-    reset_kernel<<<blocks, kEnvBlock, 0, stream>>>(static_cast<float*>(obs), state, episode_steps, counter, accum, seed, n);
+    reset_kernel<<<blocks, kEnvBlock, 0, stream>>>(static_cast<float*>(obs), state, episode_steps, counter, accum, seed,
+                                                   n);
   else
     reset_kernel<<<blocks, kEnvBlock, 0, stream>>>(static_cast<__nv_bfloat16*>(obs), state, episode_steps, counter,
                                                    accum, seed, n);
@@ -161,7 +161,8 @@ CartPoleEnv::CartPoleEnv(std::int64_t num_envs)
 
 void CartPoleEnv::reset(void* obs, gpu::DType obs_dtype, std::uint64_t seed, cudaStream_t stream) {
   seed_ = seed;
-  cartpole_reset(obs, obs_dtype, state_.data(), episode_steps_.data(), counter_.data(), accum_.data(), seed, n_, stream);
+  cartpole_reset(obs, obs_dtype, state_.data(), episode_steps_.data(), counter_.data(), accum_.data(), seed, n_,
+                 stream);
   started_ = true;
 }
 

@@ -24,7 +24,7 @@ struct CartPoleConstants {
   static constexpr double length = 0.5;  // half the pole's length
   static constexpr double polemass_length = masspole * length;
   static constexpr double force_mag = 10.0;
-  static constexpr double tau = 0.02;    // seconds between state updates
+  static constexpr double tau = 0.02;  // seconds between state updates
   static constexpr double theta_threshold = 12.0 * 2.0 * 3.14159265358979323846 / 360.0;
   static constexpr double x_threshold = 2.4;
   static constexpr int max_episode_steps = 500;
@@ -37,9 +37,8 @@ struct CartPoleConstants {
 // state (N) float4 {x, x_dot, theta, theta_dot}; episode_steps (N); counter (N) total steps.
 
 // Fresh episodes for every environment from `seed`; obs (N, 4) in obs_dtype; accum zeroed.
-void cartpole_reset(void* obs, gpu::DType obs_dtype, float4* state, std::int32_t* episode_steps,
-                    std::uint64_t* counter, EpisodeAccum* accum, std::uint64_t seed, std::int64_t n,
-                    cudaStream_t stream);
+void cartpole_reset(void* obs, gpu::DType obs_dtype, float4* state, std::int32_t* episode_steps, std::uint64_t* counter,
+                    EpisodeAccum* accum, std::uint64_t seed, std::int64_t n, cudaStream_t stream);
 
 // `steps` steps of n environments; see VecEnv for the output layout and autoreset.
 void cartpole_step(const StepOutputs& out, float4* state, std::int32_t* episode_steps, std::uint64_t* counter,

@@ -28,7 +28,7 @@ __device__ void block_tree_sum(double (*sh)[kThreads]) {
 }
 
 __global__ void __launch_bounds__(kThreads) partial_sums_kernel(double* partials,  // (kParts, kFields)
-                                                                 EpisodeAccum* accum, std::int64_t n, bool clear) {
+                                                                EpisodeAccum* accum, std::int64_t n, bool clear) {
   __shared__ double sh[kFields][kThreads];
   const std::int64_t chunk = (n + kParts - 1) / kParts;
   const std::int64_t begin = static_cast<std::int64_t>(blockIdx.x) * chunk;

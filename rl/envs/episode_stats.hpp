@@ -14,9 +14,9 @@ namespace foxhunt::rl {
 // Per-environment running sums over finished episodes.
 struct EpisodeAccum {
   double episodes;
-  double sum_return;        // episode return = sum of rewards
+  double sum_return;  // episode return = sum of rewards
   double sum_return_sq;
-  double sum_length;        // steps
+  double sum_length;  // steps
   // Markets (zero for other environments):
   double sum_total_return;  // equity_end / equity_start - 1
   double sum_sharpe;        // annualized Sharpe of the episode's per-step returns
@@ -31,7 +31,7 @@ struct EpisodeAccum {
 struct EpisodeStats {
   double episodes;
   double mean_return;
-  double std_return;         // population standard deviation over episodes
+  double std_return;  // population standard deviation over episodes
   double mean_length;
   double mean_total_return;
   double mean_sharpe;
@@ -45,7 +45,7 @@ struct EpisodeStats {
 std::size_t episode_stats_workspace_bytes();
 
 // out (1) <- reduction of accum (n). `clear` zeroes the accumulators after reading them.
-void episode_stats_reduce(EpisodeStats* out, EpisodeAccum* accum, std::int64_t n, bool clear,
-                          void* workspace, std::size_t workspace_bytes, cudaStream_t stream);
+void episode_stats_reduce(EpisodeStats* out, EpisodeAccum* accum, std::int64_t n, bool clear, void* workspace,
+                          std::size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace foxhunt::rl

@@ -106,7 +106,8 @@ __device__ void advance_prices(double (&x)[MaxA], int& regime, const MarketParam
       }
       const int k = r * kMaxAssets + a;
       const double m = p.mean[k];
-      x[a] = m + (x[a] - m) * static_cast<double>(p.decay[k]) + p.drift[k] + static_cast<double>(p.noise[k]) * z + jump[a];
+      x[a] =
+          m + (x[a] - m) * static_cast<double>(p.decay[k]) + p.drift[k] + static_cast<double>(p.noise[k]) * z + jump[a];
     }
   }
   if (p.regimes > 1) {
@@ -123,7 +124,8 @@ __device__ __forceinline__ float price_level(const MarketParams& p, double x, in
   const int k = regime * kMaxAssets + a;
   const bool ou = p.process == static_cast<int>(PriceProcess::ou);
   const double mean = ou ? p.mean[k] : p.log_initial_price[a];
-  const double sd = ou ? static_cast<double>(p.stationary_sd[k]) : p.step_vol[k] * sqrt(static_cast<double>(p.episode_length));
+  const double sd =
+      ou ? static_cast<double>(p.stationary_sd[k]) : p.step_vol[k] * sqrt(static_cast<double>(p.episode_length));
   return sd > 0.0 ? static_cast<float>((x - mean) / sd) : 0.0f;
 }
 
@@ -230,8 +232,8 @@ __device__ void reset_env(const MarketState& st, const MarketParams& p, std::uin
 }
 
 template <int MaxA>
-__global__ void __launch_bounds__(kEnvBlock) reset_kernel(MarketState st, MarketParams p, std::uint64_t seed,
-                                                          std::int64_t n) {
+__global__ void __launch_bounds__(kEnvBlock)
+    reset_kernel(MarketState st, MarketParams p, std::uint64_t seed, std::int64_t n) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   reset_env<MaxA>(st, p, seed, i, n, 0);
@@ -240,11 +242,10 @@ __global__ void __launch_bounds__(kEnvBlock) reset_kernel(MarketState st, Market
 }
 
 template <int MaxA, class ObsT>
-__global__ void __launch_bounds__(kEnvBlock) step_kernel(ObsT* final_obs, float* reward_out, std::uint8_t* terminated,
-                                                         std::uint8_t* truncated, MarketState st, MarketParams p,
-                                                         const std::int32_t* discrete, const float* continuous,
-                                                         const float* extra, std::uint64_t seed, std::int64_t n,
-                                                         std::int64_t row0) {
+__global__ void __launch_bounds__(kEnvBlock)
+    step_kernel(ObsT* final_obs, float* reward_out, std::uint8_t* terminated, std::uint8_t* truncated, MarketState st,
+                MarketParams p, const std::int32_t* discrete, const float* continuous, const float* extra,
+                std::uint64_t seed, std::int64_t n, std::int64_t row0) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int A = p.assets;
@@ -322,8 +323,8 @@ __global__ void __launch_bounds__(kEnvBlock) step_kernel(ObsT* final_obs, float*
         } else if (target_q == 0.0) {
           cb[a] = 0.0;  // closed
         } else if ((target_q > 0.0) != (q[a] > 0.0)) {
-          cb[a] = px;   // flipped: the new position was entered at px
-        }               // reduced: the basis of what is left is unchanged
+          cb[a] = px;  // flipped: the new position was entered at px
+        }              // reduced: the basis of what is left is unchanged
         if (equity > 0.0) step_turnover += notional / equity;
         ++step_trades;
         q[a] = target_q;
@@ -493,8 +494,8 @@ void launch_step(ObsT* final_obs, const StepOutputs& out, const MarketState& st,
 
 template <class ObsT>
 void step_dispatch(ObsT* final_obs, const StepOutputs& out, const MarketState& st, const MarketParams& p,
-                   const ActionInput& actions, const float* extra, std::uint64_t seed, std::int64_t n, std::int64_t row0,
-                   cudaStream_t stream) {
+                   const ActionInput& actions, const float* extra, std::uint64_t seed, std::int64_t n,
+                   std::int64_t row0, cudaStream_t stream) {
   if (p.assets <= 1)
     launch_step<1>(final_obs, out, st, p, actions, extra, seed, n, row0, stream);
   else if (p.assets <= 4)
@@ -562,13 +563,15 @@ MarketEnv::MarketEnv(const MarketConfig& config, std::int64_t num_envs, const Oh
 
 ActionSpace MarketEnv::action_space() const {
   if (config_.action == ActionMode::discrete)
-    return ActionSpace{ActionSpace::Kind::discrete, config_.assets, static_cast<int>(config_.levels.size()), 0, 0.0f, 0.0f};
+    return ActionSpace{
+        ActionSpace::Kind::discrete, config_.assets, static_cast<int>(config_.levels.size()), 0, 0.0f, 0.0f};
   return ActionSpace{ActionSpace::Kind::continuous, 1, 0, config_.assets, -1.0f, 1.0f};
 }
 
 void MarketEnv::reset(void* obs, gpu::DType obs_dtype, std::uint64_t seed, cudaStream_t stream) {
   FH_EXPECT(obs != nullptr, "MarketEnv::reset: obs must be a device buffer of (N, obs_dim)");
-  FH_EXPECT(obs_dtype == gpu::DType::f32 || obs_dtype == gpu::DType::bf16, "MarketEnv::reset: obs_dtype must be f32 or bf16");
+  FH_EXPECT(obs_dtype == gpu::DType::f32 || obs_dtype == gpu::DType::bf16,
+            "MarketEnv::reset: obs_dtype must be f32 or bf16");
   seed_ = seed;
   if (params_.assets <= 1)
     launch_reset<1>(state_, params_, seed, n_, stream);
@@ -618,12 +621,12 @@ void MarketEnv::reduce_stats(EpisodeStats* out, bool clear, cudaStream_t stream)
 std::int64_t MarketEnv::step_bytes(std::int64_t steps, gpu::DType obs_dtype) const {
   const std::int64_t A = config_.assets, W = config_.window, F = config_.extra_features;
   const std::int64_t s = static_cast<std::int64_t>(gpu::dtype_size(obs_dtype));
-  const std::int64_t per_step = 4 * A                    // actions
-                                + obs_dim_ * s + 4 + 2     // obs, reward, flags
+  const std::int64_t per_step = 4 * A                                      // actions
+                                + obs_dim_ * s + 4 + 2                     // obs, reward, flags
                                 + 2 * (3 * 8 * A + 9 * 8 + 3 * 4 + 8 + 8)  // state read + written
-                                + 4 * A + 4 * (A + 3)      // ring entry and tail written
-                                + 4 * W * A + 4 * (A + 3) + 4 + 4 * F  // obs kernel reads
-                                + (config_.price_level ? 8 * A + 4 : 0);  // price levels: log price, regime
+                                + 4 * A + 4 * (A + 3)                      // ring entry and tail written
+                                + 4 * W * A + 4 * (A + 3) + 4 + 4 * F      // obs kernel reads
+                                + (config_.price_level ? 8 * A + 4 : 0);   // price levels: log price, regime
   return n_ * steps * per_step;
 }
 

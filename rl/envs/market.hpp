@@ -56,26 +56,26 @@ namespace foxhunt::rl {
 
 // Device state, struct of arrays. Per-asset arrays are (assets, N): element [a * N + i].
 struct MarketState {
-  double* log_price = nullptr;      // (assets, N)
-  double* holdings = nullptr;       // (assets, N) units
-  double* cost_basis = nullptr;     // (assets, N) average entry price of the open position
-  double* cash = nullptr;           // (N)
-  double* peak_equity = nullptr;    // (N) running peak in the episode
-  double* dsr_a = nullptr;          // (N) differential Sharpe first moment
-  double* dsr_b = nullptr;          // (N) differential Sharpe second moment
-  double* sum_ret = nullptr;        // (N) sum of per-step returns R in the episode
-  double* sum_ret_sq = nullptr;     // (N)
-  double* max_drawdown = nullptr;   // (N)
-  double* turnover = nullptr;       // (N)
-  double* episode_reward = nullptr; // (N)
-  std::int32_t* trades = nullptr;   // (N)
-  std::int32_t* regime = nullptr;   // (N)
+  double* log_price = nullptr;           // (assets, N)
+  double* holdings = nullptr;            // (assets, N) units
+  double* cost_basis = nullptr;          // (assets, N) average entry price of the open position
+  double* cash = nullptr;                // (N)
+  double* peak_equity = nullptr;         // (N) running peak in the episode
+  double* dsr_a = nullptr;               // (N) differential Sharpe first moment
+  double* dsr_b = nullptr;               // (N) differential Sharpe second moment
+  double* sum_ret = nullptr;             // (N) sum of per-step returns R in the episode
+  double* sum_ret_sq = nullptr;          // (N)
+  double* max_drawdown = nullptr;        // (N)
+  double* turnover = nullptr;            // (N)
+  double* episode_reward = nullptr;      // (N)
+  std::int32_t* trades = nullptr;        // (N)
+  std::int32_t* regime = nullptr;        // (N)
   std::int32_t* episode_step = nullptr;  // (N)
-  std::int64_t* bar = nullptr;      // (N) replay: index of the current bar
-  std::uint64_t* counter = nullptr; // (N) steps taken
-  float* ring = nullptr;            // (N, window, assets) normalized log returns, ring by step
-  float* tail = nullptr;            // (N, assets + 3) weights, unrealized PnL, progress, log equity
-  EpisodeAccum* accum = nullptr;    // (N)
+  std::int64_t* bar = nullptr;           // (N) replay: index of the current bar
+  std::uint64_t* counter = nullptr;      // (N) steps taken
+  float* ring = nullptr;                 // (N, window, assets) normalized log returns, ring by step
+  float* tail = nullptr;                 // (N, assets + 3) weights, unrealized PnL, progress, log equity
+  EpisodeAccum* accum = nullptr;         // (N)
 };
 
 class MarketEnv final : public VecEnv {
@@ -111,7 +111,7 @@ class MarketEnv final : public VecEnv {
   bool started_ = false;
   const float* extra_ = nullptr;
   MarketParams params_;
-  gpu::DeviceBuffer<double> f64_;   // all double arrays, one allocation
+  gpu::DeviceBuffer<double> f64_;  // all double arrays, one allocation
   gpu::DeviceBuffer<std::int32_t> i32_;
   gpu::DeviceBuffer<std::int64_t> bar_;
   gpu::DeviceBuffer<std::uint64_t> counter_;

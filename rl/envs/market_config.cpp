@@ -138,7 +138,8 @@ bool read_matrix(const Ctx& c, const toml::table& t, std::string_view key, const
                             std::to_string(cols) + " numbers";
   if (!n->is_array()) fail(c, n, path, "must be " + shape);
   const toml::array& a = *n->as_array();
-  if (static_cast<int>(a.size()) != rows) fail(c, n, path, "must be " + shape + "; got " + std::to_string(a.size()) + " rows");
+  if (static_cast<int>(a.size()) != rows)
+    fail(c, n, path, "must be " + shape + "; got " + std::to_string(a.size()) + " rows");
   out.clear();
   for (int r = 0; r < rows; ++r) {
     std::vector<double> row;
@@ -183,18 +184,24 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 const char* to_string(PriceProcess p) {
   switch (p) {
-    case PriceProcess::gbm: return "gbm";
-    case PriceProcess::ou: return "ou";
-    case PriceProcess::replay: return "replay";
+    case PriceProcess::gbm:
+      return "gbm";
+    case PriceProcess::ou:
+      return "ou";
+    case PriceProcess::replay:
+      return "replay";
   }
   return "?";
 }
 const char* to_string(ActionMode m) { return m == ActionMode::discrete ? "discrete" : "continuous"; }
 const char* to_string(RewardKind k) {
   switch (k) {
-    case RewardKind::pnl: return "pnl";
-    case RewardKind::log_return: return "log_return";
-    case RewardKind::differential_sharpe: return "differential_sharpe";
+    case RewardKind::pnl:
+      return "pnl";
+    case RewardKind::log_return:
+      return "log_return";
+    case RewardKind::differential_sharpe:
+      return "differential_sharpe";
   }
   return "?";
 }
@@ -212,7 +219,9 @@ std::vector<double> correlation_cholesky(const MarketConfig& config) {
       double s = m[i * n + j];
       for (int k = 0; k < j; ++k) s -= l[i * n + k] * l[j * n + k];
       if (i == j) {
-        if (!(s > 1e-12)) invalid("process.correlation", "must be positive definite (Cholesky pivot " + fmt(s) + " at row " + std::to_string(i) + ")");
+        if (!(s > 1e-12))
+          invalid("process.correlation",
+                  "must be positive definite (Cholesky pivot " + fmt(s) + " at row " + std::to_string(i) + ")");
         l[i * n + i] = std::sqrt(s);
       } else {
         l[i * n + j] = s / l[j * n + j];
@@ -259,7 +268,8 @@ void validate(const MarketConfig& c) {
   auto sized = [&](const std::vector<double>& v, const std::string& key, bool required) {
     if (v.empty() && !required) return;
     if (static_cast<int>(v.size()) != r * a)
-      invalid(key, "must have " + std::to_string(r * a) + " values (regimes x assets), got " + std::to_string(v.size()));
+      invalid(key,
+              "must have " + std::to_string(r * a) + " values (regimes x assets), got " + std::to_string(v.size()));
   };
   if (!replay) {
     if (static_cast<int>(c.initial_price.size()) != a)
@@ -325,7 +335,8 @@ void validate(const MarketConfig& c) {
   expect_range("execution.borrow_rate", c.borrow_rate, 0.0, 10.0, false, false);
   if (c.action == ActionMode::discrete) {
     if (c.levels.size() < 2 || c.levels.size() > static_cast<std::size_t>(kMaxLevels))
-      invalid("action.levels", "must have 2 to " + std::to_string(kMaxLevels) + " values, got " + std::to_string(c.levels.size()));
+      invalid("action.levels",
+              "must have 2 to " + std::to_string(kMaxLevels) + " values, got " + std::to_string(c.levels.size()));
     for (double l : c.levels) expect_range("action.levels", l, -1.0, 1.0, false, false);
   }
   expect_range("reward.sharpe_eta", c.sharpe_eta, 0.0, 1.0, true, true);
@@ -333,7 +344,8 @@ void validate(const MarketConfig& c) {
   expect_range("reward.turnover_penalty", c.turnover_penalty, 0.0, kInf, false, true);
   expect_range("reward.scale", c.reward_scale, 0.0, 1e6, true, false);
   if (c.price_level && replay)
-    invalid("observation.price_level", "only allowed for process.kind = \"gbm\" or \"ou\" (a replay has no model level)");
+    invalid("observation.price_level",
+            "only allowed for process.kind = \"gbm\" or \"ou\" (a replay has no model level)");
 }
 
 MarketConfig parse_market_config(const std::string& toml_text, const std::string& source) {
@@ -350,7 +362,8 @@ MarketConfig parse_market_config(const std::string& toml_text, const std::string
   MarketConfig cfg;
 
   if (const toml::table* m = table_at(c, root, "market", "market")) {
-    check_keys(c, *m, "market", {"assets", "dt", "episode_length", "window", "initial_cash", "min_equity", "extra_features"});
+    check_keys(c, *m, "market",
+               {"assets", "dt", "episode_length", "window", "initial_cash", "min_equity", "extra_features"});
     read_int(c, *m, "assets", "market.assets", cfg.assets);
     read_number(c, *m, "dt", "market.dt", cfg.dt);
     read_int(c, *m, "episode_length", "market.episode_length", cfg.episode_length);
@@ -360,12 +373,14 @@ MarketConfig parse_market_config(const std::string& toml_text, const std::string
     read_int(c, *m, "extra_features", "market.extra_features", cfg.extra_features);
   }
   if (cfg.assets < 1 || cfg.assets > kMaxAssets)  // sizes below depend on it
-    fail(c, root.get("market"), "market.assets", "must be in [1, " + std::to_string(kMaxAssets) + "] (got " + std::to_string(cfg.assets) + ")");
+    fail(c, root.get("market"), "market.assets",
+         "must be in [1, " + std::to_string(kMaxAssets) + "] (got " + std::to_string(cfg.assets) + ")");
   const int a = cfg.assets;
 
   const toml::table* p = table_at(c, root, "process", "process");
   if (p == nullptr) fail(c, nullptr, "process", "missing table [process] (kind = \"gbm\" | \"ou\" | \"replay\")");
-  check_keys(c, *p, "process", {"kind", "initial_price", "mu", "sigma", "kappa", "theta", "correlation", "jumps", "regimes"});
+  check_keys(c, *p, "process",
+             {"kind", "initial_price", "mu", "sigma", "kappa", "theta", "correlation", "jumps", "regimes"});
   if (!read_enum(c, *p, "kind", "process.kind", cfg.process,
                  {{"gbm", PriceProcess::gbm}, {"ou", PriceProcess::ou}, {"replay", PriceProcess::replay}}))
     fail(c, p, "process.kind", "missing; must be one of \"gbm\", \"ou\", \"replay\"");
@@ -374,7 +389,8 @@ MarketConfig parse_market_config(const std::string& toml_text, const std::string
   const bool replay = cfg.process == PriceProcess::replay;
   auto only_for = [&](const toml::table& t, std::string_view key, const std::string& path, bool allowed,
                       const char* kinds) {
-    if (!allowed && t.get(key) != nullptr) fail(c, t.get(key), path, std::string("only allowed for process.kind = ") + kinds);
+    if (!allowed && t.get(key) != nullptr)
+      fail(c, t.get(key), path, std::string("only allowed for process.kind = ") + kinds);
   };
   only_for(*p, "mu", "process.mu", gbm, "\"gbm\"");
   only_for(*p, "kappa", "process.kappa", ou, "\"ou\"");
@@ -402,10 +418,12 @@ MarketConfig parse_market_config(const std::string& toml_text, const std::string
       check_keys(c, *rg, "process.regimes", {"transition", "mu", "sigma", "kappa", "theta"});
       const toml::node* tn = rg->get("transition");
       if (tn == nullptr || !tn->is_array() || tn->as_array()->empty())
-        fail(c, tn ? tn : rg, "process.regimes.transition", "missing; an R x R array of per-step probabilities, 2 <= R <= 4");
+        fail(c, tn ? tn : rg, "process.regimes.transition",
+             "missing; an R x R array of per-step probabilities, 2 <= R <= 4");
       const int r = static_cast<int>(tn->as_array()->size());
       if (r < 2 || r > kMaxRegimes)
-        fail(c, tn, "process.regimes.transition", "must have 2 to " + std::to_string(kMaxRegimes) + " rows (regimes), got " + std::to_string(r));
+        fail(c, tn, "process.regimes.transition",
+             "must have 2 to " + std::to_string(kMaxRegimes) + " rows (regimes), got " + std::to_string(r));
       cfg.regimes = r;
       std::vector<double> tr;
       read_matrix(c, *rg, "transition", "process.regimes.transition", r, r, "one per regime", tr);
@@ -413,7 +431,8 @@ MarketConfig parse_market_config(const std::string& toml_text, const std::string
       for (const char* key : {"mu", "sigma", "kappa", "theta"}) {
         const std::string top = std::string("process.") + key;
         if (p->get(key) != nullptr)
-          fail(c, p->get(key), top, std::string("not allowed with [process.regimes]: give process.regimes.") + key + " per regime");
+          fail(c, p->get(key), top,
+               std::string("not allowed with [process.regimes]: give process.regimes.") + key + " per regime");
       }
       only_for(*rg, "mu", "process.regimes.mu", gbm, "\"gbm\"");
       only_for(*rg, "kappa", "process.regimes.kappa", ou, "\"ou\"");
@@ -437,14 +456,16 @@ MarketConfig parse_market_config(const std::string& toml_text, const std::string
       if (ou) {
         if (!read_vector(c, *p, "kappa", "process.kappa", a, cfg.kappa))
           fail(c, p, "process.kappa", "missing; mean-reversion speed per year, > 0");
-        if (!read_vector(c, *p, "theta", "process.theta", a, cfg.theta)) cfg.theta.assign(static_cast<std::size_t>(a), 0.0);
+        if (!read_vector(c, *p, "theta", "process.theta", a, cfg.theta))
+          cfg.theta.assign(static_cast<std::size_t>(a), 0.0);
       }
     }
   }
 
   if (const toml::table* e = table_at(c, root, "execution", "execution")) {
-    check_keys(c, *e, "execution",
-               {"fee_bps", "half_spread_bps", "slippage", "liquidity", "position_limit", "leverage_cap", "borrow_rate"});
+    check_keys(
+        c, *e, "execution",
+        {"fee_bps", "half_spread_bps", "slippage", "liquidity", "position_limit", "leverage_cap", "borrow_rate"});
     read_number(c, *e, "fee_bps", "execution.fee_bps", cfg.fee_bps);
     read_number(c, *e, "half_spread_bps", "execution.half_spread_bps", cfg.half_spread_bps);
     read_number(c, *e, "slippage", "execution.slippage", cfg.slippage);
@@ -458,7 +479,8 @@ MarketConfig parse_market_config(const std::string& toml_text, const std::string
     read_enum(c, *ac, "kind", "action.kind", cfg.action,
               {{"discrete", ActionMode::discrete}, {"continuous", ActionMode::continuous}});
     if (const toml::node* n = ac->get("levels")) {
-      if (cfg.action != ActionMode::discrete) fail(c, n, "action.levels", "only allowed for action.kind = \"discrete\"");
+      if (cfg.action != ActionMode::discrete)
+        fail(c, n, "action.levels", "only allowed for action.kind = \"discrete\"");
       if (!n->is_array()) fail(c, n, "action.levels", "must be an array of 2 to 9 numbers in [-1, 1]");
       cfg.levels.clear();
       for (const auto& v : *n->as_array()) cfg.levels.push_back(number_of(c, v, "action.levels"));
@@ -467,7 +489,8 @@ MarketConfig parse_market_config(const std::string& toml_text, const std::string
   if (const toml::table* rw = table_at(c, root, "reward", "reward")) {
     check_keys(c, *rw, "reward", {"kind", "sharpe_eta", "drawdown_penalty", "turnover_penalty", "scale"});
     read_enum(c, *rw, "kind", "reward.kind", cfg.reward,
-              {{"pnl", RewardKind::pnl}, {"log_return", RewardKind::log_return},
+              {{"pnl", RewardKind::pnl},
+               {"log_return", RewardKind::log_return},
                {"differential_sharpe", RewardKind::differential_sharpe}});
     read_number(c, *rw, "sharpe_eta", "reward.sharpe_eta", cfg.sharpe_eta);
     read_number(c, *rw, "drawdown_penalty", "reward.drawdown_penalty", cfg.drawdown_penalty);
@@ -479,10 +502,10 @@ MarketConfig parse_market_config(const std::string& toml_text, const std::string
     read_bool(c, *ob, "price_level", "observation.price_level", cfg.price_level);
   }
   const toml::table* rp = table_at(c, root, "replay", "replay");
-  if (rp != nullptr && !replay)
-    fail(c, root.get("replay"), "replay", "only allowed for process.kind = \"replay\"");
+  if (rp != nullptr && !replay) fail(c, root.get("replay"), "replay", "only allowed for process.kind = \"replay\"");
   if (replay) {
-    if (rp == nullptr) fail(c, nullptr, "replay", "missing table [replay] (files = [...], layout = \"per_asset\" | \"long\")");
+    if (rp == nullptr)
+      fail(c, nullptr, "replay", "missing table [replay] (files = [...], layout = \"per_asset\" | \"long\")");
     check_keys(c, *rp, "replay", {"files", "layout", "symbols"});
     read_enum(c, *rp, "layout", "replay.layout", cfg.layout,
               {{"per_asset", CsvLayout::per_asset}, {"long", CsvLayout::long_format}});

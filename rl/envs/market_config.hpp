@@ -29,36 +29,36 @@ class ConfigError : public std::runtime_error {
 struct MarketConfig {
   // [market]
   int assets = 1;
-  double dt = 1.0 / 252.0;       // years per step (also sets the Sharpe annualization sqrt(1/dt))
-  int episode_length = 256;      // steps, then truncated
-  int window = 32;               // log returns per asset in the observation
+  double dt = 1.0 / 252.0;   // years per step (also sets the Sharpe annualization sqrt(1/dt))
+  int episode_length = 256;  // steps, then truncated
+  int window = 32;           // log returns per asset in the observation
   double initial_cash = 1e6;
-  double min_equity = 0.1;       // terminated when equity < min_equity * initial_cash
-  int extra_features = 0;        // width of the optional extra observation block
+  double min_equity = 0.1;  // terminated when equity < min_equity * initial_cash
+  int extra_features = 0;   // width of the optional extra observation block
 
   // [process]: the price law. Per-regime parameters are (regimes, assets) row-major; without
   // [process.regimes] there is one regime and the top-level per-asset keys fill it.
   PriceProcess process = PriceProcess::gbm;
   std::vector<double> initial_price;  // (assets) > 0
   int regimes = 1;
-  std::vector<double> mu;             // gbm: annual drift
-  std::vector<double> sigma;          // gbm and ou: annual volatility
-  std::vector<double> kappa;          // ou: mean-reversion speed per year
-  std::vector<double> theta;          // ou: mean of log(price / initial_price)
+  std::vector<double> mu;                  // gbm: annual drift
+  std::vector<double> sigma;               // gbm and ou: annual volatility
+  std::vector<double> kappa;               // ou: mean-reversion speed per year
+  std::vector<double> theta;               // ou: mean of log(price / initial_price)
   std::vector<double> transition = {1.0};  // (regimes, regimes) per-step transition matrix, rows sum to 1
-  std::vector<double> correlation;    // (assets, assets) of the Brownian parts; empty = identity
-  double jump_intensity = 0.0;        // Merton jumps per year (per asset)
-  double jump_mean = 0.0;             // mean log jump size
-  double jump_stddev = 0.0;           // stddev of the log jump size
+  std::vector<double> correlation;         // (assets, assets) of the Brownian parts; empty = identity
+  double jump_intensity = 0.0;             // Merton jumps per year (per asset)
+  double jump_mean = 0.0;                  // mean log jump size
+  double jump_stddev = 0.0;                // stddev of the log jump size
 
   // [execution]
-  double fee_bps = 0.0;           // of traded notional (at the mid price)
-  double half_spread_bps = 0.0;   // paid on every trade
-  double slippage = 0.0;          // price impact = slippage * step_vol * sqrt(notional / liquidity)
-  double liquidity = 1e7;         // notional at which the impact is slippage * step_vol
-  double position_limit = 1.0;    // max |weight| per asset (weight = holdings * price / equity)
-  double leverage_cap = 1.0;      // max sum |weight| after trading
-  double borrow_rate = 0.0;       // annual, charged on short notional each step
+  double fee_bps = 0.0;          // of traded notional (at the mid price)
+  double half_spread_bps = 0.0;  // paid on every trade
+  double slippage = 0.0;         // price impact = slippage * step_vol * sqrt(notional / liquidity)
+  double liquidity = 1e7;        // notional at which the impact is slippage * step_vol
+  double position_limit = 1.0;   // max |weight| per asset (weight = holdings * price / equity)
+  double leverage_cap = 1.0;     // max sum |weight| after trading
+  double borrow_rate = 0.0;      // annual, charged on short notional each step
 
   // [action]
   ActionMode action = ActionMode::discrete;
@@ -66,10 +66,10 @@ struct MarketConfig {
 
   // [reward]
   RewardKind reward = RewardKind::pnl;
-  double sharpe_eta = 0.01;        // differential Sharpe EMA rate
-  double drawdown_penalty = 0.0;   // reward -= drawdown_penalty * current drawdown
-  double turnover_penalty = 0.0;   // reward -= turnover_penalty * traded notional / equity
-  double reward_scale = 1.0;       // `reward.scale` (> 0): the reward (penalties included) times this
+  double sharpe_eta = 0.01;       // differential Sharpe EMA rate
+  double drawdown_penalty = 0.0;  // reward -= drawdown_penalty * current drawdown
+  double turnover_penalty = 0.0;  // reward -= turnover_penalty * traded notional / equity
+  double reward_scale = 1.0;      // `reward.scale` (> 0): the reward (penalties included) times this
 
   // [observation]
   bool price_level = false;  // append one column per asset: the log price's standardized level

@@ -50,7 +50,8 @@ MarketParams make_market_params(const MarketConfig& c, const OhlcvData* replay, 
       throw ConfigError("replay: the data has " + std::to_string(replay->assets) + " assets, market.assets is " +
                         std::to_string(A));
     if (replay->bars < static_cast<std::int64_t>(c.window) + c.episode_length + 1)
-      throw ConfigError("replay: " + std::to_string(replay->bars) + " bars are too few for one episode (market.window + " +
+      throw ConfigError("replay: " + std::to_string(replay->bars) +
+                        " bars are too few for one episode (market.window + " +
                         "market.episode_length + 1 = " + std::to_string(c.window + c.episode_length + 1) + ")");
     p.regimes = 1;
     p.replay_log_price = replay_device;

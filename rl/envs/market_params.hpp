@@ -10,12 +10,12 @@ namespace foxhunt::rl {
 
 struct MarketParams {
   int assets, regimes, window, episode_length, extra_features, obs_dim, num_levels;
-  int process;     // PriceProcess
-  int action;      // ActionMode
-  int reward;      // RewardKind
-  int correlated;  // 0: identity correlation (skip the Cholesky product)
-  int jumps;       // 0: no jumps
-  int price_level; // 1: the observation ends with one level column per asset
+  int process;      // PriceProcess
+  int action;       // ActionMode
+  int reward;       // RewardKind
+  int correlated;   // 0: identity correlation (skip the Cholesky product)
+  int jumps;        // 0: no jumps
+  int price_level;  // 1: the observation ends with one level column per asset
   double dt, initial_cash, min_equity_cash;
   double fee_rate, half_spread, slippage, inv_liquidity, position_limit, leverage_cap, borrow_per_step;
   double sharpe_eta, drawdown_penalty, turnover_penalty, annualize;
@@ -32,11 +32,11 @@ struct MarketParams {
   double step_vol[kMaxRegimes * kMaxAssets];
   float decay[kMaxRegimes * kMaxAssets];
   float noise[kMaxRegimes * kMaxAssets];
-  float stationary_sd[kMaxRegimes * kMaxAssets];  // OU: sigma / sqrt(2 kappa); GBM: 0
-  float chol[kMaxAssets * kMaxAssets];            // lower-triangular Cholesky factor, row-major
+  float stationary_sd[kMaxRegimes * kMaxAssets];    // OU: sigma / sqrt(2 kappa); GBM: 0
+  float chol[kMaxAssets * kMaxAssets];              // lower-triangular Cholesky factor, row-major
   float transition_cdf[kMaxRegimes * kMaxRegimes];  // row-wise cumulative, last entry of a row exactly 1
   float stationary_cdf[kMaxRegimes];
-  float ret_scale[kMaxAssets];                    // 1 / (sigma_ref sqrt(dt)) for the observation
+  float ret_scale[kMaxAssets];  // 1 / (sigma_ref sqrt(dt)) for the observation
   double log_initial_price[kMaxAssets];
   double jump_p0;         // e^{-lambda dt}: probability of no jump in a step
   double jump_lambda_dt;  // lambda dt

@@ -38,7 +38,7 @@ __global__ void policy_kernel(std::int32_t* discrete, float* continuous, MarketS
     const int a = static_cast<int>(e - i * A);
     double target = 0.0;  // fraction of the position limit, in [-1, 1]
     bool hold = false;
-    int index = -1;       // discrete random draws pick an index directly
+    int index = -1;  // discrete random draws pick an index directly
     switch (static_cast<BaselinePolicy>(policy)) {
       case BaselinePolicy::flat:
         break;
@@ -47,8 +47,9 @@ __global__ void policy_kernel(std::int32_t* discrete, float* continuous, MarketS
         target = 1.0;
         break;
       case BaselinePolicy::random: {
-        const float u = lane(gpu::uniform4(seed, static_cast<std::uint32_t>(i), call * 4 + static_cast<std::uint64_t>(a / 4)),
-                             a % 4);  // (0, 1]
+        const float u =
+            lane(gpu::uniform4(seed, static_cast<std::uint32_t>(i), call * 4 + static_cast<std::uint64_t>(a / 4)),
+                 a % 4);  // (0, 1]
         if (disc) {
           index = static_cast<int>(u * static_cast<float>(p.num_levels));
           if (index >= p.num_levels) index = p.num_levels - 1;
@@ -85,7 +86,8 @@ void market_policy_actions(std::int32_t* discrete, float* continuous, const Mark
     FH_EXPECT(continuous != nullptr && discrete == nullptr,
               "market_policy_actions: the market takes continuous actions: give `continuous` (N, assets) f32");
   FH_EXPECT(policy != BaselinePolicy::ou_oracle || c.process == PriceProcess::ou,
-            "market_policy_actions: ou_oracle needs process.kind = \"ou\" (got \"" + std::string(to_string(c.process)) + "\")");
+            "market_policy_actions: ou_oracle needs process.kind = \"ou\" (got \"" + std::string(to_string(c.process)) +
+                "\")");
   const std::int64_t total = env.num_envs() * c.assets;
   policy_kernel<<<gpu::grid_stride_blocks(total), gpu::kBlock, 0, stream>>>(
       discrete, continuous, env.state(), env.params(), static_cast<int>(policy), seed, call_index, env.num_envs());

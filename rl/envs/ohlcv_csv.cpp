@@ -76,7 +76,8 @@ std::int64_t days_from_civil(std::int64_t y, unsigned m, unsigned d) {
 }
 
 bool all_digits(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
 }
 
 // Integer seconds, or YYYY-MM-DD[( |T)HH:MM[:SS]][Z] as UTC seconds. false when malformed.
@@ -141,7 +142,8 @@ Columns read_header(const std::string& file, std::int64_t line, const std::strin
   if (c.timestamp < 0) fail(file, line, "missing column 'timestamp' (or date/datetime/time); header has: " + have);
   for (std::size_t p = 0; p < kPriceColumns.size(); ++p)
     if (c.price[p] < 0) fail(file, line, "missing column '" + std::string(kPriceColumns[p]) + "'; header has: " + have);
-  if (want_symbol && c.symbol < 0) fail(file, line, "missing column 'symbol' (or ticker) for the long layout; header has: " + have);
+  if (want_symbol && c.symbol < 0)
+    fail(file, line, "missing column 'symbol' (or ticker) for the long layout; header has: " + have);
   return c;
 }
 
@@ -157,8 +159,7 @@ Bar read_bar(const std::string& file, std::int64_t line, const std::vector<std::
   Bar b;
   b.line = line;
   if (!parse_timestamp(fields[c.timestamp], b.timestamp))
-    fail(file, line, "bad timestamp '" + fields[c.timestamp] +
-                         "' (an integer or YYYY-MM-DD[ HH:MM[:SS]])");
+    fail(file, line, "bad timestamp '" + fields[c.timestamp] + "' (an integer or YYYY-MM-DD[ HH:MM[:SS]])");
   for (std::size_t p = 0; p < kPriceColumns.size(); ++p) {
     const std::string& f = fields[c.price[p]];
     const std::string col(kPriceColumns[p]);
@@ -220,9 +221,12 @@ void check_aligned(const std::vector<std::vector<Bar>>& per_asset, const std::ve
              names[a] + "'s timestamp " + std::to_string(cur[k].timestamp) + " differs from " + names[0] + "'s " +
                  std::to_string(ref[k].timestamp) + " at bar " + std::to_string(k) + " (assets must share their bars)");
     if (cur.size() != ref.size())
-      fail(files[a], (cur.size() > m ? cur[m].line : cur.empty() ? 1 : cur.back().line),
-           names[a] + " has " + std::to_string(cur.size()) + " bars, " + names[0] + " has " + std::to_string(ref.size()) +
-               " (assets must share their bars)");
+      fail(files[a],
+           (cur.size() > m ? cur[m].line
+            : cur.empty()  ? 1
+                           : cur.back().line),
+           names[a] + " has " + std::to_string(cur.size()) + " bars, " + names[0] + " has " +
+               std::to_string(ref.size()) + " (assets must share their bars)");
   }
 }
 
@@ -238,7 +242,8 @@ std::string read_file(const std::filesystem::path& p) {
 
 OhlcvData parse_ohlcv_per_asset(const std::vector<std::string>& texts, const std::vector<std::string>& names,
                                 std::int64_t min_bars) {
-  if (texts.empty() || texts.size() != names.size()) throw CsvError("parse_ohlcv_per_asset: one name per text, at least one");
+  if (texts.empty() || texts.size() != names.size())
+    throw CsvError("parse_ohlcv_per_asset: one name per text, at least one");
   std::vector<std::vector<Bar>> per_asset;
   std::vector<std::string> symbols;
   for (std::size_t a = 0; a < texts.size(); ++a) {
@@ -247,7 +252,8 @@ OhlcvData parse_ohlcv_per_asset(const std::vector<std::string>& texts, const std
     if (lines.empty()) fail(file, 1, "empty file: expected a header (timestamp, open, high, low, close, volume)");
     const Columns c = read_header(file, lines.front().first, lines.front().second, false);
     std::vector<Bar> bars;
-    for (std::size_t k = 1; k < lines.size(); ++k) bars.push_back(read_bar(file, lines[k].first, split(lines[k].second), c));
+    for (std::size_t k = 1; k < lines.size(); ++k)
+      bars.push_back(read_bar(file, lines[k].first, split(lines[k].second), c));
     check_increasing(file, bars);
     check_length(file, bars, lines.back().first, min_bars, "");
     per_asset.push_back(std::move(bars));
@@ -270,7 +276,8 @@ OhlcvData parse_ohlcv_long(const std::string& text, const std::string& name, con
   for (std::size_t k = 1; k < lines.size(); ++k) {
     const auto fields = split(lines[k].second);
     if (fields.size() != c.count)
-      fail(name, lines[k].first, "expected " + std::to_string(c.count) + " fields, got " + std::to_string(fields.size()));
+      fail(name, lines[k].first,
+           "expected " + std::to_string(c.count) + " fields, got " + std::to_string(fields.size()));
     const auto it = wanted.find(fields[c.symbol]);
     if (it == wanted.end()) continue;  // other symbols are not part of this market
     per_asset[it->second].push_back(read_bar(name, lines[k].first, fields, c));

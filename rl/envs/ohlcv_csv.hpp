@@ -26,8 +26,8 @@ class CsvError : public std::runtime_error {
 struct OhlcvData {
   int assets = 0;
   std::int64_t bars = 0;
-  std::vector<std::string> symbols;        // (assets): file stem (per asset) or symbol (long)
-  std::vector<std::int64_t> timestamps;    // (bars) seconds (ISO dates are converted to UTC seconds)
+  std::vector<std::string> symbols;                    // (assets): file stem (per asset) or symbol (long)
+  std::vector<std::int64_t> timestamps;                // (bars) seconds (ISO dates are converted to UTC seconds)
   std::vector<double> open, high, low, close, volume;  // (assets, bars) row-major
 };
 

@@ -37,10 +37,10 @@ struct ActionSpace {
   // where discrete with branches > 1 is called multi_discrete.)
   enum class Kind : std::uint8_t { discrete, continuous };
   Kind kind = Kind::discrete;
-  int branches = 1;      // discrete: sub-actions per environment (1 = Gymnasium Discrete)
-  int choices = 0;       // discrete: choices per branch, indices 0 .. choices-1
-  int dim = 0;           // continuous: values per environment
-  float low = 0.0f;      // continuous: bounds (values outside are clamped)
+  int branches = 1;  // discrete: sub-actions per environment (1 = Gymnasium Discrete)
+  int choices = 0;   // discrete: choices per branch, indices 0 .. choices-1
+  int dim = 0;       // continuous: values per environment
+  float low = 0.0f;  // continuous: bounds (values outside are clamped)
   float high = 0.0f;
   // int32 (discrete) or f32 (continuous) values per environment per step.
   int width() const { return kind == Kind::discrete ? branches : dim; }
@@ -48,18 +48,18 @@ struct ActionSpace {
 
 // Device buffers for one call of step(): T steps of N environments.
 struct StepOutputs {
-  void* obs = nullptr;                      // (T, N, obs_dim) obs_dtype (f32 or bf16)
-  float* reward = nullptr;                  // (T, N)
-  std::uint8_t* terminated = nullptr;       // (T, N) 0/1
-  std::uint8_t* truncated = nullptr;        // (T, N) 0/1
-  void* final_obs = nullptr;                // (T, N, obs_dim) obs_dtype, optional (nullptr: not written)
-  gpu::DType obs_dtype = gpu::DType::f32;   // f32 or bf16, for obs and final_obs
+  void* obs = nullptr;                     // (T, N, obs_dim) obs_dtype (f32 or bf16)
+  float* reward = nullptr;                 // (T, N)
+  std::uint8_t* terminated = nullptr;      // (T, N) 0/1
+  std::uint8_t* truncated = nullptr;       // (T, N) 0/1
+  void* final_obs = nullptr;               // (T, N, obs_dim) obs_dtype, optional (nullptr: not written)
+  gpu::DType obs_dtype = gpu::DType::f32;  // f32 or bf16, for obs and final_obs
 };
 
 // Device action buffer for one call of step(): exactly one pointer is set, per action_space().
 struct ActionInput {
-  const std::int32_t* discrete = nullptr;   // (T, N, branches)
-  const float* continuous = nullptr;        // (T, N, dim)
+  const std::int32_t* discrete = nullptr;  // (T, N, branches)
+  const float* continuous = nullptr;       // (T, N, dim)
 };
 
 class VecEnv {
@@ -78,8 +78,7 @@ class VecEnv {
   virtual void reset(void* obs, gpu::DType obs_dtype, std::uint64_t seed, cudaStream_t stream) = 0;
 
   // Advances every environment `steps` times (T >= 1) with actions (T, N, width).
-  virtual void step(const StepOutputs& out, const ActionInput& actions, std::int64_t steps,
-                    cudaStream_t stream) = 0;
+  virtual void step(const StepOutputs& out, const ActionInput& actions, std::int64_t steps, cudaStream_t stream) = 0;
 
   // Reduces the per-environment accumulators into `out` (a device pointer); `clear` restarts
   // the accumulation (episodes finished from then on are counted afresh).

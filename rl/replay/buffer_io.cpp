@@ -44,14 +44,10 @@ std::vector<DeviceArray> device_arrays(const ReplayConfig& c, const RingView& r,
                                        const TreeShape& shape) {
   const std::int64_t C = c.capacity, O = c.layout.obs_dim, A = c.layout.action_dim;
   std::vector<DeviceArray> a = {
-      {"ring.obs", c.layout.obs_dtype, {C, O}, r.obs},
-      {"ring.next_obs", c.layout.obs_dtype, {C, O}, r.next_obs},
-      {"ring.actions", gpu::DType::u32, {C, A}, r.actions},
-      {"ring.rewards", gpu::DType::f32, {C}, r.rewards},
-      {"ring.flags", gpu::DType::u8, {C}, r.flags},
-      {"ring.returns", gpu::DType::f32, {C}, r.returns},
-      {"ring.discounts", gpu::DType::f32, {C}, r.discounts},
-      {"ring.bootstrap", gpu::DType::i32, {C}, r.bootstrap},
+      {"ring.obs", c.layout.obs_dtype, {C, O}, r.obs},       {"ring.next_obs", c.layout.obs_dtype, {C, O}, r.next_obs},
+      {"ring.actions", gpu::DType::u32, {C, A}, r.actions},  {"ring.rewards", gpu::DType::f32, {C}, r.rewards},
+      {"ring.flags", gpu::DType::u8, {C}, r.flags},          {"ring.returns", gpu::DType::f32, {C}, r.returns},
+      {"ring.discounts", gpu::DType::f32, {C}, r.discounts}, {"ring.bootstrap", gpu::DType::i32, {C}, r.bootstrap},
   };
   if (t) {
     a.push_back({"tree.leaves", gpu::DType::u32, {shape.padded[0], 2}, t->leaves});
@@ -98,9 +94,15 @@ std::vector<std::uint32_t> encode_state(const ReplayState& s) {
   std::uint32_t max_bits = 0;
   std::memcpy(&max_bits, &s.max_priority, 4);
   const auto size = static_cast<std::uint64_t>(s.size);
-  return {static_cast<std::uint32_t>(size), static_cast<std::uint32_t>(size >> 32),
-          static_cast<std::uint32_t>(s.sample_calls), static_cast<std::uint32_t>(s.sample_calls >> 32),
-          max_bits, s.epoch, s.insert_done, s.sample_done, s.update_done};
+  return {static_cast<std::uint32_t>(size),
+          static_cast<std::uint32_t>(size >> 32),
+          static_cast<std::uint32_t>(s.sample_calls),
+          static_cast<std::uint32_t>(s.sample_calls >> 32),
+          max_bits,
+          s.epoch,
+          s.insert_done,
+          s.sample_done,
+          s.update_done};
 }
 
 ReplayState decode_state(const std::vector<std::uint32_t>& w) {
@@ -144,7 +146,10 @@ void ReplayBuffer::save(const std::filesystem::path& path, cudaStream_t stream) 
   for (const DeviceArray& a : device_arrays(config_, ring_.view(), tree_view(), tree_.shape()))
     tensors.push_back({a.name, a.dtype, a.shape, a.device, {}});
   tensors.push_back({"state", gpu::DType::u32, {kStateWords}, nullptr, std::as_bytes(std::span(state_words))});
-  tensors.push_back({"host.slots", gpu::DType::u32, {static_cast<std::int64_t>(slot_words.size()), 2}, nullptr,
+  tensors.push_back({"host.slots",
+                     gpu::DType::u32,
+                     {static_cast<std::int64_t>(slot_words.size()), 2},
+                     nullptr,
                      std::as_bytes(std::span(slot_words))});
 
   std::map<std::string, std::string> meta = defining_keys(config_);

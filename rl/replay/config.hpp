@@ -17,10 +17,10 @@ enum class ActionKind : std::uint8_t { discrete, multi_discrete, continuous };
 std::string action_kind_name(ActionKind kind);
 
 struct TransitionLayout {
-  std::int64_t obs_dim = 0;                  // observation elements per transition
-  gpu::DType obs_dtype = gpu::DType::f32;    // storage dtype: f32 or bf16
+  std::int64_t obs_dim = 0;                // observation elements per transition
+  gpu::DType obs_dtype = gpu::DType::f32;  // storage dtype: f32 or bf16
   ActionKind action_kind = ActionKind::discrete;
-  std::int64_t action_dim = 1;               // 1 for discrete; branches; float dims
+  std::int64_t action_dim = 1;  // 1 for discrete; branches; float dims
 
   // Ring bytes per stored transition: obs + next obs (obs_dtype), action words, reward, flags,
   // n-step return, bootstrap discount, bootstrap index.
@@ -37,19 +37,19 @@ struct ReplayConfig {
   static constexpr std::int64_t kMaxCapacity = std::numeric_limits<std::int32_t>::max();
   static constexpr int kMaxNStep = 32;
 
-  std::int64_t capacity = 0;          // transitions in the ring
+  std::int64_t capacity = 0;  // transitions in the ring
   TransitionLayout layout;
   SamplingMode mode = SamplingMode::prioritized;
-  std::int64_t batch_size = 32;       // the learner's batch (allocate_batch); sample() may differ
-  int n_step = 1;                     // n-step return length, 1..kMaxNStep
-  float gamma = 0.99f;                // discount, [0, 1]
-  float alpha = 0.6f;                 // priority exponent, >= 0 (0 = uniform by priorities)
-  float beta = 0.4f;                  // IS exponent at step 0, [0, 1]
-  float beta_final = 1.0f;            // IS exponent after the anneal, [0, 1]
-  std::int64_t beta_anneal_steps = 0; // linear beta -> beta_final over this many steps; 0 = constant beta
-  float eps = 1e-6f;                  // p = |delta| + eps, > 0
-  std::uint64_t seed = 0;             // Philox key of the sampler
-  std::uint32_t rng_stream = 0;       // Philox stream id of the sampler
+  std::int64_t batch_size = 32;        // the learner's batch (allocate_batch); sample() may differ
+  int n_step = 1;                      // n-step return length, 1..kMaxNStep
+  float gamma = 0.99f;                 // discount, [0, 1]
+  float alpha = 0.6f;                  // priority exponent, >= 0 (0 = uniform by priorities)
+  float beta = 0.4f;                   // IS exponent at step 0, [0, 1]
+  float beta_final = 1.0f;             // IS exponent after the anneal, [0, 1]
+  std::int64_t beta_anneal_steps = 0;  // linear beta -> beta_final over this many steps; 0 = constant beta
+  float eps = 1e-6f;                   // p = |delta| + eps, > 0
+  std::uint64_t seed = 0;              // Philox key of the sampler
+  std::uint32_t rng_stream = 0;        // Philox stream id of the sampler
 
   // All checks; `device_free_bytes` is what the device can give (the buffer passes
   // cudaMemGetInfo's free figure; CPU tests pass a number). Throws std::invalid_argument.

@@ -1,7 +1,7 @@
 #include "rl/replay/insert.hpp"
 
-#include <cuda/atomic>
 #include <cuda_bf16.h>
+#include <cuda/atomic>
 
 #include <algorithm>
 #include <cstdint>
@@ -33,11 +33,11 @@ struct InsertParams {
   // Touched nodes of levels 1 and 2 (nodes2 = 0 below a 2-level tree): those of [s0, a_end)
   // first (nodes*_a of them), then those of [0, b_end) that [s0, a_end) does not already reach.
   std::int64_t nodes1_a, nodes1, nodes2_a, nodes2;
-  int tree_blocks;         // blocks [0, tree_blocks) walk the tree, a warp per touched node
-  bool copy32;             // copy_items < 2^32: the (row, group) split divides in 32 bits
+  int tree_blocks;            // blocks [0, tree_blocks) walk the tree, a warp per touched node
+  bool copy32;                // copy_items < 2^32: the (row, group) split divides in 32 bits
   std::int64_t copy_items;    // rows * obs element groups
   std::int64_t action_items;  // rows * action_dim
-  std::int64_t old_items;  // (step, env) pairs of older steps whose n-step windows reach in
+  std::int64_t old_items;     // (step, env) pairs of older steps whose n-step windows reach in
   NStepWindow window;
   double gamma;
   int n_step;
@@ -151,7 +151,8 @@ __device__ __forceinline__ std::int64_t fresh_in_node(const InsertParams& p, std
 
 // The t-th touched node of level k (nodes of [s0, a_end) first, then those of [0, b_end) that
 // the first range does not reach); tiles_a and the total are counted by the host the same way.
-__device__ __forceinline__ std::int64_t touched_node(const InsertParams& p, int k, std::int64_t t, std::int64_t tiles_a) {
+__device__ __forceinline__ std::int64_t touched_node(const InsertParams& p, int k, std::int64_t t,
+                                                     std::int64_t tiles_a) {
   return t < tiles_a ? (p.s0 >> (tree::kLog2 * k)) + t : t - tiles_a;
 }
 
@@ -161,7 +162,7 @@ __device__ __forceinline__ std::int64_t touched_node(const InsertParams& p, int 
 // new ones in registers (no store-then-reload) and reduces them as store_level1 does.
 __device__ void level1_node(const TreeView& t, const InsertParams& p, std::int64_t q, std::int64_t C,
                             std::uint64_t stamp, int lane) {
-  const std::int64_t first = (q << tree::kLog2) + 4 * lane;  // this lane's 4 leaves (padded past C)
+  const std::int64_t first = (q << tree::kLog2) + 4 * lane;     // this lane's 4 leaves (padded past C)
   auto* dst = reinterpret_cast<ulonglong2*>(t.leaves + first);  // 32-byte aligned
   if (fresh_in_node(p, q) == TreeShape::kFanout) {
     const ulonglong2 v = make_ulonglong2(stamp, stamp);
@@ -193,8 +194,9 @@ __device__ void level1_node(const TreeView& t, const InsertParams& p, std::int64
 // is either untouched by this insert (its stored sum and min are read: nobody writes them now),
 // made only of new leaves (128 q(p), p: no read), or one of the at most three partial nodes at the
 // range ends, whose leaves this warp reads itself and reduces as the level-1 writer does (integer
-// sums: the same value). So the level-2 node costs one round of loads, all issued together. Levels >= 3 then follow by last arrival (counts known from the ranges, counters
-// in the tree reset by their last arriver; a parent with one expected arrival skips the counter).
+// sums: the same value). So the level-2 node costs one round of loads, all issued together. Levels >= 3 then follow by
+// last arrival (counts known from the ranges, counters in the tree reset by their last arriver; a parent with one
+// expected arrival skips the counter).
 __device__ void level2_path(const TreeView& t, const InsertParams& p, std::int64_t P, std::int64_t C,
                             std::uint64_t stamp, int lane) {
   const std::int64_t c0 = (P << tree::kLog2) + 4 * lane;  // this lane's 4 children (level 1)
@@ -300,8 +302,10 @@ __global__ void __launch_bounds__(kInsertBlock)
     const int lane = tid & 31;
     if (w >= p.nodes1 + p.nodes2) return;
     const std::uint64_t stamp = tree::make_stamp(state->epoch, state->max_priority);
-    if (w < p.nodes1) level1_node(tree, p, touched_node(p, 1, w, p.nodes1_a), C, stamp, lane);
-    else level2_path(tree, p, touched_node(p, 2, w - p.nodes1, p.nodes2_a), C, stamp, lane);
+    if (w < p.nodes1)
+      level1_node(tree, p, touched_node(p, 1, w, p.nodes1_a), C, stamp, lane);
+    else
+      level2_path(tree, p, touched_node(p, 2, w - p.nodes1, p.nodes2_a), C, stamp, lane);
     return;
   }
 
@@ -376,9 +380,8 @@ bool aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintpt
 
 }  // namespace
 
-void insert_transitions(const RingView& ring, const TreeView* tree, ReplayState* state,
-                        const TransitionBatch& batch, const Reservation& r, int n_step, float gamma,
-                        cudaStream_t stream) {
+void insert_transitions(const RingView& ring, const TreeView* tree, ReplayState* state, const TransitionBatch& batch,
+                        const Reservation& r, int n_step, float gamma, cudaStream_t stream) {
   FH_EXPECT(r.rows > 0 && r.rows <= ring.capacity, "insert_transitions: reservation rows must be in [1, capacity]");
   // Sanity limits on the row widths (element indices are 64-bit; rows * width stays far below 2^62).
   FH_EXPECT(ring.obs_dim >= 1 && ring.obs_dim <= (std::int64_t{1} << 23),
@@ -438,11 +441,15 @@ void insert_transitions(const RingView& ring, const TreeView* tree, ReplayState*
   const TreeView t = tree ? *tree : TreeView{};
   using bf16 = __nv_bfloat16;
   if (in_bf16) {
-    if (ring.obs_bf16) launch<bf16, bf16>(vec, blocks, stream, ring, t, state, p);
-    else launch<bf16, float>(vec, blocks, stream, ring, t, state, p);
+    if (ring.obs_bf16)
+      launch<bf16, bf16>(vec, blocks, stream, ring, t, state, p);
+    else
+      launch<bf16, float>(vec, blocks, stream, ring, t, state, p);
   } else {
-    if (ring.obs_bf16) launch<float, bf16>(vec, blocks, stream, ring, t, state, p);
-    else launch<float, float>(vec, blocks, stream, ring, t, state, p);
+    if (ring.obs_bf16)
+      launch<float, bf16>(vec, blocks, stream, ring, t, state, p);
+    else
+      launch<float, float>(vec, blocks, stream, ring, t, state, p);
   }
 }
 

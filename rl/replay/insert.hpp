@@ -25,8 +25,7 @@ namespace foxhunt::rl {
 
 // `tree` is null in uniform mode. The batch must already be validated against the ring's layout
 // (ReplayBuffer::insert does it). rows == 0 never happens (reserve() rejects it).
-void insert_transitions(const RingView& ring, const TreeView* tree, ReplayState* state,
-                        const TransitionBatch& batch, const Reservation& reservation, int n_step, float gamma,
-                        cudaStream_t stream);
+void insert_transitions(const RingView& ring, const TreeView* tree, ReplayState* state, const TransitionBatch& batch,
+                        const Reservation& reservation, int n_step, float gamma, cudaStream_t stream);
 
 }  // namespace foxhunt::rl

@@ -8,13 +8,27 @@
 
 namespace foxhunt::rl::obs_io {
 
-template <class T> __device__ __forceinline__ float to_f32(T v);
-template <> __device__ __forceinline__ float to_f32<float>(float v) { return v; }
-template <> __device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T>
+__device__ __forceinline__ float to_f32(T v);
+template <>
+__device__ __forceinline__ float to_f32<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 
-template <class T> __device__ __forceinline__ T from_f32(float v);
-template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <class T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
 // v[0..VEC) = src[i .. i + VEC) as f32.
 template <class T, int VEC>
@@ -23,12 +37,18 @@ __device__ __forceinline__ void load(const T* src, std::int64_t i, float v[VEC])
     v[0] = to_f32<T>(src[i]);
   } else if constexpr (sizeof(T) == 4) {
     const float4 a = *reinterpret_cast<const float4*>(src + i);
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+    v[0] = a.x;
+    v[1] = a.y;
+    v[2] = a.z;
+    v[3] = a.w;
   } else {
     const uint2 a = *reinterpret_cast<const uint2*>(src + i);
     const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&a.x);
     const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&a.y);
-    v[0] = __low2float(lo); v[1] = __high2float(lo); v[2] = __low2float(hi); v[3] = __high2float(hi);
+    v[0] = __low2float(lo);
+    v[1] = __high2float(lo);
+    v[2] = __low2float(hi);
+    v[3] = __high2float(hi);
   }
 }
 

@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kUpdateBlock)
   __threadfence();
   for (int k = 1; k <= top; ++k) {
     const unsigned listed = __ldcg(t.listed_count + k);  // complete: level k - 1 is done
-    if (listed == 0u) break;  // uniform; nothing listed here lists nothing above
+    if (listed == 0u) break;                             // uniform; nothing listed here lists nothing above
     for (unsigned j = warp; j < listed; j += nwarps) refresh_min(t, k, __ldcg(t.listed[k] + j), lane);
     __syncthreads();  // level k's mins and level k + 1's list are written
   }
@@ -149,7 +149,7 @@ PriorityTree::PriorityTree(std::int64_t capacity, cudaStream_t stream) : shape_(
   for (int k = 1; k <= shape_.top; ++k)
     total += 4 * align256(static_cast<std::size_t>(shape_.padded[k]) * 4) +
              align256(static_cast<std::size_t>(shape_.count[k]) * 4);  // + the update's list of level k
-  total += 256;                                                         // the update's list counts
+  total += 256;                                                        // the update's list counts
   storage_ = gpu::DeviceBuffer<std::byte>(total);
   storage_.zero(stream);
 
@@ -174,11 +174,12 @@ PriorityTree::PriorityTree(std::int64_t capacity, cudaStream_t stream) : shape_(
   view_.quantum_scale = std::ldexp(1.0, shape_.sum_shift);
 }
 
-void update_priorities(const TreeView& tree, ReplayState* state, const std::int32_t* indices,
-                       const float* td_errors, std::int64_t n, float alpha, float eps, cudaStream_t stream) {
+void update_priorities(const TreeView& tree, ReplayState* state, const std::int32_t* indices, const float* td_errors,
+                       std::int64_t n, float alpha, float eps, cudaStream_t stream) {
   FH_EXPECT(n >= 0, "update_priorities: n must be >= 0");
   if (n == 0) return;
-  FH_EXPECT(indices != nullptr && td_errors != nullptr, "update_priorities: indices and td_errors must be device pointers");
+  FH_EXPECT(indices != nullptr && td_errors != nullptr,
+            "update_priorities: indices and td_errors must be device pointers");
   FH_EXPECT(tree.top >= 0 && tree.top < TreeShape::kMaxLevels, "update_priorities: tree.top out of range");
   FH_EXPECT(n <= (std::int64_t{1} << 30), "update_priorities: n must be <= 2^30");
   update_kernel<<<gpu::ceil_div(n, kUpdateBlock), kUpdateBlock, 0, stream>>>(tree, state, indices, td_errors, n, alpha,

@@ -18,11 +18,10 @@
 // sibling is read) and every ancestor's min is lowered with atomicMin (non-negative float bits
 // order like the values). Only a min that may have RISEN needs the children: a leaf that held its
 // level-1 node's min and went up, and any repeated index of the batch (its lowering may have lost
-// to a larger priority), lists its node. The last block to finish refreshes the listed mins from their children, level by
-// level, listing a parent only when its min was the child's old one (usually a handful of nodes),
-// and advances the epoch.
-// The per-node u32 words (`dirty`) are the insert's arrival counters (insert.cu) and the update's
-// listing flags; they are zero between calls.
+// to a larger priority), lists its node. The last block to finish refreshes the listed mins from their children, level
+// by level, listing a parent only when its min was the child's old one (usually a handful of nodes), and advances the
+// epoch. The per-node u32 words (`dirty`) are the insert's arrival counters (insert.cu) and the update's listing flags;
+// they are zero between calls.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -34,15 +33,17 @@
 namespace foxhunt::rl {
 
 struct TreeView {
-  std::uint64_t* leaves = nullptr;                    // (padded[0]) stamps
-  std::uint64_t* sums[TreeShape::kMaxLevels] = {};    // [k >= 1]: (padded[k]) fixed point
-  float* mins[TreeShape::kMaxLevels] = {};            // [k >= 1]: (padded[k]), +inf when empty
-  std::uint32_t* dirty[TreeShape::kMaxLevels] = {};   // [k >= 1]: (padded[k]) arrival counters / update flags, 0 between calls
-  std::uint32_t* listed[TreeShape::kMaxLevels] = {};  // [k >= 1]: (count[k]) the update's nodes whose min may have risen
-  std::uint32_t* listed_count = nullptr;               // (kMaxLevels) their counts, 0 between calls
-  std::int64_t count[TreeShape::kMaxLevels] = {};     // nodes per level
+  std::uint64_t* leaves = nullptr;                  // (padded[0]) stamps
+  std::uint64_t* sums[TreeShape::kMaxLevels] = {};  // [k >= 1]: (padded[k]) fixed point
+  float* mins[TreeShape::kMaxLevels] = {};          // [k >= 1]: (padded[k]), +inf when empty
+  std::uint32_t* dirty[TreeShape::kMaxLevels] =
+      {};  // [k >= 1]: (padded[k]) arrival counters / update flags, 0 between calls
+  std::uint32_t* listed[TreeShape::kMaxLevels] =
+      {};                                          // [k >= 1]: (count[k]) the update's nodes whose min may have risen
+  std::uint32_t* listed_count = nullptr;           // (kMaxLevels) their counts, 0 between calls
+  std::int64_t count[TreeShape::kMaxLevels] = {};  // nodes per level
   int top = 0;
-  double quantum_scale = 1.0;                          // 2^sum_shift: q(p) = round(p * quantum_scale)
+  double quantum_scale = 1.0;  // 2^sum_shift: q(p) = round(p * quantum_scale)
 };
 
 class PriorityTree {
@@ -65,7 +66,7 @@ class PriorityTree {
 // advances.
 // Indices outside [0, stored size) and non-finite td errors are skipped (the slot keeps its
 // priority). n == 0 returns without launching. One launch.
-void update_priorities(const TreeView& tree, ReplayState* state, const std::int32_t* indices,
-                       const float* td_errors, std::int64_t n, float alpha, float eps, cudaStream_t stream);
+void update_priorities(const TreeView& tree, ReplayState* state, const std::int32_t* indices, const float* td_errors,
+                       std::int64_t n, float alpha, float eps, cudaStream_t stream);
 
 }  // namespace foxhunt::rl

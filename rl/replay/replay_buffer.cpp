@@ -48,8 +48,8 @@ void ReplayBuffer::check_batch(const TransitionBatch& b, std::int64_t envs) cons
   const TransitionLayout& want = config_.layout;
   const TransitionLayout& got = b.layout;
   if (got.obs_dim != want.obs_dim)
-    config_error("replay.layout.obs_dim", "of the batch (" + num(got.obs_dim) + ") must match the buffer's (" +
-                                              num(want.obs_dim) + ")");
+    config_error("replay.layout.obs_dim",
+                 "of the batch (" + num(got.obs_dim) + ") must match the buffer's (" + num(want.obs_dim) + ")");
   if (got.obs_dtype != gpu::DType::f32 && got.obs_dtype != gpu::DType::bf16)
     config_error("replay.layout.obs_dtype",
                  "of the batch must be F32 or BF16, got " + std::string(gpu::dtype_name(got.obs_dtype)));
@@ -58,11 +58,10 @@ void ReplayBuffer::check_batch(const TransitionBatch& b, std::int64_t envs) cons
                                                   ") must match the buffer's (" + action_kind_name(want.action_kind) +
                                                   ")");
   if (got.action_dim != want.action_dim)
-    config_error("replay.layout.action_dim", "of the batch (" + num(got.action_dim) +
-                                                 ") must match the buffer's (" + num(want.action_dim) + ")");
+    config_error("replay.layout.action_dim",
+                 "of the batch (" + num(got.action_dim) + ") must match the buffer's (" + num(want.action_dim) + ")");
   if (b.envs != envs)
-    config_error("replay.insert.envs",
-                 "must equal the producer's env count (" + num(envs) + "), got " + num(b.envs));
+    config_error("replay.insert.envs", "must equal the producer's env count (" + num(envs) + "), got " + num(b.envs));
   if (!(b.obs && b.next_obs && b.actions && b.rewards && b.terminated && b.truncated))
     config_error("replay.insert",
                  "batch arrays (obs, next_obs, actions, rewards, terminated, truncated) must all be device pointers");

@@ -78,8 +78,8 @@ class ReplayBuffer {
   SampledBatch allocate_batch(std::int64_t batch = 0) const;
 
   std::int64_t capacity() const noexcept { return config_.capacity; }
-  std::int64_t size() const noexcept { return slots_.filled(); }      // stored transitions
-  std::int64_t inserted() const noexcept { return slots_.head(); }    // transitions ever inserted
+  std::int64_t size() const noexcept { return slots_.filled(); }    // stored transitions
+  std::int64_t inserted() const noexcept { return slots_.head(); }  // transitions ever inserted
 
   // Device views for tests and diagnostics (the host must not read them in production).
   const ReplayState* device_state() const noexcept { return state_.data(); }

@@ -8,7 +8,8 @@ constexpr std::size_t align256(std::size_t b) { return (b + 255) / 256 * 256; }
 
 ReplayRing::ReplayRing(std::int64_t capacity, const TransitionLayout& layout) {
   const std::size_t c = static_cast<std::size_t>(capacity);
-  const std::size_t obs_bytes = align256(c * static_cast<std::size_t>(layout.obs_dim) * gpu::dtype_size(layout.obs_dtype));
+  const std::size_t obs_bytes =
+      align256(c * static_cast<std::size_t>(layout.obs_dim) * gpu::dtype_size(layout.obs_dtype));
   const std::size_t act_bytes = align256(c * static_cast<std::size_t>(layout.action_dim) * 4);
   const std::size_t f32_bytes = align256(c * 4);
   const std::size_t u8_bytes = align256(c);

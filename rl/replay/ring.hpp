@@ -18,14 +18,14 @@ inline constexpr std::uint8_t kTruncatedBit = 2;
 
 // Raw pointers into the ring, passed to kernels by value.
 struct RingView {
-  void* obs = nullptr;                 // (capacity, obs_dim) obs dtype
-  void* next_obs = nullptr;            // (capacity, obs_dim) obs dtype
-  std::uint32_t* actions = nullptr;    // (capacity, action_dim) int32 or f32 bit patterns
-  float* rewards = nullptr;            // (capacity)
-  std::uint8_t* flags = nullptr;       // (capacity)
-  float* returns = nullptr;            // (capacity) n-step return
-  float* discounts = nullptr;          // (capacity) gamma^k or 0
-  std::int32_t* bootstrap = nullptr;   // (capacity) slot whose next obs bootstraps
+  void* obs = nullptr;                // (capacity, obs_dim) obs dtype
+  void* next_obs = nullptr;           // (capacity, obs_dim) obs dtype
+  std::uint32_t* actions = nullptr;   // (capacity, action_dim) int32 or f32 bit patterns
+  float* rewards = nullptr;           // (capacity)
+  std::uint8_t* flags = nullptr;      // (capacity)
+  float* returns = nullptr;           // (capacity) n-step return
+  float* discounts = nullptr;         // (capacity) gamma^k or 0
+  std::int32_t* bootstrap = nullptr;  // (capacity) slot whose next obs bootstraps
   std::int64_t capacity = 0;
   std::int64_t obs_dim = 0;
   std::int64_t action_dim = 0;

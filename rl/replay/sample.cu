@@ -2,9 +2,9 @@
 
 #include <cuda_bf16.h>
 
+#include <cstdint>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
-#include <cstdint>
 
 #include "gpu/check.hpp"
 #include "gpu/launch.cuh"
@@ -16,7 +16,7 @@ namespace foxhunt::rl {
 
 namespace {
 
-constexpr int kSampleBlock = 256;                            // 8 warps, one sample per warp at a time
+constexpr int kSampleBlock = 256;                                 // 8 warps, one sample per warp at a time
 constexpr int kTopPerThread = TreeShape::kMaxTop / kSampleBlock;  // 4
 static_assert(kTopPerThread * kSampleBlock == TreeShape::kMaxTop, "the top level must fit one block pass");
 
@@ -144,8 +144,10 @@ __global__ void __launch_bounds__(kSampleBlock)
       int lo = 0, hi = n_top;
       while (lo < hi) {
         const int mid = (lo + hi) / 2;
-        if (prefix[mid] > u) hi = mid;
-        else lo = mid + 1;
+        if (prefix[mid] > u)
+          hi = mid;
+        else
+          lo = mid + 1;
       }
       if (lo >= n_top) lo = n_top - 1;  // an empty tree: never sampled (the buffer holds a transition)
       u -= lo > 0 ? prefix[lo - 1] : 0;
@@ -218,8 +220,10 @@ void sample_transitions(const SampledBatchView& out, const RingView& ring, const
   const int vec = (ring.obs_dim % 4 == 0 && aligned16(out.obs) && aligned16(out.next_obs)) ? 4 : 1;
   const int blocks = gpu::grid_stride_blocks(out.batch * 32, kSampleBlock, 8);
   const TreeView t = tree ? *tree : TreeView{};
-  if (ring.obs_bf16) launch<__nv_bfloat16>(vec, blocks, stream, ring, t, state, kp);
-  else launch<float>(vec, blocks, stream, ring, t, state, kp);
+  if (ring.obs_bf16)
+    launch<__nv_bfloat16>(vec, blocks, stream, ring, t, state, kp);
+  else
+    launch<float>(vec, blocks, stream, ring, t, state, kp);
 }
 
 }  // namespace foxhunt::rl

@@ -31,10 +31,10 @@ struct SampleParams {
   SamplingMode mode = SamplingMode::prioritized;
   std::uint64_t seed = 0;
   std::uint32_t rng_stream = 0;
-  double beta0 = 0.4;              // beta at step 0
-  double beta1 = 1.0;              // beta after the anneal
-  std::int64_t anneal_steps = 0;   // 0: constant beta0
-  std::int64_t step = -1;          // >= 0: beta at this host step; < 0: at state->sample_calls
+  double beta0 = 0.4;             // beta at step 0
+  double beta1 = 1.0;             // beta after the anneal
+  std::int64_t anneal_steps = 0;  // 0: constant beta0
+  std::int64_t step = -1;         // >= 0: beta at this host step; < 0: at state->sample_calls
 };
 
 // The caller guarantees out.batch <= stored size (ReplayBuffer::sample checks it on the host).

@@ -9,23 +9,23 @@ namespace foxhunt::rl {
 SlotAllocator::SlotAllocator(std::int64_t capacity, int n_step) : capacity_(capacity), n_step_(n_step) {
   if (capacity <= 0) config_error("replay.capacity", "must be > 0, got " + std::to_string(capacity));
   if (n_step < 1 || n_step > ReplayConfig::kMaxNStep)
-    config_error("replay.n_step", "must be in [1, " + std::to_string(ReplayConfig::kMaxNStep) + "], got " +
-                                      std::to_string(n_step));
+    config_error("replay.n_step",
+                 "must be in [1, " + std::to_string(ReplayConfig::kMaxNStep) + "], got " + std::to_string(n_step));
 }
 
 int SlotAllocator::add_producer(std::int64_t envs) {
   if (envs <= 0) config_error("replay.producer.envs", "must be > 0, got " + std::to_string(envs));
   if (envs > capacity_)
-    config_error("replay.producer.envs", "must be <= replay.capacity (" + std::to_string(capacity_) +
-                                             "), got " + std::to_string(envs));
+    config_error("replay.producer.envs",
+                 "must be <= replay.capacity (" + std::to_string(capacity_) + "), got " + std::to_string(envs));
   producers_.push_back(Producer{envs, 0, {}});
   return static_cast<int>(producers_.size()) - 1;
 }
 
 std::int64_t SlotAllocator::producer_envs(int producer) const {
   if (producer < 0 || producer >= num_producers())
-    config_error("replay.producer", "must be a registered producer id in [0, " +
-                                        std::to_string(num_producers()) + "), got " + std::to_string(producer));
+    config_error("replay.producer", "must be a registered producer id in [0, " + std::to_string(num_producers()) +
+                                        "), got " + std::to_string(producer));
   return producers_[static_cast<std::size_t>(producer)].envs;
 }
 
@@ -33,9 +33,8 @@ Reservation SlotAllocator::reserve(int producer, std::int64_t steps) {
   const std::int64_t envs = producer_envs(producer);  // checks the id
   if (steps <= 0) config_error("replay.insert.steps", "must be > 0, got " + std::to_string(steps));
   if (steps > capacity_ / envs)
-    config_error("replay.insert.steps", "times envs (" + std::to_string(envs) +
-                                            ") must be <= replay.capacity (" + std::to_string(capacity_) +
-                                            "), got " + std::to_string(steps) + " steps");
+    config_error("replay.insert.steps", "times envs (" + std::to_string(envs) + ") must be <= replay.capacity (" +
+                                            std::to_string(capacity_) + "), got " + std::to_string(steps) + " steps");
   Producer& p = producers_[static_cast<std::size_t>(producer)];
 
   Reservation r;
@@ -80,9 +79,7 @@ std::vector<std::int64_t> SlotAllocator::export_state() const {
 
 void SlotAllocator::import_state(std::span<const std::int64_t> words) {
   std::size_t at = 0;
-  auto bad = [](const std::string& what) -> void {
-    throw std::runtime_error("replay slot state: " + what);
-  };
+  auto bad = [](const std::string& what) -> void { throw std::runtime_error("replay slot state: " + what); };
   auto next = [&](const char* what) {
     if (at >= words.size()) bad(std::string("truncated before ") + what);
     return words[at++];

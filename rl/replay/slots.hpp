@@ -60,7 +60,7 @@ class SlotAllocator {
   Reservation reserve(int producer, std::int64_t steps);
 
   std::int64_t capacity() const noexcept { return capacity_; }
-  std::int64_t head() const noexcept { return head_; }      // rows ever reserved
+  std::int64_t head() const noexcept { return head_; }  // rows ever reserved
   std::int64_t filled() const noexcept { return head_ < capacity_ ? head_ : capacity_; }
   int num_producers() const noexcept { return static_cast<int>(producers_.size()); }
   std::int64_t producer_envs(int producer) const;

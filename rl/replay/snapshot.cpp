@@ -209,8 +209,8 @@ SnapshotReader::SnapshotReader(const std::filesystem::path& path, std::size_t ch
       void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd_, 0);
       if (map == MAP_FAILED) fail("mmap", errno);
       try {
-        file_ = gpu::parse_safetensors(std::span<const std::byte>(static_cast<const std::byte*>(map), size),
-                                       path.string());
+        file_ =
+            gpu::parse_safetensors(std::span<const std::byte>(static_cast<const std::byte*>(map), size), path.string());
         std::uint64_t n = 0;
         std::memcpy(&n, map, 8);
         data_start_ = 8 + n;
@@ -237,8 +237,8 @@ void SnapshotReader::read_at(std::byte* out, std::uint64_t offset, std::size_t b
     const ssize_t r = ::pread(fd_, out, bytes, static_cast<off_t>(offset));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0)
-      throw std::runtime_error("cannot read replay snapshot '" + path_.string() + "': " +
-                               (r < 0 ? "pread: " + errno_text(errno) : std::string("unexpected end of file")));
+      throw std::runtime_error("cannot read replay snapshot '" + path_.string() +
+                               "': " + (r < 0 ? "pread: " + errno_text(errno) : std::string("unexpected end of file")));
     out += r;
     bytes -= static_cast<std::size_t>(r);
     offset += static_cast<std::uint64_t>(r);
@@ -255,8 +255,8 @@ const gpu::SafetensorsEntry* SnapshotReader::expect(const std::string& name, gpu
   }
   if (e->dtype != dtype || e->shape != shape) {
     problems.push_back("tensor '" + name + "' is " + std::string(gpu::dtype_name(e->dtype)) + " " +
-                       shape_str(e->shape) + " in the file, this buffer needs " +
-                       std::string(gpu::dtype_name(dtype)) + " " + shape_str(shape));
+                       shape_str(e->shape) + " in the file, this buffer needs " + std::string(gpu::dtype_name(dtype)) +
+                       " " + shape_str(shape));
     return nullptr;
   }
   return e;

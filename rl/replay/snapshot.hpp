@@ -80,7 +80,7 @@ class SnapshotReader {
   std::size_t chunk_bytes_;
   int fd_ = -1;
   std::uint64_t data_start_ = 0;  // file offset of the data section
-  gpu::SafetensorsFile file_;      // entries and metadata (its data span is not kept valid)
+  gpu::SafetensorsFile file_;     // entries and metadata (its data span is not kept valid)
 };
 
 // The checksum of a byte string (chunk-independent: a streaming hash over 8-byte words, the

@@ -28,13 +28,13 @@ struct TransitionBatch {
 // Raw pointers of a sampled batch (the learner's input).
 struct SampledBatchView {
   std::int64_t batch = 0;
-  std::int32_t* indices = nullptr;   // (batch) slots, for update_priorities
-  float* weights = nullptr;          // (batch) IS weights, max 1 (all 1 in uniform mode)
-  float* obs = nullptr;              // (batch, obs_dim)
-  void* actions = nullptr;           // (batch, action_dim) int32 (discrete kinds) or f32
-  float* returns = nullptr;          // (batch) n-step return sum_{k<m} gamma^k r_{t+k}
-  float* discounts = nullptr;        // (batch) gamma^m, 0 when the episode terminated inside
-  float* next_obs = nullptr;         // (batch, obs_dim) bootstrap observation s_{t+m}
+  std::int32_t* indices = nullptr;  // (batch) slots, for update_priorities
+  float* weights = nullptr;         // (batch) IS weights, max 1 (all 1 in uniform mode)
+  float* obs = nullptr;             // (batch, obs_dim)
+  void* actions = nullptr;          // (batch, action_dim) int32 (discrete kinds) or f32
+  float* returns = nullptr;         // (batch) n-step return sum_{k<m} gamma^k r_{t+k}
+  float* discounts = nullptr;       // (batch) gamma^m, 0 when the episode terminated inside
+  float* next_obs = nullptr;        // (batch, obs_dim) bootstrap observation s_{t+m}
 };
 
 // SampledBatch keeps next_obs directly after obs (one (2 batch, obs_dim) buffer [s; s']): a
@@ -54,8 +54,8 @@ class SampledBatch {
         obs_dim_(layout.obs_dim) {}
 
   SampledBatchView view() {
-    return {batch_, indices_.data(), weights_.data(), states_.data(), actions_.data(),
-            returns_.data(), discounts_.data(), states_.data() + batch_ * obs_dim_};
+    return {batch_,          indices_.data(), weights_.data(),   states_.data(),
+            actions_.data(), returns_.data(), discounts_.data(), states_.data() + batch_ * obs_dim_};
   }
   std::int64_t batch() const noexcept { return batch_; }
 

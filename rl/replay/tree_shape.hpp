@@ -28,10 +28,10 @@ struct TreeShape {
   static constexpr int kMaxPriorityLog2 = 16;
 
   std::int64_t capacity = 0;
-  int top = 0;                                  // index of the top level (0: leaves are the top)
-  int sum_shift = 0;                            // fixed-point fraction bits of the sums
-  std::int64_t count[kMaxLevels] = {};          // nodes per level
-  std::int64_t padded[kMaxLevels] = {};         // allocated nodes per level (multiple of 128)
+  int top = 0;                           // index of the top level (0: leaves are the top)
+  int sum_shift = 0;                     // fixed-point fraction bits of the sums
+  std::int64_t count[kMaxLevels] = {};   // nodes per level
+  std::int64_t padded[kMaxLevels] = {};  // allocated nodes per level (multiple of 128)
 
   static TreeShape for_capacity(std::int64_t capacity) {
     TreeShape s;
@@ -58,7 +58,8 @@ struct TreeShape {
   // sums (u64 fixed point), mins (f32), dirty flags (u32) and the update's node list (u32).
   std::size_t bytes() const {
     std::size_t b = static_cast<std::size_t>(padded[0]) * 8;
-    for (int k = 1; k <= top; ++k) b += static_cast<std::size_t>(padded[k]) * 16 + static_cast<std::size_t>(count[k]) * 4;
+    for (int k = 1; k <= top; ++k)
+      b += static_cast<std::size_t>(padded[k]) * 16 + static_cast<std::size_t>(count[k]) * 4;
     return b + kMaxLevels * 4;
   }
 };

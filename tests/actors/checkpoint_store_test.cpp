@@ -36,8 +36,8 @@ TEST(CheckpointStoreTest, KeepsTheNewestAndTheOneJustWritten) {
     const fs::path d = store.write(Counters{s * 100, s, s}, [](const fs::path&) {});
     EXPECT_TRUE(fs::exists(d / "counters.json"));
   }
-  EXPECT_EQ(step_dirs(root), (std::set<std::string>{"step_000000000001.tmp", "step_000000000600",
-                                                    "step_000000000700", "step_000000000800"}));
+  EXPECT_EQ(step_dirs(root), (std::set<std::string>{"step_000000000001.tmp", "step_000000000600", "step_000000000700",
+                                                    "step_000000000800"}));
   ASSERT_TRUE(CheckpointStore::latest(root).has_value());
   EXPECT_EQ(CheckpointStore::latest(root)->filename(), "step_000000000800");
   // A write at an older step (a resume into a directory holding later ones) keeps the new one.

@@ -190,8 +190,8 @@ TEST(ConfigSchemaTest, PipelineConfigsMapExactlyAsBefore) {
     const RunConfig c = load_run_config(f, &translated);
     EXPECT_FALSE(translated);
     // Shapes of the shipped environments: CartPole (4 obs, 2 actions), one asset (5 levels), 8 assets.
-    for (auto [obs, branches, actions] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{4, 1, 2},
-                                          {37, 1, 5}, {80, 8, 5}}) {
+    for (auto [obs, branches, actions] :
+         {std::tuple<std::int64_t, std::int64_t, std::int64_t>{4, 1, 2}, {37, 1, 5}, {80, 8, 5}}) {
       SCOPED_TRACE("obs " + std::to_string(obs) + " branches " + std::to_string(branches));
       expect_same(dqn_learner_config(c, obs, branches, actions), old_learner_config(c, obs, branches, actions));
       expect_same(dqn_replay_config(c, obs, branches), old_replay_config(c, obs, branches));
@@ -366,7 +366,8 @@ TEST(ConfigSchemaTest, UntranslatableDqnConfigsAreRejectedNamingTheKey) {
   const std::string market = (fs::absolute(configs_dir()) / "markets").lexically_normal().string();
   const std::vector<std::pair<std::string, std::vector<const char*>>> table = {
       // A multi-asset market without branching would need a joint action space.
-      {"[env]\nkind = \"market\"\nmarket_config = \"" + market + "/gbm8_correlated.toml\"\n[network]\nbranching = false\n",
+      {"[env]\nkind = \"market\"\nmarket_config = \"" + market +
+           "/gbm8_correlated.toml\"\n[network]\nbranching = false\n",
        {"network.branching", "joint action space"}},
       {"[dqn]\nepsilon_start = 0.1\nepsilon_end = 0.5\n", {"dqn.epsilon_end", "dqn.epsilon_start"}},
       // Ranges the pipeline checks more tightly name the pipeline key and say it was translated.
@@ -464,7 +465,8 @@ priority_eps = 0.001
 
 TEST(ConfigSchemaTest, C51OnAMultiAssetMarketIsRejected) {
   Scratch s;
-  const std::string market = (fs::absolute(configs_dir()) / "markets" / "gbm8_correlated.toml").lexically_normal().string();
+  const std::string market =
+      (fs::absolute(configs_dir()) / "markets" / "gbm8_correlated.toml").lexically_normal().string();
   const auto f = s.write("c51.toml", "[env]\nkind = \"market\"\nmarket = \"" + market + "\"\n[learner]\natoms = 51\n");
   const std::string msg = message_of(f);
   EXPECT_NE(msg.find("learner.atoms"), std::string::npos) << msg;

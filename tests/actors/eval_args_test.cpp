@@ -30,9 +30,8 @@ struct FakeRun {
     if (with_config) std::ofstream(dir / "config.resolved.toml") << resolved_toml(c);
     CheckpointStore store(dir / "checkpoints");
     if (attach) store.attach("config.resolved.toml", resolved_toml(c));
-    checkpoint = store.write(Counters{100, 10, 1}, [](const fs::path& d) {
-      std::ofstream(d / "learner.online.safetensors") << "x";
-    });
+    checkpoint = store.write(Counters{100, 10, 1},
+                             [](const fs::path& d) { std::ofstream(d / "learner.online.safetensors") << "x"; });
   }
   ~FakeRun() { fs::remove_all(dir); }
 };

@@ -44,8 +44,8 @@ struct FakeKnobs {
   int batches = 2;
   std::int64_t batch_size = 8;
   bool sync_writes_learner = false;
-  int throw_on_collect = 0;         // collect() throws on this call (1-based; 0: never)
-  int fault_on_update = 0;          // update() marks the device faulted on this call
+  int throw_on_collect = 0;             // collect() throws on this call (1-based; 0: never)
+  int fault_on_update = 0;              // update() marks the device faulted on this call
   bool drop_collect_callbacks = false;  // the collector's completion callbacks never fire: a stall
   // A resumed run: transitions the replay buffer restored, and the collector's restored acting
   // version (-1: none) with the pending versions it holds (CollectorStage::restored_*).
@@ -72,10 +72,10 @@ class FakeStageBase {
   bool drop_callbacks_ = false;
 };
 
-#define FOXHUNT_FAKE_STAGE_PLUMBING                                              \
-  void wait(std::uint64_t e) override { wait_impl(e); }                           \
+#define FOXHUNT_FAKE_STAGE_PLUMBING                                                    \
+  void wait(std::uint64_t e) override { wait_impl(e); }                                \
   void when_done(std::function<void()> fn) override { when_done_impl(std::move(fn)); } \
-  void synchronize() override { sync_impl(); }                                    \
+  void synchronize() override { sync_impl(); }                                         \
   std::string health() override { return health_impl(); }
 
 class FakeCollector : public CollectorStage, FakeStageBase {

@@ -43,16 +43,19 @@ inline std::string small_cartpole_toml(std::int64_t total_env_steps, std::int64_
   return "[run]\nname = \"actor_e2e\"\nseed = " + std::to_string(seed) +
          "\ntotal_env_steps = " + std::to_string(total_env_steps) +
          "\n"
-         "[env]\nkind = \"cartpole\"\nnum_envs = " + std::to_string(kEnvs) +
+         "[env]\nkind = \"cartpole\"\nnum_envs = " +
+         std::to_string(kEnvs) +
          "\nsteps_per_slot = 1\n"
          "[replay]\ncapacity = 8192\nbatch_size = 64\nprioritized = true\nalpha = 0.6\nbeta = 0.4\n"
          "n_step = 3\ngamma = 0.99\n"
          "[learner]\nhidden = [64, 64]\nlr = 0.0005\ndueling = true\ndouble_dqn = true\nloss = \"huber\"\n"
          "grad_clip = 10.0\ntarget = \"polyak\"\ntau = 0.01\nepsilon_decay_steps = 2000\n"
-         "[pipeline]\nreplay_ratio = 0.125\nlearning_starts = " + std::to_string(kLearningStarts) +
+         "[pipeline]\nreplay_ratio = 0.125\nlearning_starts = " +
+         std::to_string(kLearningStarts) +
          "\nratio_slack = 8\nslots = 4\nbatches = 3\nsync_every = 8\ncompletions = \"" + completions +
          "\"\n"
-         "[checkpoint]\nevery_env_steps = " + std::to_string(checkpoint_every) +
+         "[checkpoint]\nevery_env_steps = " +
+         std::to_string(checkpoint_every) +
          "\n"
          "[logging]\ntimeline = false\ntensorboard = false\njsonl = false\n";
 }
@@ -119,8 +122,7 @@ struct LearnerContents {
 
 inline std::vector<std::vector<float>> tensors_of(const gpu::ParameterArena& a, const float* base) {
   std::vector<std::vector<float>> out;
-  for (const auto& e : a.entries())
-    out.push_back(test::download(base + e.offset, static_cast<std::size_t>(e.numel)));
+  for (const auto& e : a.entries()) out.push_back(test::download(base + e.offset, static_cast<std::size_t>(e.numel)));
   return out;
 }
 

@@ -121,11 +121,12 @@ TEST_P(ActorEndToEnd, ShortDqnRunCheckpointsAndReloads) {
     std::lock_guard lock(audit_mutex);
     if (audit.running()) audit.stop();  // no checkpoint was written
   }
-  std::printf("  ActorEndToEnd/%s: %.2f s (start-up %.0f ms, shutdown %.0f ms, checkpoint %.0f ms), %lld env steps, "
-              "%lld updates, %lld policies\n",
-              completions.c_str(), seconds, r.startup_ms, r.shutdown_ms, r.after_ms,
-              static_cast<long long>(r.counters.env_steps), static_cast<long long>(r.counters.updates),
-              static_cast<long long>(r.counters.policy_version));
+  std::printf(
+      "  ActorEndToEnd/%s: %.2f s (start-up %.0f ms, shutdown %.0f ms, checkpoint %.0f ms), %lld env steps, "
+      "%lld updates, %lld policies\n",
+      completions.c_str(), seconds, r.startup_ms, r.shutdown_ms, r.after_ms,
+      static_cast<long long>(r.counters.env_steps), static_cast<long long>(r.counters.updates),
+      static_cast<long long>(r.counters.policy_version));
 
   EXPECT_EQ(stop.load(), 0) << "the run had to be stopped by the test's deadline";
   ASSERT_EQ(r.outcome.kind, RunOutcome::Kind::completed) << r.outcome.reason;
@@ -149,8 +150,9 @@ TEST_P(ActorEndToEnd, ShortDqnRunCheckpointsAndReloads) {
   const fs::path final_dir = *r.final_checkpoint;
   EXPECT_EQ(e2e::checkpoints_under(dir, final_dir), 1)
       << "periodic checkpoints (every " << kCheckpointEvery << " env steps)";
-  for (const char* f : {"counters.json", "learner.online.safetensors", "learner.target.safetensors", "learner.state.bin",
-                        "collector.json", "collector.policy.online.safetensors", GpuReplayStage::kCheckpointFile})
+  for (const char* f :
+       {"counters.json", "learner.online.safetensors", "learner.target.safetensors", "learner.state.bin",
+        "collector.json", "collector.policy.online.safetensors", GpuReplayStage::kCheckpointFile})
     EXPECT_TRUE(fs::exists(final_dir / f)) << f;
   EXPECT_TRUE(e2e::counters_equal(CheckpointStore::read_counters(final_dir), r.counters));
   {

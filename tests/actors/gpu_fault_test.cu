@@ -133,8 +133,8 @@ bool contains(const std::string& text, std::string_view what) { return text.find
 // The CUDA error a null-pointer write raises (cudaErrorIllegalAddress), by name or by text; a
 // driver that reports it as a launch failure is accepted too.
 bool names_sticky_cuda_error(const std::string& text) {
-  for (const char* s : {"illegal memory access", "cudaErrorIllegalAddress", "unspecified launch failure",
-                        "cudaErrorLaunchFailure"})
+  for (const char* s :
+       {"illegal memory access", "cudaErrorIllegalAddress", "unspecified launch failure", "cudaErrorLaunchFailure"})
     if (contains(text, s)) return true;
   return false;
 }

@@ -34,12 +34,14 @@ const fs::path kMarkets = fs::path(__FILE__).parent_path() / ".." / ".." / "conf
 std::string market_run_config(const std::string& name) {
   return R"(
 [run]
-name = ")" + name + R"("
+name = ")" +
+         name + R"("
 seed = 3
 total_env_steps = 200000
 [env]
 kind = "market"
-market = ")" + (kMarkets / "ou_mean_reversion.toml").lexically_normal().string() + R"("
+market = ")" +
+         (kMarkets / "ou_mean_reversion.toml").lexically_normal().string() + R"("
 num_envs = 256
 steps_per_slot = 1
 [replay]
@@ -121,8 +123,8 @@ TEST_F(ActorMarket, ShortMarketRunWritesMetricsAndCheckpointWithNoDeviceToHostCo
   EXPECT_GT(r.counters.updates, 0);
   EXPECT_GT(r.counters.policy_version, 0);
   ASSERT_TRUE(r.final_checkpoint.has_value()) << r.checkpoint_error;
-  for (const char* f : {"learner.online.safetensors", "learner.target.safetensors", "learner.state.bin", "counters.json",
-                        "config.resolved.toml"})
+  for (const char* f : {"learner.online.safetensors", "learner.target.safetensors", "learner.state.bin",
+                        "counters.json", "config.resolved.toml"})
     EXPECT_TRUE(fs::exists(*r.final_checkpoint / f)) << f;
   EXPECT_EQ(CheckpointStore::read_counters(*r.final_checkpoint).env_steps, r.counters.env_steps);
 

@@ -106,8 +106,8 @@ class MemsetLearner final : public LearnerStage {
   LocalDeviceHandle snapshot(std::uint64_t, std::uint64_t reuse_after) override {
     lane_.make_current();
     lane_.wait(reuse_after);
-    FH_CHECK(cudaMemcpyAsync(snapshot_.data(), params_.data(), params_.size() * sizeof(float),
-                             cudaMemcpyDeviceToDevice, lane_.stream()));
+    FH_CHECK(cudaMemcpyAsync(snapshot_.data(), params_.data(), params_.size() * sizeof(float), cudaMemcpyDeviceToDevice,
+                             lane_.stream()));
     snap_event_.record(lane_.stream());
     LocalDeviceHandle h;
     h.ptr = LocalDeviceHandle::address(snapshot_.data());

@@ -40,26 +40,30 @@ constexpr std::int64_t kN = 16'384;  // 256 collects of 64 envs
 // total: epsilon has its own length, and beta is constant (beta = beta_final), because the beta
 // anneal lasts the expected update count of total_env_steps (stage_factory expected_updates).
 struct Variant {
-  std::string env = "market";     // market (OU) | cartpole
-  std::int64_t sync_every = 2;    // with replay_ratio 0.125: a version every 8 * sync_every env steps
+  std::string env = "market";   // market (OU) | cartpole
+  std::int64_t sync_every = 2;  // with replay_ratio 0.125: a version every 8 * sync_every env steps
   int slots = 2;
-  std::int64_t every = 0;         // checkpoint.every_env_steps
-  std::string replay = "final";   // checkpoint.replay
+  std::int64_t every = 0;        // checkpoint.every_env_steps
+  std::string replay = "final";  // checkpoint.replay
 };
 
 std::string config_text(std::int64_t total, const Variant& v = {}) {
-  const fs::path market = (fs::path(__FILE__).parent_path() / ".." / ".." / "configs" / "markets" /
-                           "ou_mean_reversion.toml").lexically_normal();
-  const std::string env = v.env == "cartpole" ? std::string("[env]\nkind = \"cartpole\"\nnum_envs = 64\n")
-                                              : "[env]\nkind = \"market\"\nmarket = \"" + market.string() +
-                                                    "\"\nnum_envs = 64\n";
+  const fs::path market =
+      (fs::path(__FILE__).parent_path() / ".." / ".." / "configs" / "markets" / "ou_mean_reversion.toml")
+          .lexically_normal();
+  const std::string env = v.env == "cartpole"
+                              ? std::string("[env]\nkind = \"cartpole\"\nnum_envs = 64\n")
+                              : "[env]\nkind = \"market\"\nmarket = \"" + market.string() + "\"\nnum_envs = 64\n";
   return "[run]\nname = \"resume_test\"\nseed = 5\ntotal_env_steps = " + std::to_string(total) +
          "\ndeterministic = true\n" + env +
          "[replay]\ncapacity = 100000\nbatch_size = 64\nn_step = 3\nbeta = 0.5\nbeta_final = 0.5\n"
          "[learner]\nhidden = [64, 64]\nlr = 0.0003\ntarget = \"polyak\"\ntau = 0.01\nepsilon_decay_steps = 20000\n"
-         "[pipeline]\nreplay_ratio = 0.125\nlearning_starts = 2000\nsync_every = " + std::to_string(v.sync_every) +
-         "\nslots = " + std::to_string(v.slots) + "\nbatches = 2\n"
-         "[checkpoint]\nevery_env_steps = " + std::to_string(v.every) + "\nreplay = \"" + v.replay + "\"\n"
+         "[pipeline]\nreplay_ratio = 0.125\nlearning_starts = 2000\nsync_every = " +
+         std::to_string(v.sync_every) + "\nslots = " + std::to_string(v.slots) +
+         "\nbatches = 2\n"
+         "[checkpoint]\nevery_env_steps = " +
+         std::to_string(v.every) + "\nreplay = \"" + v.replay +
+         "\"\n"
          "[logging]\ntimeline = false\ntensorboard = false\nprogress_interval_ms = 100\n";
 }
 
@@ -151,7 +155,7 @@ TEST_F(ActorResume, StateRoundTripsAndResumeContinuesBitExactly) {
   for (const auto& files : {kCollectorFiles, kReplayFiles})
     for (const auto& f : files) ASSERT_TRUE(fs::exists(ckpt / f)) << f;
 
-  {  // restore into fresh stages and write again: the same bytes
+  {                                                      // restore into fresh stages and write again: the same bytes
     std::ofstream(dir_ / "rt.toml") << config_text(kN);  // the same config (the replay file records it)
     const RunConfig cfg = load_run_config(dir_ / "rt.toml");
     PipelineStages stages = make_stages(cfg, ckpt);

@@ -57,8 +57,8 @@ EvalReport train_and_evaluate(const std::string& config) {
   ereq.episodes = 128;
   const EvalReport report = evaluate(plan_eval(ereq));
   std::printf("%s: %lld env steps, %lld updates\n%s", config.c_str(),
-              static_cast<long long>(out.result.counters.env_steps), static_cast<long long>(out.result.counters.updates),
-              format_eval_table(report).c_str());
+              static_cast<long long>(out.result.counters.env_steps),
+              static_cast<long long>(out.result.counters.updates), format_eval_table(report).c_str());
   fs::remove_all(dir);
   return report;
 }

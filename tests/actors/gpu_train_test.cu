@@ -82,11 +82,11 @@ sync_every = 50
 every_env_steps = 0
 )";
 
-constexpr std::int64_t kWindow = 50'000;           // episode statistics window (one export per window)
-constexpr double kSolvedV1 = 475.0;                // asserted: the best window's mean return
-constexpr double kMinEpisodes = 90;                // finished episodes in a window that counts (~100 at 475-500)
+constexpr std::int64_t kWindow = 50'000;  // episode statistics window (one export per window)
+constexpr double kSolvedV1 = 475.0;       // asserted: the best window's mean return
+constexpr double kMinEpisodes = 90;       // finished episodes in a window that counts (~100 at 475-500)
 constexpr std::int64_t kAuditFrom = 30'000, kAuditTo = 90'000;  // steady state: learning, no checkpoints
-constexpr auto kDeadline = std::chrono::seconds(300);  // the run is stopped (and the test fails) after this
+constexpr auto kDeadline = std::chrono::seconds(300);           // the run is stopped (and the test fails) after this
 // (alone on an H200 a run takes 4-16 s; beside seven other learning processes hostfn took 131 s)
 
 class ActorTraining : public test::GpuTest, public ::testing::WithParamInterface<std::string> {};
@@ -167,21 +167,22 @@ TEST_P(ActorTraining, DqnLearnsCartPoleWithNoDeviceToHostCopies) {
   // complete; try_read never blocks.
   rl::EpisodeStats st{};
   ASSERT_TRUE(collector->episode_stats().try_read(st)) << "the final episode-statistics export did not complete";
-  std::printf("  ActorTraining/%s: %.1f s, %lld env steps, %lld updates, %lld policies; last %lld steps: mean return "
-              "%.1f over %.0f episodes (>= %.0f: %s); last progress return %.1f\n",
-              completions.c_str(), seconds, static_cast<long long>(r.counters.env_steps),
-              static_cast<long long>(r.counters.updates),
-              static_cast<long long>(r.counters.policy_version), static_cast<long long>(kWindow), st.mean_return,
-              st.episodes, kSolvedV1, st.mean_return >= kSolvedV1 ? "yes" : "no", last_return);
+  std::printf(
+      "  ActorTraining/%s: %.1f s, %lld env steps, %lld updates, %lld policies; last %lld steps: mean return "
+      "%.1f over %.0f episodes (>= %.0f: %s); last progress return %.1f\n",
+      completions.c_str(), seconds, static_cast<long long>(r.counters.env_steps),
+      static_cast<long long>(r.counters.updates), static_cast<long long>(r.counters.policy_version),
+      static_cast<long long>(kWindow), st.mean_return, st.episodes, kSolvedV1,
+      st.mean_return >= kSolvedV1 ? "yes" : "no", last_return);
   if (st.episodes >= kMinEpisodes && st.mean_return > best_return) {  // the final export, if the last
     best_return = st.mean_return;                                     // progress report came before it
     best_at = r.counters.env_steps;
   }
   std::printf("  best %lld-step window: mean return %.1f (seen at %lld env steps)\n", static_cast<long long>(kWindow),
               best_return, static_cast<long long>(best_at));
-  EXPECT_GE(best_return, kSolvedV1) << "the actor pipeline did not solve CartPole-v1 within "
-                                    << cfg.run.total_env_steps << " env steps (no " << kWindow
-                                    << "-step window of >= " << kMinEpisodes << " episodes reached " << kSolvedV1 << ")";
+  EXPECT_GE(best_return, kSolvedV1) << "the actor pipeline did not solve CartPole-v1 within " << cfg.run.total_env_steps
+                                    << " env steps (no " << kWindow << "-step window of >= " << kMinEpisodes
+                                    << " episodes reached " << kSolvedV1 << ")";
 
   if (!audit_possible) {
     std::printf("  transfer audit skipped: %s\n", audit_why.c_str());

@@ -72,10 +72,14 @@ DecodedEvent decode_event(Reader r) {
   while (!r.done()) {
     const std::uint64_t key = r.varint();
     const int field = static_cast<int>(key >> 3), wt = static_cast<int>(key & 7);
-    if (field == 1 && wt == 1) e.wall_time = r.fixed<double>();
-    else if (field == 2 && wt == 0) e.step = static_cast<std::int64_t>(r.varint());
-    else if (field == 3 && wt == 2) { Reader s = r.sub(); e.file_version.assign(s.p, s.end); }
-    else if (field == 5 && wt == 2) {
+    if (field == 1 && wt == 1)
+      e.wall_time = r.fixed<double>();
+    else if (field == 2 && wt == 0)
+      e.step = static_cast<std::int64_t>(r.varint());
+    else if (field == 3 && wt == 2) {
+      Reader s = r.sub();
+      e.file_version.assign(s.p, s.end);
+    } else if (field == 5 && wt == 2) {
       Reader summary = r.sub();
       while (!summary.done()) {
         const std::uint64_t k = summary.varint();
@@ -85,9 +89,13 @@ DecodedEvent decode_event(Reader r) {
         float v = NAN;
         while (!value.done()) {
           const std::uint64_t vk = value.varint();
-          if (vk == ((1u << 3) | 2)) { Reader s = value.sub(); tag.assign(s.p, s.end); }
-          else if (vk == ((2u << 3) | 5)) v = value.fixed<float>();
-          else throw std::runtime_error("unexpected value field");
+          if (vk == ((1u << 3) | 2)) {
+            Reader s = value.sub();
+            tag.assign(s.p, s.end);
+          } else if (vk == ((2u << 3) | 5))
+            v = value.fixed<float>();
+          else
+            throw std::runtime_error("unexpected value field");
         }
         e.scalars[tag] = v;
       }
@@ -186,8 +194,10 @@ TEST(MetricsLogTest, JsonlLines) {
 
 TEST(TimelineTest, OverlapAndChromeTrace) {
   std::vector<BusyInterval> iv = {
-      {"collector", "collect", 0, 10}, {"collector", "collect", 5, 20},  // merged: [0, 20)
-      {"learner", "update", 15, 30},   {"replay", "insert", 18, 40},
+      {"collector", "collect", 0, 10},
+      {"collector", "collect", 5, 20},  // merged: [0, 20)
+      {"learner", "update", 15, 30},
+      {"replay", "insert", 18, 40},
   };
   // span [0, 40); >= 2 busy: [15, 30) = 15
   EXPECT_DOUBLE_EQ(overlap_fraction(iv, 2), 15.0 / 40.0);

@@ -33,7 +33,8 @@ struct Trace {
 
 class TracingCollector final : public CollectorStage {
  public:
-  TracingCollector(std::shared_ptr<CollectorStage> in, std::shared_ptr<Trace> t) : in_(std::move(in)), t_(std::move(t)) {}
+  TracingCollector(std::shared_ptr<CollectorStage> in, std::shared_ptr<Trace> t)
+      : in_(std::move(in)), t_(std::move(t)) {}
   void wait(std::uint64_t e) override { in_->wait(e); }
   void when_done(std::function<void()> fn) override { in_->when_done(std::move(fn)); }
   void synchronize() override { in_->synchronize(); }

@@ -2,9 +2,9 @@
 // names the key (and the allowed range or set); good configs round-trip through the resolved TOML.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include "actors/run_config.hpp"
 
@@ -163,8 +163,8 @@ TEST(RunConfigTest, ShippedConfigsAreValid) {
 namespace {
 // A scratch folder with a run config and a market file beside it.
 struct MarketFiles {
-  std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                              ("foxhunt_run_config_test_" + std::to_string(::getpid()));
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("foxhunt_run_config_test_" + std::to_string(::getpid()));
   MarketFiles() { std::filesystem::create_directories(dir / "markets"); }
   ~MarketFiles() { std::filesystem::remove_all(dir); }
   std::filesystem::path write(const std::string& name, const std::string& text) const {

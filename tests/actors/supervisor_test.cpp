@@ -29,9 +29,8 @@ struct Harness {
   Harness(bool restart, SupervisorPolicy policy) {
     configure_actor_system(cfg, 2);
     sys = std::make_unique<caf::actor_system>(cfg);
-    std::vector<ChildSpec> specs{
-        {"fragile", [](caf::local_actor* s) { return s->spawn(fragile); }, restart},
-        {"steady", [](caf::local_actor* s) { return s->spawn(steady); }, false}};
+    std::vector<ChildSpec> specs{{"fragile", [](caf::local_actor* s) { return s->spawn(fragile); }, restart},
+                                 {"steady", [](caf::local_actor* s) { return s->spawn(steady); }, false}};
     WireFn wire = [this](caf::local_actor*, const std::map<std::string, caf::actor>& ch) {
       std::lock_guard lock(m);
       children = ch;

@@ -29,24 +29,36 @@ constexpr double kC = 0.044715;
 
 double ref_forward(double x, Activation act, double p) {
   switch (act) {
-    case Activation::identity: return x;
-    case Activation::relu: return x > 0 ? x : 0;
-    case Activation::leaky_relu: return x > 0 ? x : p * x;
-    case Activation::tanh: return std::tanh(x);
-    case Activation::sigmoid: return 1 / (1 + std::exp(-x));
-    case Activation::silu: return x / (1 + std::exp(-x));
-    case Activation::gelu: return 0.5 * x * (1 + std::tanh(kK * (x + kC * x * x * x)));
-    case Activation::elu: return x > 0 ? x : p * std::expm1(x);
-    case Activation::softplus: return p * x > 20 ? x : std::log1p(std::exp(p * x)) / p;
+    case Activation::identity:
+      return x;
+    case Activation::relu:
+      return x > 0 ? x : 0;
+    case Activation::leaky_relu:
+      return x > 0 ? x : p * x;
+    case Activation::tanh:
+      return std::tanh(x);
+    case Activation::sigmoid:
+      return 1 / (1 + std::exp(-x));
+    case Activation::silu:
+      return x / (1 + std::exp(-x));
+    case Activation::gelu:
+      return 0.5 * x * (1 + std::tanh(kK * (x + kC * x * x * x)));
+    case Activation::elu:
+      return x > 0 ? x : p * std::expm1(x);
+    case Activation::softplus:
+      return p * x > 20 ? x : std::log1p(std::exp(p * x)) / p;
   }
   return NAN;
 }
 
 double ref_grad(double x, Activation act, double p) {
   switch (act) {
-    case Activation::identity: return 1;
-    case Activation::relu: return x > 0 ? 1 : 0;
-    case Activation::leaky_relu: return x > 0 ? 1 : p;
+    case Activation::identity:
+      return 1;
+    case Activation::relu:
+      return x > 0 ? 1 : 0;
+    case Activation::leaky_relu:
+      return x > 0 ? 1 : p;
     case Activation::tanh: {
       const double t = std::tanh(x);
       return 1 - t * t;
@@ -63,7 +75,8 @@ double ref_grad(double x, Activation act, double p) {
       const double t = std::tanh(kK * (x + kC * x * x * x));
       return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kK * (1 + 3 * kC * x * x);
     }
-    case Activation::elu: return x > 0 ? 1 : p * std::exp(x);
+    case Activation::elu:
+      return x > 0 ? 1 : p * std::exp(x);
     case Activation::softplus: {
       if (p * x > 20) return 1;
       const double z = std::exp(p * x);
@@ -253,23 +266,25 @@ TEST_P(ActivationsTest, ZeroSizeWritesNothing) {
   EXPECT_TRUE(guards_intact(v));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    All, ActivationsTest,
-    ::testing::Values(Case{Activation::identity, 0.0f}, Case{Activation::relu, 0.0f},
-                      Case{Activation::leaky_relu, 0.01f}, Case{Activation::leaky_relu, 0.2f},
-                      Case{Activation::tanh, 0.0f}, Case{Activation::sigmoid, 0.0f}, Case{Activation::silu, 0.0f},
-                      Case{Activation::gelu, 0.0f}, Case{Activation::elu, 1.0f}, Case{Activation::elu, 0.5f},
-                      Case{Activation::softplus, 1.0f}, Case{Activation::softplus, 2.0f},
-                      Case{Activation::softplus, 0.5f}),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(All, ActivationsTest,
+                         ::testing::Values(Case{Activation::identity, 0.0f}, Case{Activation::relu, 0.0f},
+                                           Case{Activation::leaky_relu, 0.01f}, Case{Activation::leaky_relu, 0.2f},
+                                           Case{Activation::tanh, 0.0f}, Case{Activation::sigmoid, 0.0f},
+                                           Case{Activation::silu, 0.0f}, Case{Activation::gelu, 0.0f},
+                                           Case{Activation::elu, 1.0f}, Case{Activation::elu, 0.5f},
+                                           Case{Activation::softplus, 1.0f}, Case{Activation::softplus, 2.0f},
+                                           Case{Activation::softplus, 0.5f}),
+                         case_name);
 
 class ActivationsArgsTest : public test::GpuTest {};
 
 TEST_F(ActivationsArgsTest, RejectsBadArguments) {
   DeviceBuffer<float> v(4);
   EXPECT_THROW(activation_forward(v.data(), v.data(), 4, Activation::softplus, 0.0f, stream()), std::invalid_argument);
-  EXPECT_THROW(activation_backward(v.data(), v.data(), v.data(), 4, Activation::softplus, -1.0f, stream()), std::invalid_argument);
-  EXPECT_THROW(activation_forward(v.data(), v.data(), 4, static_cast<Activation>(200), 0.0f, stream()), std::invalid_argument);
+  EXPECT_THROW(activation_backward(v.data(), v.data(), v.data(), 4, Activation::softplus, -1.0f, stream()),
+               std::invalid_argument);
+  EXPECT_THROW(activation_forward(v.data(), v.data(), 4, static_cast<Activation>(200), 0.0f, stream()),
+               std::invalid_argument);
   EXPECT_THROW(activation_forward(v.data(), v.data(), -1, Activation::relu, 0.0f, stream()), std::invalid_argument);
 }
 

@@ -17,8 +17,7 @@ class AdamTest : public test::GpuTest {};
 // torch.optim.Adam / AdamW single-tensor step (amsgrad=False, maximize=False), in double.
 struct RefAdam {
   std::vector<double> p, m, v;
-  void step(const std::vector<float>& grads, std::size_t offset, const AdamConfig& c, std::int64_t t,
-            double scale) {
+  void step(const std::vector<float>& grads, std::size_t offset, const AdamConfig& c, std::int64_t t, double scale) {
     const double bc1 = 1 - std::pow(static_cast<double>(c.beta1), static_cast<double>(t));
     const double bc2 = 1 - std::pow(static_cast<double>(c.beta2), static_cast<double>(t));
     for (std::size_t i = 0; i < p.size(); ++i) {

@@ -34,8 +34,8 @@ class ArenaTest : public test::GpuTest {
 
   // Odd sizes so that every tensor but the aligned ones leaves padding behind it.
   static void declare_model(ParameterArena& a) {
-    a.declare("embed", {7, 33});    // 231 floats
-    a.declare("w1", {33, 65});      // 2145
+    a.declare("embed", {7, 33});  // 231 floats
+    a.declare("w1", {33, 65});    // 2145
     a.declare("b1", {65});
     a.declare("scale", {});         // scalar
     a.declare("w2", {4, 4, 4, 2});  // 128: a multiple of 64, no padding

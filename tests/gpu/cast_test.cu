@@ -115,19 +115,19 @@ TEST_F(CastTest, F32ToBf16ChosenValues) {
   const float one = 1.0f;
   const std::vector<std::pair<float, std::uint16_t>> cases = {
       {one, 0x3F80},
-      {from_bits(0x3F808000), 0x3F80},             // 1 + 2^-8: tie, lower is even -> 1
-      {from_bits(0x3F818000), 0x3F82},             // 1 + 3 * 2^-8: tie, upper is even -> 1 + 2^-6
-      {from_bits(0x3F808001), 0x3F81},             // just above the tie -> up
-      {from_bits(0x3F807FFF), 0x3F80},             // just below the tie -> down
-      {from_bits(0xBF818000), 0xBF82},             // negative tie to even
+      {from_bits(0x3F808000), 0x3F80},  // 1 + 2^-8: tie, lower is even -> 1
+      {from_bits(0x3F818000), 0x3F82},  // 1 + 3 * 2^-8: tie, upper is even -> 1 + 2^-6
+      {from_bits(0x3F808001), 0x3F81},  // just above the tie -> up
+      {from_bits(0x3F807FFF), 0x3F80},  // just below the tie -> down
+      {from_bits(0xBF818000), 0xBF82},  // negative tie to even
       {-0.0f, 0x8000},
       {0.0f, 0x0000},
       {std::numeric_limits<float>::infinity(), 0x7F80},
       {-std::numeric_limits<float>::infinity(), 0xFF80},
       {std::numeric_limits<float>::max(), 0x7F80},  // beyond the largest bf16: rounds to inf
-      {from_bits(0x7F7F7FFF), 0x7F7F},             // largest f32 that rounds to the largest bf16
-      {from_bits(0x00012345), 0x0001},             // subnormal, kept (no flush to zero)
-      {from_bits(0x00018000), 0x0002},             // subnormal tie, upper is even
+      {from_bits(0x7F7F7FFF), 0x7F7F},              // largest f32 that rounds to the largest bf16
+      {from_bits(0x00012345), 0x0001},              // subnormal, kept (no flush to zero)
+      {from_bits(0x00018000), 0x0002},              // subnormal tie, upper is even
   };
   std::vector<float> x;
   for (auto& c : cases) x.push_back(c.first);
@@ -240,9 +240,15 @@ TEST_F(CastTest, F32ToI32RoundsAndSaturates) {
       std::vector<float> x(n);
       for (std::int64_t i = 0; i < n; ++i) {
         switch (i % 3) {
-          case 0: x[i] = wide(rng()); break;
-          case 1: x[i] = narrow(rng()); break;
-          default: x[i] = std::round(narrow(rng())) + 0.5f; break;  // exact .5: a tie
+          case 0:
+            x[i] = wide(rng());
+            break;
+          case 1:
+            x[i] = narrow(rng());
+            break;
+          default:
+            x[i] = std::round(narrow(rng())) + 0.5f;
+            break;  // exact .5: a tie
         }
       }
       auto [ib, in] = put(x, off);
@@ -264,14 +270,22 @@ TEST_F(CastTest, F32ToI32SpecialValues) {
       {-std::numeric_limits<float>::quiet_NaN(), 0},
       {inf, INT32_MAX},
       {-inf, INT32_MIN},
-      {2147483648.0f, INT32_MAX},          // 2^31: first float above the range
-      {-2147483648.0f, INT32_MIN},         // -2^31: exactly representable
-      {2147483520.0f, 2147483520},         // largest float below 2^31
-      {-2147483904.0f, INT32_MIN},         // just below -2^31
+      {2147483648.0f, INT32_MAX},   // 2^31: first float above the range
+      {-2147483648.0f, INT32_MIN},  // -2^31: exactly representable
+      {2147483520.0f, 2147483520},  // largest float below 2^31
+      {-2147483904.0f, INT32_MIN},  // just below -2^31
       {std::numeric_limits<float>::max(), INT32_MAX},
       {std::numeric_limits<float>::lowest(), INT32_MIN},
-      {2.5f, 2}, {3.5f, 4}, {-2.5f, -2}, {-0.5f, 0}, {0.5f, 0}, {1.5f, 2}, {0.49999997f, 0},
-      {-0.0f, 0}, {1e-40f, 0}, {16777218.0f, 16777218},  // 2^24 + 2: exact (spacing 2 above 2^24)
+      {2.5f, 2},
+      {3.5f, 4},
+      {-2.5f, -2},
+      {-0.5f, 0},
+      {0.5f, 0},
+      {1.5f, 2},
+      {0.49999997f, 0},
+      {-0.0f, 0},
+      {1e-40f, 0},
+      {16777218.0f, 16777218},  // 2^24 + 2: exact (spacing 2 above 2^24)
   };
   std::vector<float> x;
   for (auto& c : cases) x.push_back(c.first);
@@ -280,8 +294,7 @@ TEST_F(CastTest, F32ToI32SpecialValues) {
   test::poison(o, stream());
   cast_f32_to_i32(o.data(), d.data(), static_cast<std::int64_t>(x.size()), stream());
   auto got = test::download(o, stream());
-  for (std::size_t i = 0; i < cases.size(); ++i)
-    EXPECT_EQ(got[i], cases[i].second) << "x = " << cases[i].first;
+  for (std::size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(got[i], cases[i].second) << "x = " << cases[i].first;
 }
 
 TEST_F(CastTest, ZeroSizeWritesNothing) {

@@ -61,15 +61,15 @@ class ElementwiseTest : public test::GpuTest {
 // out = op(a, b) on every size/offset, then again in place (out == a), against the double op.
 // atol: 0 for a single rounded op; axpby rounds alpha * a first, an absolute error of up to half
 // an ulp of |alpha a| that cancellation can make large relative to the result.
-void ElementwiseTest::check_binary(const BinaryLaunch& launch, const BinaryRef& ref, bool positive_b,
-                                   double atol) {
+void ElementwiseTest::check_binary(const BinaryLaunch& launch, const BinaryRef& ref, bool positive_b, double atol) {
   auto& t = *this;
   for (std::int64_t n : kSizes)
     for (int off : kOffsets) {
       SCOPED_TRACE("n " + std::to_string(n) + " offset " + std::to_string(off));
       auto a = test::random_uniform(n, -2.0f, 2.0f, t.rng());
       // Divisors kept away from 0 so the quotient stays well conditioned.
-      auto b = positive_b ? test::random_uniform(n, 0.5f, 4.0f, t.rng()) : test::random_uniform(n, -3.0f, 3.0f, t.rng());
+      auto b =
+          positive_b ? test::random_uniform(n, 0.5f, 4.0f, t.rng()) : test::random_uniform(n, -3.0f, 3.0f, t.rng());
       std::vector<double> want(n);
       for (std::int64_t i = 0; i < n; ++i) want[i] = ref(a[i], b[i]);
 
@@ -105,17 +105,17 @@ TEST_F(ElementwiseTest, Mul) {
 }
 TEST_F(ElementwiseTest, Div) {
   SCOPED_TRACE(seed_note());
-  check_binary(div, [](double a, double b) { return a / b; }, /*positive_b=*/true);
+  check_binary(
+      div, [](double a, double b) { return a / b; }, /*positive_b=*/true);
 }
 
 TEST_F(ElementwiseTest, Axpby) {
   SCOPED_TRACE(seed_note());
   const float alpha = std::uniform_real_distribution<float>(0.5f, 2.0f)(rng());
   const float beta = -std::uniform_real_distribution<float>(0.5f, 2.0f)(rng());
-  check_binary(
-      [&](float* o, const float* a, const float* b, std::int64_t n,
-                 cudaStream_t s) { axpby(o, a, alpha, b, beta, n, s); },
-      [&](double a, double b) { return double(alpha) * a + double(beta) * b; }, false, 1e-6);
+  check_binary([&](float* o, const float* a, const float* b, std::int64_t n,
+                   cudaStream_t s) { axpby(o, a, alpha, b, beta, n, s); },
+               [&](double a, double b) { return double(alpha) * a + double(beta) * b; }, false, 1e-6);
 }
 
 void ElementwiseTest::check_unary(const UnaryLaunch& launch, const std::function<double(double)>& ref) {
@@ -143,17 +143,15 @@ void ElementwiseTest::check_unary(const UnaryLaunch& launch, const std::function
 TEST_F(ElementwiseTest, Scale) {
   SCOPED_TRACE(seed_note());
   const float alpha = std::uniform_real_distribution<float>(-3.0f, -0.5f)(rng());
-  check_unary(
-      [&](float* o, const float* x, std::int64_t n, cudaStream_t s) { scale(o, x, alpha, n, s); },
-      [&](double x) { return double(alpha) * x; });
+  check_unary([&](float* o, const float* x, std::int64_t n, cudaStream_t s) { scale(o, x, alpha, n, s); },
+              [&](double x) { return double(alpha) * x; });
 }
 
 TEST_F(ElementwiseTest, AddScalar) {
   SCOPED_TRACE(seed_note());
   const float c = std::uniform_real_distribution<float>(0.5f, 3.0f)(rng());
-  check_unary(
-      [&](float* o, const float* x, std::int64_t n, cudaStream_t s) { add_scalar(o, x, c, n, s); },
-      [&](double x) { return x + double(c); });
+  check_unary([&](float* o, const float* x, std::int64_t n, cudaStream_t s) { add_scalar(o, x, c, n, s); },
+              [&](double x) { return x + double(c); });
 }
 
 TEST_F(ElementwiseTest, Fill) {

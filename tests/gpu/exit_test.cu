@@ -114,16 +114,16 @@ TEST_F(ExitTest, ArraysOfEverySizeAndAlignment) {
     auto dv = test::upload(v, stream());
     ExitArray<std::int32_t> arr(n);
     EXPECT_EQ(arr.size(), n);
-    arr.publish(dv.data(), stream());        // 16-byte aligned source
+    arr.publish(dv.data(), stream());  // 16-byte aligned source
     EXPECT_EQ(arr.wait(), v) << "n " << n;
-    ExitArray<std::int32_t> shifted(n - 1);   // 4-byte aligned source (offset by one element)
+    ExitArray<std::int32_t> shifted(n - 1);  // 4-byte aligned source (offset by one element)
     shifted.publish(dv.data() + 1, stream());
     EXPECT_EQ(shifted.wait(), std::vector<std::int32_t>(v.begin() + 1, v.end())) << "n " << n;
 
     std::vector<std::uint8_t> b(n + 1);
     for (auto& e : b) e = static_cast<std::uint8_t>(rng()());
     auto db = test::upload(b, stream());
-    ExitArray<std::uint8_t> bytes(n);          // byte path: source offset by one byte
+    ExitArray<std::uint8_t> bytes(n);  // byte path: source offset by one byte
     bytes.publish(db.data() + 1, stream());
     std::vector<std::uint8_t> got(n);
     bytes.wait();

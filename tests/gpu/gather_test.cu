@@ -18,9 +18,8 @@ struct Shape3 {
 };
 // Widths 1, 3, 7, 1001 take the scalar path; 4, 64, 4096 the float4 path when aligned. The last
 // two cases move ~4M elements.
-constexpr Shape3 kShapes[] = {{5, 1, 1},       {1000, 1, 4097},  {300, 3, 4097},  {300, 4, 4097},
-                              {97, 7, 1001},   {513, 64, 4097},  {50, 1001, 257}, {1100, 4096, 1000},
-                              {1000003, 4, 1000003}};
+constexpr Shape3 kShapes[] = {{5, 1, 1},       {1000, 1, 4097}, {300, 3, 4097},     {300, 4, 4097},       {97, 7, 1001},
+                              {513, 64, 4097}, {50, 1001, 257}, {1100, 4096, 1000}, {1000003, 4, 1000003}};
 struct Offsets {
   int table, packed;
 };

@@ -27,8 +27,8 @@ TEST_F(GradNormTest, NormMatchesReference) {
     std::int64_t n;
     std::size_t offset;
   };
-  for (Case c : {Case{1, 0}, Case{3, 0}, Case{4097, 0}, Case{1000003, 0}, Case{4 << 20, 0}, Case{4097, 1},
-                 Case{1000003, 3}}) {
+  for (Case c :
+       {Case{1, 0}, Case{3, 0}, Case{4097, 0}, Case{1000003, 0}, Case{4 << 20, 0}, Case{4097, 1}, Case{1000003, 3}}) {
     SCOPED_TRACE("n=" + std::to_string(c.n) + " offset=" + std::to_string(c.offset));
     const auto g = test::random_normal(static_cast<std::size_t>(c.n) + c.offset, 0.f, 0.01f, rng());
     auto d_g = test::upload(g, stream());

@@ -20,8 +20,8 @@ struct RowsCols {
 // Warp path (cols <= 1024; float4 when cols % 4 == 0), block path with the row cached in
 // shared memory (4097, 50000 forward; 4097 backward) and re-read (100003; 50000 backward),
 // grid-stride over rows (1000003), a large case (4M elements).
-const RowsCols kShapes[] = {{1, 1},    {37, 1},   {37, 7},        {37, 32},     {37, 33},
-                            {37, 1000}, {9, 4097}, {3, 50000}, {2, 100003}, {1000003, 1}, {4096, 1024}};
+const RowsCols kShapes[] = {{1, 1},    {37, 1},    {37, 7},     {37, 32},     {37, 33},    {37, 1000},
+                            {9, 4097}, {3, 50000}, {2, 100003}, {1000003, 1}, {4096, 1024}};
 
 std::string shape_note(std::int64_t rows, std::int64_t cols) {
   return "rows " + std::to_string(rows) + " cols " + std::to_string(cols);
@@ -87,8 +87,8 @@ std::vector<float> to_float(const std::vector<double>& v) { return std::vector<f
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double err = std::abs(got[i] - ref[i]);
     if (!(err <= 1e-5 * scale[i] + 1e-30))
-      return ::testing::AssertionFailure() << "column " << i << ": got " << got[i] << ", want " << ref[i]
-                                           << " (scale " << scale[i] << ")";
+      return ::testing::AssertionFailure()
+             << "column " << i << ": got " << got[i] << ", want " << ref[i] << " (scale " << scale[i] << ")";
   }
   return ::testing::AssertionSuccess();
 }
@@ -175,8 +175,10 @@ TEST_F(LayerNormTest, BackwardMatchesFloat64) {
     const auto g = run_backward(dy, in.x, mean, rstd, in.gamma, s.rows, s.cols);
     const auto ref = ref_backward(dy, in.x, mean, rstd, in.gamma, s.rows, s.cols);
     // cols == 1: d_in is exactly zero (xhat == 0 and g - mean(g) == 0): the L2 measure needs ref != 0.
-    if (s.cols > 1) EXPECT_LT(test::rel_error(g.dx, ref.dx), 1e-5);
-    else EXPECT_TRUE(test::all_close(g.dx, ref.dx, 0, 1e-6));
+    if (s.cols > 1)
+      EXPECT_LT(test::rel_error(g.dx, ref.dx), 1e-5);
+    else
+      EXPECT_TRUE(test::all_close(g.dx, ref.dx, 0, 1e-6));
     EXPECT_TRUE(sums_close(g.dgamma, ref.dgamma, ref.dgamma_scale));
     EXPECT_TRUE(sums_close(g.dbeta, ref.dbeta, ref.dbeta_scale));
   }
@@ -199,8 +201,8 @@ TEST_F(LayerNormTest, BackwardMatchesFiniteDifferences) {
     DeviceBuffer<float> d_y(n), d_mean(rows), d_rstd(rows);
     layernorm_forward(d_y.data(), d_mean.data(), d_rstd.data(), d_x.data(), d_gamma.data(), d_beta.data(), rows, cols,
                       kEps, stream());
-    const auto g = run_backward(up, in.x, test::download(d_mean, stream()), test::download(d_rstd, stream()),
-                                in.gamma, rows, cols);
+    const auto g = run_backward(up, in.x, test::download(d_mean, stream()), test::download(d_rstd, stream()), in.gamma,
+                                rows, cols);
 
     // L restricted to the outputs that a perturbation can change (row r, or column c).
     auto loss = [&](std::int64_t row, std::int64_t col) {
@@ -291,15 +293,16 @@ TEST_F(LayerNormTest, EmptyAndInvalidShapes) {
   test::poison(db, stream());
   // No rows: nothing to normalise, and the parameter gradients are empty sums, written as 0.
   layernorm_forward(buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), 0, 8, kEps, stream());
-  layernorm_backward(buf.data(), dg.data(), db.data(), buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), 0,
-                     8, nullptr, stream());
+  layernorm_backward(buf.data(), dg.data(), db.data(), buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), 0, 8,
+                     nullptr, stream());
   for (float v : test::download(dg, stream())) EXPECT_EQ(v, 0.f);
   for (float v : test::download(db, stream())) EXPECT_EQ(v, 0.f);
   EXPECT_EQ(layernorm_backward_workspace_bytes(0, 8), 0u);
   EXPECT_THROW(layernorm_forward(buf.data(), nullptr, nullptr, buf.data(), nullptr, buf.data(), 1, 8, kEps, stream()),
                std::invalid_argument);
-  EXPECT_THROW(layernorm_forward(buf.data(), nullptr, nullptr, buf.data(), buf.data(), buf.data(), 1, 0, kEps, stream()),
-               std::invalid_argument);
+  EXPECT_THROW(
+      layernorm_forward(buf.data(), nullptr, nullptr, buf.data(), buf.data(), buf.data(), 1, 0, kEps, stream()),
+      std::invalid_argument);
   EXPECT_THROW(layernorm_backward(buf.data(), dg.data(), db.data(), buf.data(), buf.data(), buf.data(), buf.data(),
                                   buf.data(), 1, 8, nullptr, stream()),
                std::invalid_argument);  // workspace required

@@ -64,7 +64,7 @@ std::string describe(Shape3 sh, Activation a, bool bias) {
 struct Problem {
   Shape3 sh;
   std::vector<float> x, w, b;
-  std::vector<double> pre;   // (B, out) x W^T + b
+  std::vector<double> pre;      // (B, out) x W^T + b
   std::vector<double> pre_mag;  // sum of |terms| per element: the scale of its float rounding
 };
 
@@ -97,8 +97,8 @@ Problem make_problem(Shape3 sh, bool bias, std::mt19937_64& rng) {
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double err = std::abs(static_cast<double>(got[i]) - ref[i]);
     if (!(err <= tol * mag[i] + atol))
-      return ::testing::AssertionFailure() << "element " << i << ": got " << got[i] << ", want " << ref[i]
-                                           << " (|err| " << err << ", scale " << mag[i] << ")";
+      return ::testing::AssertionFailure() << "element " << i << ": got " << got[i] << ", want " << ref[i] << " (|err| "
+                                           << err << ", scale " << mag[i] << ")";
   }
   return ::testing::AssertionSuccess();
 }
@@ -142,8 +142,8 @@ void check_forward(Shape3 sh, Activation act, bool bias, bool unfused, std::mt19
   // The L2 check needs enough elements: a single y = x*w + b can cancel (seen on an H200 at
   // B = in = out = 1: 1.3e-4); the per-element magnitude check above covers that case.
   if (got.size() >= 64) EXPECT_LT(test::rel_error(got, ref), approx_gelu ? 1e-3 : 1e-5) << "y";
-  if (approx_gelu) std::printf("  [fused GELU] %s: rel_error(y) = %.3g\n", describe(sh, act, bias).c_str(),
-                               test::rel_error(got, ref));
+  if (approx_gelu)
+    std::printf("  [fused GELU] %s: rel_error(y) = %.3g\n", describe(sh, act, bias).c_str(), test::rel_error(got, ref));
   // Without aux (inference) cuBLASLt may pick another kernel: same values up to GEMM rounding.
   EXPECT_TRUE(close_by_magnitude(test::download(y_noaux, lane.stream), ref, mag, approx_gelu ? 2e-3 : 1e-5))
       << "y without aux";
@@ -152,8 +152,8 @@ void check_forward(Shape3 sh, Activation act, bool bias, bool unfused, std::mt19
   if (act == Activation::gelu) {  // aux: pre-activation, row stride round_up(out, 8)
     const std::int64_t ld = (out + 7) / 8 * 8;
     ASSERT_EQ(aux.size(), static_cast<std::size_t>(sh.batch * ld) * sizeof(float));
-    const auto raw = test::download(reinterpret_cast<const float*>(aux.data()), aux.size() / sizeof(float),
-                                    lane.stream);
+    const auto raw =
+        test::download(reinterpret_cast<const float*>(aux.data()), aux.size() / sizeof(float), lane.stream);
     std::vector<float> pre_got;
     for (std::int64_t r = 0; r < sh.batch; ++r)
       for (std::int64_t j = 0; j < out; ++j) pre_got.push_back(raw[r * ld + j]);
@@ -162,8 +162,7 @@ void check_forward(Shape3 sh, Activation act, bool bias, bool unfused, std::mt19
   if (act == Activation::relu) {  // aux: bit (r * ld + j), ld = round_up(out, 128), LSB first
     const std::int64_t ld = (out + 127) / 128 * 128;
     ASSERT_EQ(aux.size(), static_cast<std::size_t>(sh.batch * ld / 8));
-    const auto words = test::download(reinterpret_cast<const std::uint32_t*>(aux.data()), aux.size() / 4,
-                                      lane.stream);
+    const auto words = test::download(reinterpret_cast<const std::uint32_t*>(aux.data()), aux.size() / 4, lane.stream);
     int wrong = 0;
     for (std::int64_t r = 0; r < sh.batch; ++r)
       for (std::int64_t j = 0; j < out; ++j) {
@@ -273,8 +272,8 @@ void check_backward(Shape3 sh, Activation act, bool bias, bool unfused, std::mt1
   test::poison(d_w, s);
   test::poison(d_b, s);
   test::poison(scratch, s);
-  linear_backward(d_in.data(), d_w.data(), d_b.data(), scratch.data(), d_up.data(), aux.data(), d.x.data(),
-                  d.w.data(), sh.batch, sh.in, sh.out, act, false, lane);
+  linear_backward(d_in.data(), d_w.data(), d_b.data(), scratch.data(), d_up.data(), aux.data(), d.x.data(), d.w.data(),
+                  sh.batch, sh.in, sh.out, act, false, lane);
   const Backward r = backward_ref(p, act, up);
   EXPECT_TRUE(close_by_magnitude(test::download(d_in, s), r.d_in, r.d_in_mag, 1e-5)) << "d_in";
   EXPECT_TRUE(close_by_magnitude(test::download(d_w, s), r.d_w, r.d_w_mag, 1e-5)) << "d_weight";
@@ -286,8 +285,8 @@ void check_backward(Shape3 sh, Activation act, bool bias, bool unfused, std::mt1
   d_w.upload(std::span<const float>(w0), s);
   d_b.upload(std::span<const float>(b0), s);
   test::poison(d_in, s);
-  linear_backward(d_in.data(), d_w.data(), d_b.data(), scratch.data(), d_up.data(), aux.data(), d.x.data(),
-                  d.w.data(), sh.batch, sh.in, sh.out, act, true, lane);
+  linear_backward(d_in.data(), d_w.data(), d_b.data(), scratch.data(), d_up.data(), aux.data(), d.x.data(), d.w.data(),
+                  sh.batch, sh.in, sh.out, act, true, lane);
   std::vector<double> w_acc(r.d_w), w_mag(r.d_w_mag), b_acc(r.d_b), b_mag(r.d_b_mag);
   for (std::size_t i = 0; i < w_acc.size(); ++i) {
     w_acc[i] += w0[i];
@@ -303,12 +302,12 @@ void check_backward(Shape3 sh, Activation act, bool bias, bool unfused, std::mt1
 
   // Nullable outputs: only d_bias, then only d_in.
   test::poison(d_b, s);
-  linear_backward(nullptr, nullptr, d_b.data(), nullptr, d_up.data(), aux.data(), nullptr, nullptr, sh.batch,
-                  sh.in, sh.out, act, false, lane);
+  linear_backward(nullptr, nullptr, d_b.data(), nullptr, d_up.data(), aux.data(), nullptr, nullptr, sh.batch, sh.in,
+                  sh.out, act, false, lane);
   EXPECT_TRUE(close_by_magnitude(test::download(d_b, s), r.d_b, r.d_b_mag, 1e-5)) << "d_bias alone";
   test::poison(d_in, s);
-  linear_backward(d_in.data(), nullptr, nullptr, scratch.data(), d_up.data(), aux.data(), nullptr, d.w.data(),
-                  sh.batch, sh.in, sh.out, act, false, lane);
+  linear_backward(d_in.data(), nullptr, nullptr, scratch.data(), d_up.data(), aux.data(), nullptr, d.w.data(), sh.batch,
+                  sh.in, sh.out, act, false, lane);
   EXPECT_TRUE(close_by_magnitude(test::download(d_in, s), r.d_in, r.d_in_mag, 1e-5)) << "d_in alone";
 }
 
@@ -358,9 +357,9 @@ TEST_F(LinearTest, BackwardIsDeterministic) {
 // the learner's layers (256 x 256 outputs: 16-row tiles; 512 stacked rows: 32-row tiles on an H200).
 TEST_F(LinearTest, SmallGemmEdgeShapes) {
   SCOPED_TRACE(seed_note());
-  const Shape3 shapes[] = {{50, 1, 70},    {70, 3, 33},    {1, 70, 50},    {33, 1000, 40}, {1000, 40, 33},
-                           {1000, 33, 40}, {13, 1024, 17}, {256, 64, 256}, {512, 256, 256}, {512, 256, 1},
-                           {96, 20, 64}};
+  const Shape3 shapes[] = {{50, 1, 70},     {70, 3, 33},    {1, 70, 50},    {33, 1000, 40},
+                           {1000, 40, 33},  {1000, 33, 40}, {13, 1024, 17}, {256, 64, 256},
+                           {512, 256, 256}, {512, 256, 1},  {96, 20, 64}};
   for (Shape3 sh : shapes)
     for (Activation act : kActs) {
       check_forward(sh, act, true, false, rng(), lane());
@@ -608,8 +607,7 @@ ForwardResult run_forward_view(const Problem& p, Activation act, bool bias, std:
       ++outside;
   EXPECT_EQ(outside, 0) << "y written outside its view";
   if (act == Activation::relu)
-    r.mask = mask_bits(test::download(reinterpret_cast<const std::uint32_t*>(aux.data()), aux.size() / 4,
-                                      lane.stream),
+    r.mask = mask_bits(test::download(reinterpret_cast<const std::uint32_t*>(aux.data()), aux.size() / 4, lane.stream),
                        B, out);
   if (act == Activation::gelu)
     r.pre = gelu_aux_values(
@@ -628,8 +626,8 @@ TEST_F(LinearTest, LargeForwardUnalignedViews) {
       const Problem p = make_problem(sh, true, rng());  // once per shape and act: the reference is the cost
       for (bool unfused : {false, true})
         for (const auto& off : offsets) {
-          SCOPED_TRACE(describe(sh, act, true) + (unfused ? " unfused" : " fused") + " y_off=" +
-                       std::to_string(off[0]) + " b_off=" + std::to_string(off[1]));
+          SCOPED_TRACE(describe(sh, act, true) + (unfused ? " unfused" : " fused") +
+                       " y_off=" + std::to_string(off[0]) + " b_off=" + std::to_string(off[1]));
           detail::linear_force_unfused_epilogue(unfused);
           const ForwardResult r = run_forward_view(p, act, true, off[0], off[1], lane());
           std::vector<double> ref(p.pre.size()), mag(p.pre.size());
@@ -639,8 +637,7 @@ TEST_F(LinearTest, LargeForwardUnalignedViews) {
           }
           const bool approx_gelu = act == Activation::gelu && !unfused;  // cuBLASLt's tanh: see check_forward
           EXPECT_TRUE(close_by_magnitude(r.y, ref, mag, approx_gelu ? 2e-3 : 1e-5)) << "y";
-          if (act == Activation::gelu)
-            EXPECT_TRUE(close_by_magnitude(r.pre, p.pre, p.pre_mag, 1e-5)) << "gelu aux";
+          if (act == Activation::gelu) EXPECT_TRUE(close_by_magnitude(r.pre, p.pre, p.pre_mag, 1e-5)) << "gelu aux";
           if (act == Activation::relu) {
             int wrong = 0;
             for (std::size_t i = 0; i < p.pre.size(); ++i) {

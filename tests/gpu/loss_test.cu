@@ -53,8 +53,8 @@ void run_pointwise(Kind kind, float* loss, float* grad, const float* pred, const
 }
 
 // Checks loss and gradient for one size; offset (in floats) shifts every device pointer.
-void check_pointwise(Kind kind, std::int64_t n, bool use_weights, std::size_t offset, float delta,
-                     std::mt19937_64& rng, cudaStream_t s) {
+void check_pointwise(Kind kind, std::int64_t n, bool use_weights, std::size_t offset, float delta, std::mt19937_64& rng,
+                     cudaStream_t s) {
   SCOPED_TRACE("n=" + std::to_string(n) + " weights=" + std::to_string(use_weights) +
                " offset=" + std::to_string(offset) + (kind == Kind::mse ? " mse" : " huber"));
   const Inputs in = make_inputs(static_cast<std::size_t>(n) + offset, rng);
@@ -174,9 +174,9 @@ TEST_F(LossTest, QuantileMatchesReference) {
   check_quantile(1, 1, 0, rng(), stream());
   check_quantile(1, 3, 0, rng(), stream());
   check_quantile(1000, 32, 0, rng(), stream());
-  check_quantile(4097, 3, 0, rng(), stream());   // rows cross float4 boundaries
+  check_quantile(4097, 3, 0, rng(), stream());  // rows cross float4 boundaries
   check_quantile(333, 51, 0, rng(), stream());
-  check_quantile(777, 5, 1, rng(), stream());    // misaligned: scalar path
+  check_quantile(777, 5, 1, rng(), stream());       // misaligned: scalar path
   check_quantile(1 << 17, 32, 0, rng(), stream());  // 4M terms
 }
 

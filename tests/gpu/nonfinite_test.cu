@@ -118,7 +118,9 @@ TEST_F(NonfiniteTest, EverySpecialAtEveryPositionOfASmallVector) {
       y[pos] = k == 0 ? Bits<float>::nan() : k == 1 ? Bits<float>::inf() : Bits<float>::neg_inf();
       EXPECT_EQ(flag_of(y, 0), 1u) << "f32 at " << pos;
       auto z = h;
-      z[pos] = k == 0 ? Bits<__nv_bfloat16>::nan() : k == 1 ? Bits<__nv_bfloat16>::inf() : Bits<__nv_bfloat16>::neg_inf();
+      z[pos] = k == 0   ? Bits<__nv_bfloat16>::nan()
+               : k == 1 ? Bits<__nv_bfloat16>::inf()
+                        : Bits<__nv_bfloat16>::neg_inf();
       EXPECT_EQ(flag_of(z, 0), 1u) << "bf16 at " << pos;
     }
   // NaN payloads other than the canonical one.

@@ -14,8 +14,7 @@ namespace foxhunt::gpu {
 namespace {
 
 ::testing::AssertionResult same(uint4 got, uint4 want) {
-  if (got.x == want.x && got.y == want.y && got.z == want.z && got.w == want.w)
-    return ::testing::AssertionSuccess();
+  if (got.x == want.x && got.y == want.y && got.z == want.z && got.w == want.w) return ::testing::AssertionSuccess();
   char buf[160];
   std::snprintf(buf, sizeof buf, "got %08x %08x %08x %08x, want %08x %08x %08x %08x", got.x, got.y, got.z, got.w,
                 want.x, want.y, want.z, want.w);
@@ -26,19 +25,20 @@ namespace {
 TEST(Philox, Random123KnownAnswers) {
   EXPECT_TRUE(same(philox4x32_10(make_uint4(0, 0, 0, 0), make_uint2(0, 0)),
                    make_uint4(0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8)));
-  EXPECT_TRUE(same(philox4x32_10(make_uint4(0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff),
-                                 make_uint2(0xffffffff, 0xffffffff)),
-                   make_uint4(0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd)));
-  EXPECT_TRUE(same(philox4x32_10(make_uint4(0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344),
-                                 make_uint2(0xa4093822, 0x299f31d0)),
-                   make_uint4(0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1)));
+  EXPECT_TRUE(same(
+      philox4x32_10(make_uint4(0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff), make_uint2(0xffffffff, 0xffffffff)),
+      make_uint4(0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd)));
+  EXPECT_TRUE(same(
+      philox4x32_10(make_uint4(0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344), make_uint2(0xa4093822, 0x299f31d0)),
+      make_uint4(0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1)));
 }
 
 TEST(Philox, AddressingMapsSeedStreamAndCounterOntoKeyAndCounterWords) {
   const std::uint64_t seed = 0x299f31d0a4093822ull;  // key {a4093822, 299f31d0}
   const std::uint64_t counter = 0x85a308d3243f6a88ull;
   // stream 0x13198a2e gives counter words {243f6a88, 85a308d3, 13198a2e, 0}: not the KAT (w = 0).
-  const uint4 direct = philox4x32_10(make_uint4(0x243f6a88, 0x85a308d3, 0x13198a2e, 0), make_uint2(0xa4093822, 0x299f31d0));
+  const uint4 direct =
+      philox4x32_10(make_uint4(0x243f6a88, 0x85a308d3, 0x13198a2e, 0), make_uint2(0xa4093822, 0x299f31d0));
   EXPECT_TRUE(same(random_bits4(seed, 0x13198a2e, counter), direct));
   EXPECT_TRUE(same(random_bits4(0, 0, 0), make_uint4(0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8)));
   // Each input moves the output.
@@ -53,7 +53,7 @@ TEST(Philox, AddressingMapsSeedStreamAndCounterOntoKeyAndCounterWords) {
 TEST(Philox, UniformTransformsCoverTheirIntervalsExactly) {
   EXPECT_EQ(u32_to_uniform_open0(0u), 0x1p-24f);
   EXPECT_EQ(u32_to_uniform_open0(0xffffffffu), 1.0f);
-  EXPECT_EQ(u32_to_uniform_open0(0xffu), 0x1p-24f);          // low 8 bits dropped
+  EXPECT_EQ(u32_to_uniform_open0(0xffu), 0x1p-24f);  // low 8 bits dropped
   EXPECT_EQ(u32_to_uniform_closed0(0u), 0.0f);
   EXPECT_EQ(u32_to_uniform_closed0(0xffffffffu), 1.0f - 0x1p-24f);
   EXPECT_EQ(u32_to_uniform_closed0(0x80000000u), 0.5f);
@@ -119,8 +119,8 @@ TEST(Philox, NormalsAreFiniteBoundedAndStandard) {
   }
   const double n = 4.0 * blocks;
   const double mean = sum / n, var = sum2 / n - mean * mean;
-  EXPECT_LT(std::abs(mean), 5.0 / std::sqrt(n));              // sd of the mean: 1/sqrt(n)
-  EXPECT_LT(std::abs(var - 1.0), 5.0 * std::sqrt(2.0 / n));   // sd of the variance: sqrt(2/n)
+  EXPECT_LT(std::abs(mean), 5.0 / std::sqrt(n));                   // sd of the mean: 1/sqrt(n)
+  EXPECT_LT(std::abs(var - 1.0), 5.0 * std::sqrt(2.0 / n));        // sd of the variance: sqrt(2/n)
   EXPECT_LT(std::abs(sum4 / n - 3.0), 5.0 * std::sqrt(96.0 / n));  // 4th moment 3, sd sqrt(96/n)
   // Extremes: the smallest u1 gives the largest radius, u1 = 1 gives exactly 0.
   const float2 far = normal2(0u, 0u);  // u1 = 2^-24, angle 0

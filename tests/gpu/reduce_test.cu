@@ -134,8 +134,8 @@ struct RowsCols {
   std::int64_t rows, cols;
 };
 // Warp path (float4 when cols % 4 == 0), block path (4097, 50000, 100003), many rows.
-const RowsCols kRowShapes[] = {{1, 1},     {37, 1},    {37, 7},    {37, 32},       {37, 33},   {37, 1000},
-                               {9, 4097},  {3, 50000}, {2, 100003}, {1000003, 1}, {4096, 1024}};
+const RowsCols kRowShapes[] = {{1, 1},    {37, 1},    {37, 7},     {37, 32},     {37, 33},    {37, 1000},
+                               {9, 4097}, {3, 50000}, {2, 100003}, {1000003, 1}, {4096, 1024}};
 
 struct RowResults {
   std::vector<float> sum, max;

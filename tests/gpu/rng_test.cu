@@ -51,7 +51,8 @@ TEST_F(RngTest, DeviceEqualsHostBitForBit) {
       float* out = buf.data() + misalign;
       fill_uniform(out, n, -1.5f, 2.5f, seed, sid, off, stream());
       auto got = test::download(out, n, stream());
-      std::int64_t bad = first_mismatch(got, [&](std::int64_t i) { return host_uniform(i, -1.5f, 2.5f, seed, sid, off); });
+      std::int64_t bad =
+          first_mismatch(got, [&](std::int64_t i) { return host_uniform(i, -1.5f, 2.5f, seed, sid, off); });
       EXPECT_EQ(bad, -1) << "uniform element " << bad << " got " << (bad >= 0 ? got[bad] : 0.f);
 
       test::poison(buf, stream());

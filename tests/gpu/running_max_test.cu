@@ -21,8 +21,8 @@ class RunningMaxTest : public test::GpuTest {
   float run(const std::vector<float>& values, int offset, float start) {
     DeviceBuffer<float> v(values.size() + offset);
     if (!values.empty())
-      FH_CHECK(cudaMemcpyAsync(v.data() + offset, values.data(), values.size() * sizeof(float),
-                               cudaMemcpyHostToDevice, stream()));
+      FH_CHECK(cudaMemcpyAsync(v.data() + offset, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice,
+                               stream()));
     auto m = test::upload(std::vector<float>{start}, stream());
     raise_max_nonneg(m.data(), v.data() + offset, static_cast<std::int64_t>(values.size()), stream());
     return test::download(m, stream())[0];
@@ -129,9 +129,9 @@ TEST_F(RunningMaxTest, AtomicMaxNonnegFromEveryThread) {
   EXPECT_LE(test::download(old, stream())[0], std::numeric_limits<float>::max());
 
   // Subnormal against zero and against a smaller subnormal: bit order is value order.
-  auto tiny = test::upload(std::vector<float>{std::numeric_limits<float>::denorm_min() * 3,
-                                              std::numeric_limits<float>::denorm_min() * 2},
-                           stream());
+  auto tiny = test::upload(
+      std::vector<float>{std::numeric_limits<float>::denorm_min() * 3, std::numeric_limits<float>::denorm_min() * 2},
+      stream());
   auto z = test::upload(std::vector<float>{0.0f}, stream());
   auto z_old = test::upload(std::vector<float>{0.0f}, stream());
   raw_atomic_max<<<1, 32, 0, stream()>>>(z.data(), z_old.data(), tiny.data(), 2);

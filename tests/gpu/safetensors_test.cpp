@@ -76,11 +76,11 @@ std::string rejection(const std::vector<std::byte>& file, const std::string& sou
   return "";
 }
 
-#define EXPECT_REJECTED(file, reason)                                                        \
-  do {                                                                                       \
-    const std::string msg_ = rejection(file);                                                \
+#define EXPECT_REJECTED(file, reason)                                                                     \
+  do {                                                                                                    \
+    const std::string msg_ = rejection(file);                                                             \
     EXPECT_NE(msg_.find(reason), std::string::npos) << "want '" << (reason) << "', got '" << msg_ << "'"; \
-    EXPECT_NE(msg_.find("model.safetensors"), std::string::npos) << msg_;                   \
+    EXPECT_NE(msg_.find("model.safetensors"), std::string::npos) << msg_;                                 \
   } while (0)
 
 struct Fixture {
@@ -172,7 +172,8 @@ TEST(Safetensors, WriterRejectsBadTensorLists) {
   EXPECT_THROW(serialize_safetensors(reserved, {}), std::invalid_argument);
 }
 
-const std::string kGood = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"U8","shape":[3],"data_offsets":[8,11]}})";
+const std::string kGood =
+    R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"U8","shape":[3],"data_offsets":[8,11]}})";
 
 TEST(Safetensors, ValidHandMadeFileParses) {
   const auto f = parse_safetensors(make_file(kGood, 11), "model.safetensors");
@@ -213,8 +214,11 @@ TEST(Safetensors, RejectsBadHeaders) {
                   "__metadata__ value for 'k' is not a string");
   EXPECT_REJECTED(make_file(R"({"__metadata__":[],"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1),
                   "__metadata__ is not a JSON object");
-  EXPECT_REJECTED(make_file(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", 2),
-                  "duplicate tensor name 'a'");
+  EXPECT_REJECTED(
+      make_file(
+          R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
+          2),
+      "duplicate tensor name 'a'");
 }
 
 TEST(Safetensors, RejectsBadOffsets) {
@@ -223,10 +227,16 @@ TEST(Safetensors, RejectsBadOffsets) {
   EXPECT_REJECTED(make_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "size mismatch");
   EXPECT_REJECTED(make_file(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", 8),
                   "overflows");
-  EXPECT_REJECTED(make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})", 8),
-                  "overlap");
-  EXPECT_REJECTED(make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[2],"data_offsets":[6,8]}})", 8),
-                  "gap");
+  EXPECT_REJECTED(
+      make_file(
+          R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+          8),
+      "overlap");
+  EXPECT_REJECTED(
+      make_file(
+          R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[2],"data_offsets":[6,8]}})",
+          8),
+      "gap");
   EXPECT_REJECTED(make_file(kGood, 12), "trailing 1 bytes");
   // A header with no tensors and an empty data section is a valid (empty) file.
   EXPECT_EQ(parse_safetensors(make_file("{}", 0), "x").entries.size(), 0u);

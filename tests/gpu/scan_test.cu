@@ -31,8 +31,10 @@ class ScanTest : public test::GpuTest {
     test::poison(ws, stream());
     T* out = (in_place ? d_in.data() : d_out.data()) + offset;
     const T* in = d_in.data() + offset;
-    if (exclusive) exclusive_scan(out, in, n, ws.data(), bytes, stream());
-    else inclusive_scan(out, in, n, ws.data(), bytes, stream());
+    if (exclusive)
+      exclusive_scan(out, in, n, ws.data(), bytes, stream());
+    else
+      inclusive_scan(out, in, n, ws.data(), bytes, stream());
     auto all = test::download(in_place ? d_in : d_out, stream());
     return std::vector<T>(all.begin() + offset, all.begin() + offset + n);
   }
@@ -259,7 +261,8 @@ TEST_F(ScanTest, EveryConfigIsBitwiseReproducibleAndInPlaceSafe) {
     for (std::int64_t offset : {0, 1})
       for (bool exclusive : {false, true}) {
         SCOPED_TRACE(std::string(exclusive ? "exclusive" : "inclusive") + " offset " + std::to_string(offset));
-        const auto a = run_config(config, host, offset, n, exclusive), b = run_config(config, host, offset, n, exclusive);
+        const auto a = run_config(config, host, offset, n, exclusive),
+                   b = run_config(config, host, offset, n, exclusive);
         const auto c = run_config(config, host, offset, n, exclusive, /*in_place=*/true);
         EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0);
         EXPECT_EQ(std::memcmp(a.data(), c.data(), n * sizeof(float)), 0);

@@ -23,8 +23,8 @@ struct RowsCols {
 // row cached in shared memory (4097, 50000) and re-read from global memory (100003 forward;
 // 50000 and 100003 backward, which caches two rows), grid-stride over rows (1000003), and a
 // large case (4M elements).
-const RowsCols kShapes[] = {{1, 1},    {37, 1},   {37, 7},        {37, 32},     {37, 33},
-                            {37, 1000}, {9, 4097}, {3, 50000}, {2, 100003}, {1000003, 1}, {4096, 1024}};
+const RowsCols kShapes[] = {{1, 1},    {37, 1},    {37, 7},     {37, 32},     {37, 33},    {37, 1000},
+                            {9, 4097}, {3, 50000}, {2, 100003}, {1000003, 1}, {4096, 1024}};
 
 std::string shape_note(std::int64_t rows, std::int64_t cols) {
   return "rows " + std::to_string(rows) + " cols " + std::to_string(cols);
@@ -38,8 +38,7 @@ std::vector<double> ref_forward(const std::vector<float>& x, std::int64_t rows, 
     for (std::int64_t c = 0; c < cols; ++c) m = std::max(m, static_cast<double>(xr[c]));
     double s = 0;
     for (std::int64_t c = 0; c < cols; ++c) s += std::exp(xr[c] - m);
-    for (std::int64_t c = 0; c < cols; ++c)
-      y[r * cols + c] = log ? (xr[c] - m) - std::log(s) : std::exp(xr[c] - m) / s;
+    for (std::int64_t c = 0; c < cols; ++c) y[r * cols + c] = log ? (xr[c] - m) - std::log(s) : std::exp(xr[c] - m) / s;
   }
   return y;
 }

@@ -67,7 +67,8 @@ TEST_F(TransferAuditTest, PlantedCopiesAreCountedByDirectionAndSize) {
   EXPECT_EQ(c.other, 0);
   EXPECT_EQ(c.dropped_records, 0u);
   EXPECT_EQ(c.total(), 3);
-  EXPECT_EQ(std::vector<float>(back.begin(), back.begin() + 1000), std::vector<float>(host.begin(), host.begin() + 1000));
+  EXPECT_EQ(std::vector<float>(back.begin(), back.begin() + 1000),
+            std::vector<float>(host.begin(), host.begin() + 1000));
 }
 
 TEST_F(TransferAuditTest, KernelsAndExitPublishesMakeNoCopies) {

@@ -61,8 +61,8 @@ struct Case {
 };
 
 void run_case(const Case& c, std::mt19937_64& rng, gpu::BlasLane lane, cudaStream_t s) {
-  SCOPED_TRACE("noisy=" + std::to_string(c.noisy) + " act=" + std::string(gpu::activation_name(c.act)) + " B=" +
-               std::to_string(c.batch) + " in=" + std::to_string(c.in) + " out=" + std::to_string(c.out));
+  SCOPED_TRACE("noisy=" + std::to_string(c.noisy) + " act=" + std::string(gpu::activation_name(c.act)) +
+               " B=" + std::to_string(c.batch) + " in=" + std::to_string(c.in) + " out=" + std::to_string(c.out));
   gpu::ParameterArena arena;
   Dense layer(DenseSpec{"l", c.in, c.out, c.act, c.noisy, 0.5f}, 11);
   layer.declare(arena);
@@ -193,8 +193,8 @@ void run_case(const Case& c, std::mt19937_64& rng, gpu::BlasLane lane, cudaStrea
 TEST_F(DenseTest, ForwardBackwardAndFiniteDifferences) {
   SCOPED_TRACE(seed_note());
   constexpr auto id = gpu::Activation::identity;
-  for (const Case& c : {Case{false, id, 1, 1, 1}, Case{true, id, 5, 37, 19}, Case{true, id, 64, 33, 9},
-                        Case{false, id, 7, 20, 31}})
+  for (const Case& c :
+       {Case{false, id, 1, 1, 1}, Case{true, id, 5, 37, 19}, Case{true, id, 64, 33, 9}, Case{false, id, 7, 20, 31}})
     run_case(c, rng(), lane(), s());
 }
 

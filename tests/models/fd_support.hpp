@@ -72,8 +72,8 @@ inline double central_difference(const std::function<double()>& loss, float* x, 
 inline ::testing::AssertionResult fd_close(double fd, double analytic, double rtol, double floor) {
   const double err = std::abs(fd - analytic);
   if (err <= rtol * std::max(std::abs(analytic), floor)) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "finite difference " << fd << " vs analytic " << analytic << " (|err| "
-                                       << err << ", rtol " << rtol << ", floor " << floor << ")";
+  return ::testing::AssertionFailure() << "finite difference " << fd << " vs analytic " << analytic << " (|err| " << err
+                                       << ", rtol " << rtol << ", floor " << floor << ")";
 }
 
 }  // namespace foxhunt::test

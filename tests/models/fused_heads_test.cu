@@ -87,19 +87,31 @@ void expect_sums_near(const std::vector<float>& got, const std::vector<double>& 
 
 TEST_F(FusedHeadsTest, MatchFloat64Reference) {
   SCOPED_TRACE(seed_note());
-  const std::vector<Case> cases{{1, 1, 1, 1, true},      {37, 33, 1, 9, true},   {256, 256, 1, 9, true},
-                                {1000, 65, 3, 5, true},  {129, 40, 2, 15, true}, {61, 100, 1, 32, false},
-                                {4097, 128, 1, 9, true}, {300, 31, 4, 2, false},
+  const std::vector<Case> cases{{1, 1, 1, 1, true},
+                                {37, 33, 1, 9, true},
+                                {256, 256, 1, 9, true},
+                                {1000, 65, 3, 5, true},
+                                {129, 40, 2, 15, true},
+                                {61, 100, 1, 32, false},
+                                {4097, 128, 1, 9, true},
+                                {300, 31, 4, 2, false},
                                 // several two-chunk steps per row (float4, H > 256), an 8-output
                                 // float4 head, row counts around the 16-row param-grad splits
-                                {300, 1000, 2, 4, true}, {70, 96, 1, 7, false},  {17, 256, 1, 9, true},
-                                {16, 260, 1, 9, true},   {2049, 512, 1, 15, true},
+                                {300, 1000, 2, 4, true},
+                                {70, 96, 1, 7, false},
+                                {17, 256, 1, 9, true},
+                                {16, 260, 1, 9, true},
+                                {2049, 512, 1, 15, true},
                                 // the large learner's shapes: several row groups per param-grad thread
                                 // in each of the 16 splits (uneven at 4097), every MaxO
-                                {4096, 1024, 1, 9, true}, {4097, 1024, 3, 3, true}, {4097, 1024, 3, 5, false},
+                                {4096, 1024, 1, 9, true},
+                                {4097, 1024, 3, 3, true},
+                                {4097, 1024, 3, 5, false},
                                 {4097, 1024, 1, 31, true},
                                 // one chunk per step above H 512 (float4, MaxO 8 and 16), two at 512
-                                {100, 1024, 1, 7, false}, {33, 516, 1, 9, true}, {40, 512, 1, 9, true}};
+                                {100, 1024, 1, 7, false},
+                                {33, 516, 1, 9, true},
+                                {40, 512, 1, 9, true}};
   for (const auto& c : cases) {
     SCOPED_TRACE("B " + std::to_string(c.B) + " H " + std::to_string(c.H) + " D " + std::to_string(c.D) + " A " +
                  std::to_string(c.A) + (c.duel ? " dueling" : " plain"));
@@ -128,8 +140,7 @@ TEST_F(FusedHeadsTest, MatchFloat64Reference) {
     FH_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), stream()));
     for (int call = 0; call < 2; ++call)  // the second call checks that the completion counters reset
       fused_heads_param_grads(c.duel ? vdw.data() : nullptr, c.duel ? vdb.data() : nullptr, adw.data(), adb.data(),
-                              nullptr, d_heads.data(), d_h_in.data(), nullptr, c.B, c.H, c.D, c.A, ws.data(),
-                              stream());
+                              nullptr, d_heads.data(), d_h_in.data(), nullptr, c.B, c.H, c.D, c.A, ws.data(), stream());
 
     // fp32 dot products of length H (forward, param grads over B rows): 1e-5 relative in L2.
     EXPECT_LT(test::rel_error(test::download(logits, stream()), ref.logits), 1e-5);
@@ -209,8 +220,8 @@ TEST_F(FusedHeadsTest, EmptyBatchZeroesParameterGradients) {
 TEST_F(FusedHeadsTest, RejectsWideHeads) {
   gpu::DeviceBuffer<float> buf(64 * 64);
   // dueling 1 + 32 outputs > 32
-  EXPECT_THROW(fused_heads_forward(buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), 1, 2, 1,
-                                   32, stream()),
+  EXPECT_THROW(fused_heads_forward(buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), 1, 2, 1, 32,
+                                   stream()),
                std::invalid_argument);
 }
 

@@ -119,8 +119,7 @@ TEST_F(HeadsTest, C51ProjectionFixedAndRandom) {
                                    0.1f, 0.2f, 0.3f, 0.25f, 0.15f, 0.1f, 0.2f, 0.3f, 0.25f, 0.15f};
     const std::vector<std::int32_t> a{0, 0, 0, 0};
     const std::vector<float> R{0.5f, 0.f, 10.f, 1.f}, g{0.f, 1.f, 0.f, 1.f};
-    const std::vector<double> want{0, 0, 0.5, 0.5, 0, 0.1, 0.2, 0.3, 0.25, 0.15,
-                                   0, 0, 0,   0,   1, 0,   0.1, 0.2, 0.3,  0.4};
+    const std::vector<double> want{0, 0, 0.5, 0.5, 0, 0.1, 0.2, 0.3, 0.25, 0.15, 0, 0, 0, 0, 1, 0, 0.1, 0.2, 0.3, 0.4};
     auto d_p = test::upload(probs, s());
     auto d_a = test::upload(a, s());
     auto d_R = test::upload(R, s()), d_g = test::upload(g, s());

@@ -143,8 +143,8 @@ TEST_F(QNetworkTest, SideLaneBackwardIsBitwiseOneLane) {
       {"dueling gelu (fused, unmasked d_h)", make(5, {20, 9}, 1, 4, 1, true, false)},
       {"one layer relu", with_act(make(7, {24}, 1, 3, 1, true, false), gpu::Activation::relu)},
       {"bdq, GEMM heads", gemm_heads(make(4, {13, 10}, 3, 5, 1, true, false))},
-      {"identity, GEMM heads", with_act(gemm_heads(make(4, {13, 10, 8}, 1, 5, 1, false, false)),
-                                        gpu::Activation::identity)},
+      {"identity, GEMM heads",
+       with_act(gemm_heads(make(4, {13, 10, 8}, 1, 5, 1, false, false)), gpu::Activation::identity)},
       {"noisy dueling", make(7, {9, 11}, 1, 5, 1, true, true)},
       {"c51 noisy dueling", make(3, {10, 6}, 1, 3, 7, true, true)},
   };
@@ -164,10 +164,9 @@ TEST_F(QNetworkTest, SideLaneBackwardIsBitwiseOneLane) {
       auto d_counter = test::upload(counter, s());
       net.resample_noise(rng()(), d_counter.data(), s());
       auto ws = net.make_workspace(B, true);
-      auto d_obs = test::upload(
-          test::random_uniform(static_cast<std::size_t>(B * c.spec.obs_dim), -1.f, 1.f, rng()), s());
-      auto d_u = test::upload(test::random_uniform(static_cast<std::size_t>(B * net.outputs()), -1.f, 1.f, rng()),
-                              s());
+      auto d_obs =
+          test::upload(test::random_uniform(static_cast<std::size_t>(B * c.spec.obs_dim), -1.f, 1.f, rng()), s());
+      auto d_u = test::upload(test::random_uniform(static_cast<std::size_t>(B * net.outputs()), -1.f, 1.f, rng()), s());
       const auto n = static_cast<std::size_t>(arena.padded_count());
       net.forward(ws, d_obs.data(), B, false, lane());
       auto run = [&](const SideLane* sl, bool hold_side) {
@@ -326,14 +325,13 @@ TEST_F(QNetworkTest, DeadUnitsCountedOnDevice) {
   EXPECT_EQ(net.relu_units(), 190);
 }
 
-
 // count_dead_relu_units on random sparse masks (a unit is alive in few rows, so some are dead and
 // many are alive through a single row) against a CPU count; padding bits past out_f are set at
 // random and must be ignored. Batch 0 counts every unit dead.
 TEST_F(QNetworkTest, DeadUnitsMatchCpuCount) {
   SCOPED_TRACE(seed_note());
-  for (const auto& [B, units] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {300, 200}, {256, 256}, {1000, 33},
-                                {4097, 130}}) {
+  for (const auto& [B, units] :
+       {std::pair<std::int64_t, std::int64_t>{1, 1}, {300, 200}, {256, 256}, {1000, 33}, {4097, 130}}) {
     SCOPED_TRACE("B " + std::to_string(B) + " units " + std::to_string(units));
     const std::int64_t words = (units + 127) / 128 * 4;
     std::vector<std::uint32_t> mask(static_cast<std::size_t>(B * words));

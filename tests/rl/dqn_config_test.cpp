@@ -7,8 +7,8 @@
 #include <string>
 
 #include "rl/dqn/config.hpp"
-#include "rl/envs/market_config.hpp"
 #include "rl/dqn/state.hpp"
+#include "rl/envs/market_config.hpp"
 
 namespace foxhunt::rl {
 namespace {

@@ -43,91 +43,91 @@ TEST_F(DqnFusedTest, TdFusedMatchesFloat64) {
                        // and more samples than the block cap (several samples per thread)
                        Case{4096, 1, 9, TdLoss::huber, true, false}, Case{4097, 3, 3, TdLoss::mse, true, false},
                        Case{4097, 3, 5, TdLoss::huber, false, true}, Case{70001, 1, 9, TdLoss::huber, true, false}})
-  for (const bool with_ws : {false, true}) {  // one block / the workspace overload
-    SCOPED_TRACE("B " + std::to_string(c.B) + " D " + std::to_string(c.D) + " A " + std::to_string(c.A) +
-                 (c.ties ? " ties" : "") + (with_ws ? " workspace" : ""));
-    const std::int64_t B = c.B, D = c.D, A = c.A, n = B * D * A;
-    auto& r = rng();
-    const auto q = test::random_normal(static_cast<std::size_t>(n), 0.f, 2.f, r);
-    auto qs = test::random_normal(static_cast<std::size_t>(n), 0.f, 1.f, r);
-    if (c.ties)
-      for (auto& x : qs) x = std::round(x);  // mostly -1, 0, 1: most rows have tied maxima
-    const auto qe = test::random_normal(static_cast<std::size_t>(n), 0.f, 1.f, r);
-    const auto R = test::random_uniform(static_cast<std::size_t>(B), -1.f, 1.f, r);
-    const auto g = test::random_uniform(static_cast<std::size_t>(B), 0.f, 0.99f, r);
-    const auto w = test::random_uniform(static_cast<std::size_t>(B), 0.2f, 1.f, r);
-    std::vector<std::int32_t> acts(static_cast<std::size_t>(B * D));
-    for (auto& a : acts) a = static_cast<std::int32_t>(r() % static_cast<std::uint64_t>(A));
-    const float delta = 1.f, eps = 1e-3f;
-    // float64 reference
-    std::vector<double> d_ref(static_cast<std::size_t>(n), 0), p_ref(static_cast<std::size_t>(B));
-    double loss_ref = 0, q_ref = 0;
-    for (std::int64_t b = 0; b < B; ++b) {
-      double sum = 0;
-      for (std::int64_t d = 0; d < D; ++d) {
-        const std::int64_t row = (b * D + d) * A;
-        std::int64_t best = 0;
-        for (std::int64_t a = 1; a < A; ++a)
-          if (qs[row + a] > qs[row + best]) best = a;
-        sum += qe[row + best];
+    for (const bool with_ws : {false, true}) {  // one block / the workspace overload
+      SCOPED_TRACE("B " + std::to_string(c.B) + " D " + std::to_string(c.D) + " A " + std::to_string(c.A) +
+                   (c.ties ? " ties" : "") + (with_ws ? " workspace" : ""));
+      const std::int64_t B = c.B, D = c.D, A = c.A, n = B * D * A;
+      auto& r = rng();
+      const auto q = test::random_normal(static_cast<std::size_t>(n), 0.f, 2.f, r);
+      auto qs = test::random_normal(static_cast<std::size_t>(n), 0.f, 1.f, r);
+      if (c.ties)
+        for (auto& x : qs) x = std::round(x);  // mostly -1, 0, 1: most rows have tied maxima
+      const auto qe = test::random_normal(static_cast<std::size_t>(n), 0.f, 1.f, r);
+      const auto R = test::random_uniform(static_cast<std::size_t>(B), -1.f, 1.f, r);
+      const auto g = test::random_uniform(static_cast<std::size_t>(B), 0.f, 0.99f, r);
+      const auto w = test::random_uniform(static_cast<std::size_t>(B), 0.2f, 1.f, r);
+      std::vector<std::int32_t> acts(static_cast<std::size_t>(B * D));
+      for (auto& a : acts) a = static_cast<std::int32_t>(r() % static_cast<std::uint64_t>(A));
+      const float delta = 1.f, eps = 1e-3f;
+      // float64 reference
+      std::vector<double> d_ref(static_cast<std::size_t>(n), 0), p_ref(static_cast<std::size_t>(B));
+      double loss_ref = 0, q_ref = 0;
+      for (std::int64_t b = 0; b < B; ++b) {
+        double sum = 0;
+        for (std::int64_t d = 0; d < D; ++d) {
+          const std::int64_t row = (b * D + d) * A;
+          std::int64_t best = 0;
+          for (std::int64_t a = 1; a < A; ++a)
+            if (qs[row + a] > qs[row + best]) best = a;
+          sum += qe[row + best];
+        }
+        const double y = R[b] + static_cast<double>(g[b]) * sum / static_cast<double>(D);
+        const double scale = (c.weights ? w[b] : 1.0) / static_cast<double>(B * D);
+        double prio = 0;
+        for (std::int64_t d = 0; d < D; ++d) {
+          const std::int64_t row = (b * D + d) * A;
+          const std::int32_t a = acts[b * D + d];
+          const double td = q[row + a] - y, ad = std::abs(td);
+          const bool huber = c.kind == TdLoss::huber;
+          loss_ref += scale * (huber ? (ad < delta ? 0.5 * td * td : delta * (ad - 0.5 * delta)) : td * td);
+          d_ref[row + a] = scale * (huber ? std::min<double>(std::max<double>(td, -delta), delta) : 2 * td);
+          prio += ad;
+          q_ref += q[row + a];
+        }
+        p_ref[b] = prio + eps;
       }
-      const double y = R[b] + static_cast<double>(g[b]) * sum / static_cast<double>(D);
-      const double scale = (c.weights ? w[b] : 1.0) / static_cast<double>(B * D);
-      double prio = 0;
-      for (std::int64_t d = 0; d < D; ++d) {
-        const std::int64_t row = (b * D + d) * A;
-        const std::int32_t a = acts[b * D + d];
-        const double td = q[row + a] - y, ad = std::abs(td);
-        const bool huber = c.kind == TdLoss::huber;
-        loss_ref += scale * (huber ? (ad < delta ? 0.5 * td * td : delta * (ad - 0.5 * delta)) : td * td);
-        d_ref[row + a] = scale * (huber ? std::min<double>(std::max<double>(td, -delta), delta) : 2 * td);
-        prio += ad;
-        q_ref += q[row + a];
-      }
-      p_ref[b] = prio + eps;
+      q_ref /= static_cast<double>(B * D);
+
+      auto d_q = test::upload(q, s()), d_qs = test::upload(qs, s()), d_qe = test::upload(qe, s());
+      auto d_R = test::upload(R, s()), d_g = test::upload(g, s()), d_w = test::upload(w, s());
+      auto d_a = test::upload(acts, s());
+      gpu::DeviceBuffer<float> dq(static_cast<std::size_t>(n)), prio(static_cast<std::size_t>(B));
+      test::poison(dq, s());
+      test::poison(prio, s());
+      gpu::DeviceBuffer<DqnState> st(1);
+      upload_state(st, DqnState{}, s());
+      gpu::DeviceBuffer<std::byte> ws(dqn_td_fused_workspace_bytes(B));
+      FH_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), s()));
+      auto run = [&](const gpu::DeviceBuffer<float>& returns) {
+        if (with_ws)
+          dqn_td_fused(dq.data(), prio.data(), st.data(), d_q.data(), d_qs.data(), d_qe.data(), d_a.data(),
+                       returns.data(), d_g.data(), c.weights ? d_w.data() : nullptr, B, D, A, c.kind, delta, eps,
+                       ws.data(), s());
+        else
+          dqn_td_fused(dq.data(), prio.data(), st.data(), d_q.data(), d_qs.data(), d_qe.data(), d_a.data(),
+                       returns.data(), d_g.data(), c.weights ? d_w.data() : nullptr, B, D, A, c.kind, delta, eps, s());
+      };
+      run(d_R);
+      EXPECT_LT(test::rel_error(test::download(dq, s()), d_ref), 1e-5);
+      EXPECT_TRUE(test::all_close(test::download(prio, s()), p_ref, 1e-5, 1e-5));
+      const DqnState h = download_state(st, s());
+      EXPECT_NEAR(h.loss, loss_ref, 1e-5 * std::abs(loss_ref) + 1e-7);
+      EXPECT_NEAR(h.q_mean, q_ref, 1e-5 * (std::abs(q_ref) + 1.0));
+      EXPECT_EQ(h.skip, 0u);
+
+      // A second call on the same workspace (the completion counter reset) gives the same bits.
+      run(d_R);
+      const DqnState h2 = download_state(st, s());
+      EXPECT_EQ(h2.loss, h.loss);
+      EXPECT_EQ(h2.q_mean, h.q_mean);
+
+      // A NaN return makes the loss non-finite: the guard sets skip.
+      auto R_nan = R;
+      R_nan[static_cast<std::size_t>(B / 2)] = std::numeric_limits<float>::quiet_NaN();
+      auto d_Rn = test::upload(R_nan, s());
+      run(d_Rn);
+      EXPECT_EQ(download_state(st, s()).skip, 1u);
     }
-    q_ref /= static_cast<double>(B * D);
-
-    auto d_q = test::upload(q, s()), d_qs = test::upload(qs, s()), d_qe = test::upload(qe, s());
-    auto d_R = test::upload(R, s()), d_g = test::upload(g, s()), d_w = test::upload(w, s());
-    auto d_a = test::upload(acts, s());
-    gpu::DeviceBuffer<float> dq(static_cast<std::size_t>(n)), prio(static_cast<std::size_t>(B));
-    test::poison(dq, s());
-    test::poison(prio, s());
-    gpu::DeviceBuffer<DqnState> st(1);
-    upload_state(st, DqnState{}, s());
-    gpu::DeviceBuffer<std::byte> ws(dqn_td_fused_workspace_bytes(B));
-    FH_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), s()));
-    auto run = [&](const gpu::DeviceBuffer<float>& returns) {
-      if (with_ws)
-        dqn_td_fused(dq.data(), prio.data(), st.data(), d_q.data(), d_qs.data(), d_qe.data(), d_a.data(),
-                     returns.data(), d_g.data(), c.weights ? d_w.data() : nullptr, B, D, A, c.kind, delta, eps,
-                     ws.data(), s());
-      else
-        dqn_td_fused(dq.data(), prio.data(), st.data(), d_q.data(), d_qs.data(), d_qe.data(), d_a.data(),
-                     returns.data(), d_g.data(), c.weights ? d_w.data() : nullptr, B, D, A, c.kind, delta, eps, s());
-    };
-    run(d_R);
-    EXPECT_LT(test::rel_error(test::download(dq, s()), d_ref), 1e-5);
-    EXPECT_TRUE(test::all_close(test::download(prio, s()), p_ref, 1e-5, 1e-5));
-    const DqnState h = download_state(st, s());
-    EXPECT_NEAR(h.loss, loss_ref, 1e-5 * std::abs(loss_ref) + 1e-7);
-    EXPECT_NEAR(h.q_mean, q_ref, 1e-5 * (std::abs(q_ref) + 1.0));
-    EXPECT_EQ(h.skip, 0u);
-
-    // A second call on the same workspace (the completion counter reset) gives the same bits.
-    run(d_R);
-    const DqnState h2 = download_state(st, s());
-    EXPECT_EQ(h2.loss, h.loss);
-    EXPECT_EQ(h2.q_mean, h.q_mean);
-
-    // A NaN return makes the loss non-finite: the guard sets skip.
-    auto R_nan = R;
-    R_nan[static_cast<std::size_t>(B / 2)] = std::numeric_limits<float>::quiet_NaN();
-    auto d_Rn = test::upload(R_nan, s());
-    run(d_Rn);
-    EXPECT_EQ(download_state(st, s()).skip, 1u);
-  }
 }
 
 TEST_F(DqnFusedTest, GradGuardMatchesGlobalGradNormBitwise) {
@@ -220,7 +220,7 @@ TEST_F(DqnFusedTest, EndAndTargetUpdate) {
     EXPECT_EQ(h.skips_total, 3u);
     EXPECT_EQ(test::download(d_tg, s()), tg);
     EXPECT_EQ(test::download(d_pr, s()), pr);  // not skipped: priorities untouched
-    set_state(7, 1);  // skipped: applied stays 7, no move, priorities become the skip priority
+    set_state(7, 1);                           // skipped: applied stays 7, no move, priorities become the skip priority
     run(1.f, 1);
     h = download_state(st, s());
     EXPECT_EQ(h.updates_applied, 7);
@@ -265,8 +265,8 @@ TEST_F(DqnFusedTest, AdamEndTargetEqualsAdamThenEnd) {
                                 {1000003, 1, 0.005f, 1, 9, true, true, 0}, {4097, 0, 1.f, 1, 2, true, true, 1},
                                 {85003, 0, 1.f, 3, 2, false, true, 0}};
   for (const auto& c : cases) {
-    SCOPED_TRACE("n " + std::to_string(c.n) + " offset " + std::to_string(c.offset) + " tau " +
-                 std::to_string(c.tau) + " skip " + std::to_string(c.skip));
+    SCOPED_TRACE("n " + std::to_string(c.n) + " offset " + std::to_string(c.offset) + " tau " + std::to_string(c.tau) +
+                 " skip " + std::to_string(c.skip));
     const std::int64_t B = 300, len = c.n + c.offset;
     const auto p0 = test::random_uniform(static_cast<std::size_t>(len), -1.f, 1.f, rng());
     const auto m0 = test::random_uniform(static_cast<std::size_t>(len), -0.1f, 0.1f, rng());
@@ -294,8 +294,9 @@ TEST_F(DqnFusedTest, AdamEndTargetEqualsAdamThenEnd) {
       gpu::DeviceBuffer<std::byte> ws;
     };
     auto make = [&]() {
-      Bufs b{test::upload(p0, s()), test::upload(m0, s()),  test::upload(v0, s()),
-             test::upload(g0, s()), test::upload(t0, s()),  test::upload(pr0, s()),
+      Bufs b{test::upload(p0, s()),          test::upload(m0, s()),
+             test::upload(v0, s()),          test::upload(g0, s()),
+             test::upload(t0, s()),          test::upload(pr0, s()),
              gpu::DeviceBuffer<DqnState>(1), gpu::DeviceBuffer<std::byte>(kDqnEndWorkspaceBytes)};
       upload_state(b.st, h0, s());
       FH_CHECK(cudaMemsetAsync(b.ws.data(), 0, b.ws.bytes(), s()));
@@ -307,11 +308,11 @@ TEST_F(DqnFusedTest, AdamEndTargetEqualsAdamThenEnd) {
       DqnState* ws = want.st.data();
       gpu::adam_step_device(want.p.data() + o, want.m.data() + o, want.v.data() + o, want.g.data() + o, c.n, cfg,
                             &ws->lr, &ws->updates_applied, c.clip ? &ws->clip_scale : nullptr, &ws->skip, s());
-      dqn_end_and_target_update(ws, want.pr.data(), B, 7.f, want.t.data() + o, want.p.data() + o, c.n, c.tau,
-                                c.period, want.ws.data(), s());
+      dqn_end_and_target_update(ws, want.pr.data(), B, 7.f, want.t.data() + o, want.p.data() + o, c.n, c.tau, c.period,
+                                want.ws.data(), s());
       dqn_adam_end_and_target_update(got.st.data(), got.p.data() + o, got.m.data() + o, got.v.data() + o,
-                                     got.t.data() + o, got.pr.data(), got.g.data() + o, c.n, B, cfg, c.clip, 7.f,
-                                     c.tau, c.period, got.ws.data(), s());
+                                     got.t.data() + o, got.pr.data(), got.g.data() + o, c.n, B, cfg, c.clip, 7.f, c.tau,
+                                     c.period, got.ws.data(), s());
     }
     EXPECT_EQ(test::download(got.p, s()), test::download(want.p, s()));
     EXPECT_EQ(test::download(got.m, s()), test::download(want.m, s()));

@@ -57,8 +57,8 @@ struct HostBatch {
     actions.resize(B * static_cast<std::size_t>(c.net.branches));
     for (auto& a : actions) a = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(c.net.actions));
     upload(s);
-    view = DqnBatch{d_obs.data(), d_act.data(), d_ret.data(), d_disc.data(), d_next.data(), d_w.data(), nullptr,
-                    c.batch};
+    view =
+        DqnBatch{d_obs.data(), d_act.data(), d_ret.data(), d_disc.data(), d_next.data(), d_w.data(), nullptr, c.batch};
   }
   void upload(cudaStream_t s) {
     d_obs = test::upload(obs, s);
@@ -260,8 +260,8 @@ TEST_F(DqnLearnerTest, MetricsLeaveThroughTheExit) {
 // rounding, for dueling, BDQ and plain heads on a ReLU trunk.
 TEST_F(DqnLearnerTest, FusedHeadsMatchGemmHeads) {
   SCOPED_TRACE(seed_note());
-  for (const auto& base : {small_config(false, true, 1, 1), small_config(false, true, 3, 1),
-                           small_config(false, false, 1, 1)}) {
+  for (const auto& base :
+       {small_config(false, true, 1, 1), small_config(false, true, 3, 1), small_config(false, false, 1, 1)}) {
     auto gemm_cfg = base;
     gemm_cfg.net.fused_heads = false;
     DqnLearner fused(base, lane()), gemm(gemm_cfg, lane());

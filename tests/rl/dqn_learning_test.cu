@@ -36,8 +36,8 @@ namespace {
 class DqnLearning : public test::LaneTest {};
 
 struct Outcome {
-  double best_mean = 0;       // best mean return over >= 100 consecutive episodes (chunk-aligned)
-  std::int64_t solved_at = -1;  // transitions at the end of the first such window with mean >= 475
+  double best_mean = 0;                       // best mean return over >= 100 consecutive episodes (chunk-aligned)
+  std::int64_t solved_at = -1;                // transitions at the end of the first such window with mean >= 475
   double final_mean = 0, final_episodes = 0;  // the window that ends at total_steps
 };
 
@@ -106,12 +106,13 @@ Outcome train_cartpole(const DqnLearnerConfig& lc, const ReplayConfig& rc, std::
   }
   learner.publish_metrics();
   const DqnState m = learner.metrics().wait();
-  std::printf("  seed %llu: solved at %lld steps (best mean %.1f over >= 100 episodes); final window %.1f over %.0f "
-              "episodes; updates %lld, skips %u, loss %.4g, dead %u/%lld\n"
-              "    mean return of the last >= 100 episodes every 50k steps:%s\n",
-              static_cast<unsigned long long>(seed), static_cast<long long>(o.solved_at), o.best_mean, o.final_mean,
-              o.final_episodes, static_cast<long long>(m.updates_applied), m.skips_total,
-              static_cast<double>(m.loss), m.dead_units, static_cast<long long>(m.relu_units), curve.c_str());
+  std::printf(
+      "  seed %llu: solved at %lld steps (best mean %.1f over >= 100 episodes); final window %.1f over %.0f "
+      "episodes; updates %lld, skips %u, loss %.4g, dead %u/%lld\n"
+      "    mean return of the last >= 100 episodes every 50k steps:%s\n",
+      static_cast<unsigned long long>(seed), static_cast<long long>(o.solved_at), o.best_mean, o.final_mean,
+      o.final_episodes, static_cast<long long>(m.updates_applied), m.skips_total, static_cast<double>(m.loss),
+      m.dead_units, static_cast<long long>(m.relu_units), curve.c_str());
   return o;
 }
 
@@ -153,8 +154,8 @@ TEST_F(DqnLearning, CartPolePlainDqnCleanRlSettings) {
     c.target_period = 50;
     c.seed = seed;
     c.act_rows = 8;
-    const Outcome o = train_cartpole(c, cartpole_replay(10000, 128, 1, false, seed), 8,
-                                     DqnTrainSchedule{10000, 10, 1}, 500000, 10000, seed, lane());
+    const Outcome o = train_cartpole(c, cartpole_replay(10000, 128, 1, false, seed), 8, DqnTrainSchedule{10000, 10, 1},
+                                     500000, 10000, seed, lane());
     EXPECT_GE(o.solved_at, 0) << "seed " << seed << ": the mean over 100 episodes never reached 475 (best "
                               << o.best_mean << ")";
   }
@@ -185,8 +186,8 @@ TEST_F(DqnLearning, CartPoleRainbow) {
     c.priority_eps = 0.f;  // the replay adds its own
     c.seed = seed;
     c.act_rows = 8;
-    const Outcome o = train_cartpole(c, cartpole_replay(100000, 128, 3, true, seed), 8,
-                                     DqnTrainSchedule{5000, 8, 1}, 500000, 10000, seed, lane());
+    const Outcome o = train_cartpole(c, cartpole_replay(100000, 128, 3, true, seed), 8, DqnTrainSchedule{5000, 8, 1},
+                                     500000, 10000, seed, lane());
     EXPECT_GE(o.solved_at, 0) << "seed " << seed << ": the mean over 100 episodes never reached 475 (best "
                               << o.best_mean << ")";
   }
@@ -209,11 +210,11 @@ std::filesystem::path market_config_path(const std::string& name) {
 // a config file plus MarketConfig fields, nothing the product cannot say in a TOML file, and the
 // learner's settings.
 struct MarketRecipe {
-  std::string config;              // configs/markets/<config>
-  int window = 0;                  // > 0: market.window
-  bool log_return = false;         // reward.kind = "log_return" (instead of the config's reward) ...
-  double reward_scale = 0.0;       // ... > 0: reward.scale (0 keeps the config's)
-  double turnover_penalty = 0.0;   // added to reward.turnover_penalty (the Sharpe is always from equity returns)
+  std::string config;             // configs/markets/<config>
+  int window = 0;                 // > 0: market.window
+  bool log_return = false;        // reward.kind = "log_return" (instead of the config's reward) ...
+  double reward_scale = 0.0;      // ... > 0: reward.scale (0 keeps the config's)
+  double turnover_penalty = 0.0;  // added to reward.turnover_penalty (the Sharpe is always from equity returns)
   MarketLearning learning;
 };
 
@@ -238,11 +239,12 @@ MarketOutcome train_market(const MarketRecipe& r, std::uint64_t seed, std::int64
   const MarketOutcome res = run.score();
   run.learner().publish_metrics();
   const DqnState m = run.learner().metrics().wait();
-  std::printf("  seed %llu: greedy Sharpe %.3f (turnover %.1f / episode), oracle %.3f, buy-and-hold %.3f, random %.3f "
-              "(turnover %.1f); updates %lld, loss %.4g, q_mean %.4g\n",
-              static_cast<unsigned long long>(seed), res.greedy, res.greedy_turnover, res.oracle, res.hold, res.random,
-              res.random_turnover, static_cast<long long>(m.updates_applied), static_cast<double>(m.loss),
-              static_cast<double>(m.q_mean));
+  std::printf(
+      "  seed %llu: greedy Sharpe %.3f (turnover %.1f / episode), oracle %.3f, buy-and-hold %.3f, random %.3f "
+      "(turnover %.1f); updates %lld, loss %.4g, q_mean %.4g\n",
+      static_cast<unsigned long long>(seed), res.greedy, res.greedy_turnover, res.oracle, res.hold, res.random,
+      res.random_turnover, static_cast<long long>(m.updates_applied), static_cast<double>(m.loss),
+      static_cast<double>(m.q_mean));
   return res;
 }
 

@@ -292,8 +292,8 @@ TEST_F(DqnTargetsTest, AdamDeviceScalarsMatchHostScalars) {
   // Skip flag: nothing moves.
   std::vector<std::uint32_t> one{1};
   auto skip = test::upload(one, s());
-  gpu::adam_step_device(pb.data(), mb.data(), vb.data(), g.data(), n, cfg, lr.data(), step.data(), nullptr,
-                        skip.data(), s());
+  gpu::adam_step_device(pb.data(), mb.data(), vb.data(), g.data(), n, cfg, lr.data(), step.data(), nullptr, skip.data(),
+                        s());
   EXPECT_EQ(test::download(pb, s()), b);
 }
 

@@ -130,17 +130,22 @@ TEST_F(DqnTrainerTest, LearnsContextualBandit) {
     bump<<<1, 1, 0, cs>>>(env_counter.data());
   };
 
-  Ring ring{4096, gpu::DeviceBuffer<float>(4096 * kDim), gpu::DeviceBuffer<float>(4096 * kDim),
-            gpu::DeviceBuffer<float>(4096), gpu::DeviceBuffer<float>(4096), gpu::DeviceBuffer<std::int32_t>(4096),
-            gpu::DeviceBuffer<std::uint64_t>(1), gpu::DeviceBuffer<std::uint64_t>(1)};
+  Ring ring{4096,
+            gpu::DeviceBuffer<float>(4096 * kDim),
+            gpu::DeviceBuffer<float>(4096 * kDim),
+            gpu::DeviceBuffer<float>(4096),
+            gpu::DeviceBuffer<float>(4096),
+            gpu::DeviceBuffer<std::int32_t>(4096),
+            gpu::DeviceBuffer<std::uint64_t>(1),
+            gpu::DeviceBuffer<std::uint64_t>(1)};
   ring.head.zero(st);
   ring.counter.zero(st);
   gpu::DeviceBuffer<float> b_obs(B * kDim), b_next(B * kDim), b_ret(B), b_disc(B), b_w(B);
   gpu::DeviceBuffer<std::int32_t> b_act(B), b_idx(B);
   std::int64_t priority_calls = 0;
   DqnReplayHooks replay;
-  replay.batch = DqnBatch{b_obs.data(), b_act.data(), b_ret.data(), b_disc.data(), b_next.data(), b_w.data(),
-                          b_idx.data(), B};
+  replay.batch =
+      DqnBatch{b_obs.data(), b_act.data(), b_ret.data(), b_disc.data(), b_next.data(), b_w.data(), b_idx.data(), B};
   replay.insert = [&](const float* obs, const std::int32_t* act, const float* reward, const std::uint8_t* term,
                       const std::uint8_t*, const float* next, cudaStream_t cs) {
     ring_insert_kernel<<<1, 128, 0, cs>>>(ring.obs.data(), ring.next.data(), ring.ret.data(), ring.disc.data(),
@@ -150,9 +155,9 @@ TEST_F(DqnTrainerTest, LearnsContextualBandit) {
   };
   replay.sample = [&](cudaStream_t cs) {
     ring_sample_kernel<<<1, 128, 0, cs>>>(b_obs.data(), b_next.data(), b_act.data(), b_ret.data(), b_disc.data(),
-                                          b_w.data(), b_idx.data(), ring.obs.data(), ring.next.data(),
-                                          ring.act.data(), ring.ret.data(), ring.disc.data(), ring.head.data(),
-                                          ring.counter.data(), ring.cap, B);
+                                          b_w.data(), b_idx.data(), ring.obs.data(), ring.next.data(), ring.act.data(),
+                                          ring.ret.data(), ring.disc.data(), ring.head.data(), ring.counter.data(),
+                                          ring.cap, B);
     bump<<<1, 1, 0, cs>>>(ring.counter.data());
   };
   replay.update_priorities = [&](const std::int32_t*, const float*, std::int64_t n, cudaStream_t) {

@@ -22,10 +22,18 @@ class BenchMarketTest : public test::GpuTest {};
 
 struct Outputs {
   explicit Outputs(std::int64_t n, std::int64_t steps)
-      : obs(n * steps * K::obs_dim), final_obs(n * steps * K::obs_dim), reward(n * steps), te(n * steps), tr(n * steps) {}
+      : obs(n * steps * K::obs_dim),
+        final_obs(n * steps * K::obs_dim),
+        reward(n * steps),
+        te(n * steps),
+        tr(n * steps) {}
   StepOutputs view(std::int64_t offset_rows, std::int64_t /*n*/) {
-    return StepOutputs{obs.data() + offset_rows * K::obs_dim, reward.data() + offset_rows, te.data() + offset_rows,
-                       tr.data() + offset_rows, final_obs.data() + offset_rows * K::obs_dim, gpu::DType::f32};
+    return StepOutputs{obs.data() + offset_rows * K::obs_dim,
+                       reward.data() + offset_rows,
+                       te.data() + offset_rows,
+                       tr.data() + offset_rows,
+                       final_obs.data() + offset_rows * K::obs_dim,
+                       gpu::DType::f32};
   }
   gpu::DeviceBuffer<float> obs, final_obs, reward;
   gpu::DeviceBuffer<std::uint8_t> te, tr;

@@ -54,7 +54,8 @@ struct Buffers {
   explicit Buffers(std::int64_t n, std::int64_t steps)
       : obs(n * steps * 4), final_obs(n * steps * 4), reward(n * steps), terminated(n * steps), truncated(n * steps) {}
   StepOutputs outputs() {
-    return StepOutputs{obs.data(), reward.data(), terminated.data(), truncated.data(), final_obs.data(), gpu::DType::f32};
+    return StepOutputs{obs.data(),       reward.data(),    terminated.data(),
+                       truncated.data(), final_obs.data(), gpu::DType::f32};
   }
   void poison_all(cudaStream_t s) {
     test::poison(obs, s);
@@ -69,8 +70,8 @@ struct Buffers {
 
 TEST_F(CartPoleTest, StepForStepMatchesGymnasiumEquations) {
   SCOPED_TRACE(seed_note());
-  const std::int64_t n = 301;   // odd, not a multiple of the block
-  const int steps = 1100;       // long enough for controlled environments to be truncated twice
+  const std::int64_t n = 301;  // odd, not a multiple of the block
+  const int steps = 1100;      // long enough for controlled environments to be truncated twice
   CartPoleEnv env(n);
   Buffers b(n, 1);
   gpu::DeviceBuffer<std::int32_t> actions(n);
@@ -184,7 +185,7 @@ Trajectory run(std::int64_t n, std::uint64_t seed, const std::vector<std::int32_
   FH_CHECK(cudaMemsetAsync(b.final_obs.data(), 0, b.final_obs.bytes(), stream));
   for (std::int64_t t0 = 0; t0 < steps; t0 += per_call) {
     const std::int64_t k = std::min(per_call, steps - t0);
-    StepOutputs out{b.obs.data() + t0 * n * 4, b.reward.data() + t0 * n, b.terminated.data() + t0 * n,
+    StepOutputs out{b.obs.data() + t0 * n * 4,   b.reward.data() + t0 * n,        b.terminated.data() + t0 * n,
                     b.truncated.data() + t0 * n, b.final_obs.data() + t0 * n * 4, gpu::DType::f32};
     env.step(out, ActionInput{act.data() + t0 * n, nullptr}, k, stream);
   }

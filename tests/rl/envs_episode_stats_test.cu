@@ -1,9 +1,9 @@
 // The deterministic episode-statistics reduction against a double CPU reference.
 #include <algorithm>
 #include <cmath>
-#include <string>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "rl/envs/episode_stats.hpp"
@@ -20,8 +20,9 @@ std::vector<EpisodeAccum> random_accums(std::size_t n, std::mt19937_64& rng) {
   std::vector<EpisodeAccum> v(n);
   for (auto& a : v) {
     const double e = episodes(rng);
-    a = EpisodeAccum{e, e * u(rng), e * (1.5 + u(rng)), e * (100 + 50 * u(rng)), e * 0.1 * u(rng), e * u(rng),
-                     e * (1 + u(rng)), e * (0.2 + 0.1 * u(rng)), e * (3 + u(rng)), e * (20 + 5 * u(rng))};
+    a = EpisodeAccum{
+        e,          e * u(rng),       e * (1.5 + u(rng)),       e * (100 + 50 * u(rng)), e * 0.1 * u(rng),
+        e * u(rng), e * (1 + u(rng)), e * (0.2 + 0.1 * u(rng)), e * (3 + u(rng)),        e * (20 + 5 * u(rng))};
   }
   return v;
 }

@@ -12,7 +12,8 @@
 namespace foxhunt::rl {
 namespace {
 
-const std::filesystem::path kConfigs = std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "configs" / "markets";
+const std::filesystem::path kConfigs =
+    std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "configs" / "markets";
 
 // Expects parse_market_config(text) to throw a ConfigError whose message contains every part.
 ::testing::AssertionResult rejects(const std::string& text, const std::vector<std::string>& parts) {
@@ -22,7 +23,8 @@ const std::filesystem::path kConfigs = std::filesystem::path(__FILE__).parent_pa
     const std::string msg = e.what();
     if (msg.rfind("bad.toml", 0) != 0) return ::testing::AssertionFailure() << "message lacks the source: " << msg;
     for (const auto& p : parts)
-      if (msg.find(p) == std::string::npos) return ::testing::AssertionFailure() << "message lacks \"" << p << "\": " << msg;
+      if (msg.find(p) == std::string::npos)
+        return ::testing::AssertionFailure() << "message lacks \"" << p << "\": " << msg;
     return ::testing::AssertionSuccess();
   }
   return ::testing::AssertionFailure() << "accepted";
@@ -138,9 +140,10 @@ TEST(MarketConfigTest, RejectsBadPriceLevelAndRewardScale) {
   EXPECT_TRUE(rejects(kGbm + "[reward]\nscale = -2.0\n", {"reward.scale", "(0, 1e+06]", "-2"}));
   EXPECT_TRUE(rejects(kGbm + "[reward]\nscale = \"100\"\n", {"reward.scale", "must be a number"}));
   EXPECT_TRUE(rejects(kGbm + "[reward]\nscale = inf\n", {"reward.scale", "finite"}));
-  EXPECT_TRUE(rejects("[market]\nassets = 1\n[process]\nkind = \"replay\"\n[replay]\nfiles = [\"a.csv\"]\n"
-                      "[observation]\nprice_level = true\n",
-                      {"observation.price_level", "only allowed for process.kind = \"gbm\" or \"ou\""}));
+  EXPECT_TRUE(
+      rejects("[market]\nassets = 1\n[process]\nkind = \"replay\"\n[replay]\nfiles = [\"a.csv\"]\n"
+              "[observation]\nprice_level = true\n",
+              {"observation.price_level", "only allowed for process.kind = \"gbm\" or \"ou\""}));
   MarketConfig c = parse_market_config(kGbm, "ok.toml");
   c.reward_scale = 0.0;
   EXPECT_THROW(validate(c), ConfigError);
@@ -151,14 +154,16 @@ TEST(MarketConfigTest, RejectsSyntaxErrorsWithTheLine) {
 }
 
 TEST(MarketConfigTest, RejectsUnknownTablesAndKeys) {
-  EXPECT_TRUE(rejects(kGbm + "[foo]\nx = 1\n", {"foo", "unknown key", "market, process, execution, action, reward, observation, replay"}));
+  EXPECT_TRUE(rejects(kGbm + "[foo]\nx = 1\n",
+                      {"foo", "unknown key", "market, process, execution, action, reward, observation, replay"}));
   EXPECT_TRUE(rejects(kGbm + "[execution]\nfees = 1\n", {"execution.fees", "unknown key", "fee_bps", "borrow_rate"}));
   EXPECT_TRUE(rejects(kGbm + "[reward]\nkind = \"pnl\"\nsharpe = 1\n", {"reward.sharpe", "sharpe_eta"}));
   EXPECT_TRUE(rejects("[market]\nasset = 2\n", {"market.asset", "assets"}));
 }
 
 TEST(MarketConfigTest, RejectsWrongTypes) {
-  EXPECT_TRUE(rejects("[market]\nassets = \"two\"\n" + kGbm.substr(kGbm.find("[process]")), {"market.assets", "integer"}));
+  EXPECT_TRUE(
+      rejects("[market]\nassets = \"two\"\n" + kGbm.substr(kGbm.find("[process]")), {"market.assets", "integer"}));
   EXPECT_TRUE(rejects("[market]\nassets = 2.5\n", {"market.assets", "integer"}));
   EXPECT_TRUE(rejects(kGbm + "[execution]\nfee_bps = \"5\"\n", {"execution.fee_bps", "must be a number"}));
   EXPECT_TRUE(rejects(kGbm + "[execution]\nfee_bps = nan\n", {"execution.fee_bps", "finite"}));
@@ -185,7 +190,8 @@ TEST(MarketConfigTest, RejectsBadEnumsListingTheChoices) {
   std::string t = kGbm;
   t.replace(t.find("\"gbm\""), 5, "\"bm\"");
   EXPECT_TRUE(rejects(t, {"process.kind", "\"gbm\", \"ou\", \"replay\"", "\"bm\""}));
-  EXPECT_TRUE(rejects(kGbm + "[reward]\nkind = \"sharpe\"\n", {"reward.kind", "\"pnl\", \"log_return\", \"differential_sharpe\""}));
+  EXPECT_TRUE(rejects(kGbm + "[reward]\nkind = \"sharpe\"\n",
+                      {"reward.kind", "\"pnl\", \"log_return\", \"differential_sharpe\""}));
   EXPECT_TRUE(rejects(kGbm + "[action]\nkind = 3\n", {"action.kind", "\"discrete\", \"continuous\""}));
 }
 
@@ -217,9 +223,11 @@ sigma = [0.1, 0.2]
   three.replace(three.find("sigma = [0.1, 0.2]"), 18, "sigma = [0.1, 0.2, 0.3]");
   three.replace(three.find("[[0.9, 0.2], [0.5, 0.5]]"), 24, "[[0.9, 0.1], [0.5, 0.5]]");
   EXPECT_TRUE(rejects(three, {"process.regimes.sigma", "2 rows"}));
-  EXPECT_TRUE(rejects(kGbm + "[process.jumps]\nintensity = 1000.0\n", {"process.jumps.intensity * market.dt", "[0, 1]"}));
+  EXPECT_TRUE(
+      rejects(kGbm + "[process.jumps]\nintensity = 1000.0\n", {"process.jumps.intensity * market.dt", "[0, 1]"}));
   EXPECT_TRUE(rejects(kGbm + "[process.jumps]\nrate = 1.0\n", {"process.jumps.rate", "intensity, mean, stddev"}));
-  EXPECT_TRUE(rejects(kGbm + "[replay]\nfiles = [\"a.csv\"]\n", {"replay", "only allowed for process.kind = \"replay\""}));
+  EXPECT_TRUE(
+      rejects(kGbm + "[replay]\nfiles = [\"a.csv\"]\n", {"replay", "only allowed for process.kind = \"replay\""}));
   EXPECT_TRUE(rejects("[market]\nassets = 2\n[process]\nkind = \"replay\"\n[replay]\nfiles = [\"a.csv\"]\n",
                       {"replay.files", "one file per asset (2)"}));
   EXPECT_TRUE(rejects("[market]\nassets = 1\n[process]\nkind = \"replay\"\n", {"replay", "missing table"}));

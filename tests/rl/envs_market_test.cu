@@ -33,11 +33,10 @@ Snapshot snapshot(const MarketEnv& env, cudaStream_t s) {
   const MarketState& st = env.state();
   const std::size_t n = static_cast<std::size_t>(env.num_envs());
   const std::size_t an = n * env.config().assets;
-  return Snapshot{test::download(st.log_price, an, s), test::download(st.holdings, an, s),
-                  test::download(st.cost_basis, an, s),   test::download(st.cash, n, s),
-                  test::download(st.peak_equity, n, s),   test::download(st.dsr_a, n, s),
-                  test::download(st.dsr_b, n, s),         test::download(st.regime, n, s),
-                  test::download(st.episode_step, n, s)};
+  return Snapshot{
+      test::download(st.log_price, an, s), test::download(st.holdings, an, s),   test::download(st.cost_basis, an, s),
+      test::download(st.cash, n, s),       test::download(st.peak_equity, n, s), test::download(st.dsr_a, n, s),
+      test::download(st.dsr_b, n, s),      test::download(st.regime, n, s),      test::download(st.episode_step, n, s)};
 }
 
 struct StepBuffers {
@@ -151,8 +150,12 @@ RefOut ref_step(const MarketConfig& c, const Snapshot& s, std::size_t i, std::si
   const double ret = equity_new / equity - 1;
   double reward = 0;
   switch (c.reward) {
-    case RewardKind::pnl: reward = (equity_new - equity) / c.initial_cash; break;
-    case RewardKind::log_return: reward = std::log(equity_new / equity); break;
+    case RewardKind::pnl:
+      reward = (equity_new - equity) / c.initial_cash;
+      break;
+    case RewardKind::log_return:
+      reward = std::log(equity_new / equity);
+      break;
     case RewardKind::differential_sharpe: {
       const double a0 = s.dsr_a[i], b0 = s.dsr_b[i], var = b0 - a0 * a0;
       reward = var > 1e-12 ? (b0 * (ret - a0) - 0.5 * a0 * (ret * ret - b0)) / std::pow(var, 1.5) : 0.0;
@@ -168,8 +171,7 @@ RefOut ref_step(const MarketConfig& c, const Snapshot& s, std::size_t i, std::si
   return o;
 }
 
-void run_accounting(cudaStream_t stream, std::mt19937_64& rng, std::uint64_t seed, ActionMode mode,
-                    RewardKind reward) {
+void run_accounting(cudaStream_t stream, std::mt19937_64& rng, std::uint64_t seed, ActionMode mode, RewardKind reward) {
   const MarketConfig c = accounting_config(mode, reward);
   const std::int64_t n = 67, steps = 150;  // crosses two episode ends
   const int A = c.assets;
@@ -217,8 +219,8 @@ void run_accounting(cudaStream_t stream, std::mt19937_64& rng, std::uint64_t see
         for (int a = 0; a < A; ++a) ASSERT_EQ(now.q[a * n + i], 0.0);
         continue;
       }
-      const RefOut o = ref_step(c, prev, static_cast<std::size_t>(i), static_cast<std::size_t>(n), &ha[i * A], &hc[i * A],
-                                now.x);
+      const RefOut o =
+          ref_step(c, prev, static_cast<std::size_t>(i), static_cast<std::size_t>(n), &ha[i * A], &hc[i * A], now.x);
       const double tol = 1e-9 * c.initial_cash;  // a thousandth of a cent on a million
       ASSERT_NEAR(now.cash[i], o.cash, tol) << "cash";
       double gross = 0;
@@ -229,8 +231,10 @@ void run_accounting(cudaStream_t stream, std::mt19937_64& rng, std::uint64_t see
         const bool held = o.hold[a];
         holds += held;
         trades += !held && now.q[a * n + i] != prev.q[a * n + i];
-        if (held) ASSERT_EQ(now.q[a * n + i], prev.q[a * n + i]) << "held asset traded";
-        else ASSERT_LE(std::abs(now.q[a * n + i] * S), c.position_limit * o.equity * (1 + 1e-12)) << "position limit";
+        if (held)
+          ASSERT_EQ(now.q[a * n + i], prev.q[a * n + i]) << "held asset traded";
+        else
+          ASSERT_LE(std::abs(now.q[a * n + i] * S), c.position_limit * o.equity * (1 + 1e-12)) << "position limit";
         gross += std::abs(now.q[a * n + i] * S) / o.equity;
       }
       ASSERT_LE(gross, std::max(c.leverage_cap, o.gross_held) + 1e-12) << "leverage cap";
@@ -254,8 +258,8 @@ void run_accounting(cudaStream_t stream, std::mt19937_64& rng, std::uint64_t see
     prev = now;
   }
   EXPECT_GT(checked, n * steps * 9 / 10);
-  EXPECT_GT(trades, checked);     // most steps trade something
-  EXPECT_GT(holds, checked / 20);  // holds were exercised
+  EXPECT_GT(trades, checked);       // most steps trade something
+  EXPECT_GT(holds, checked / 20);   // holds were exercised
   EXPECT_GT(capped, checked / 20);  // the leverage cap bound
   EXPECT_EQ(resets, 2 * n);
 }
@@ -308,7 +312,7 @@ TEST_F(MarketTest, FeesSpreadAndBorrowAreExact) {
   double cash = e0;
   cash -= q0 * s0 * (1 - 5e-4) + 1e-3 * std::abs(q0) * s0;  // sell at the bid, pay the fee
   cash -= q1 * s1 * (1 + 5e-4) + 1e-3 * q1 * s1;            // buy at the ask, pay the fee
-  cash -= 0.1 * dt * (-q0 * s0);                              // only the short pays borrow
+  cash -= 0.1 * dt * (-q0 * s0);                            // only the short pays borrow
   s = snapshot(env, stream());
   EXPECT_EQ(s.x[0], std::log(100.0)) << "a frozen price must not move";
   EXPECT_NEAR(s.cash[0], cash, 1e-9 * e0);
@@ -494,8 +498,8 @@ std::vector<float> run_random(const MarketConfig& c, std::int64_t n, int steps, 
     market_policy_actions(act.data() + t * n * c.assets, nullptr, scratch, BaselinePolicy::random, 99, t, stream);
   for (std::int64_t t0 = 0; t0 < steps; t0 += per_call) {
     const std::int64_t k = std::min<std::int64_t>(per_call, steps - t0);
-    StepOutputs o{b.obs.data() + t0 * n * d, b.reward.data() + t0 * n, b.te.data() + t0 * n, b.tr.data() + t0 * n,
-                  b.final_obs.data() + t0 * n * d, gpu::DType::f32};
+    StepOutputs o{b.obs.data() + t0 * n * d, b.reward.data() + t0 * n,        b.te.data() + t0 * n,
+                  b.tr.data() + t0 * n,      b.final_obs.data() + t0 * n * d, gpu::DType::f32};
     env.step(o, ActionInput{act.data() + t0 * n * c.assets, nullptr}, k, stream);
   }
   if (rewards) *rewards = test::download(b.reward, stream);
@@ -581,7 +585,8 @@ double ref_level(const MarketConfig& c, double x, int regime, int a) {
   const double sigma = c.sigma[k];
   if (c.process == PriceProcess::ou)
     return (x - std::log(c.initial_price[a]) - c.theta[k]) / (sigma / std::sqrt(2.0 * c.kappa[k]));
-  return (x - std::log(c.initial_price[a])) / (sigma * std::sqrt(c.dt) * std::sqrt(static_cast<double>(c.episode_length)));
+  return (x - std::log(c.initial_price[a])) /
+         (sigma * std::sqrt(c.dt) * std::sqrt(static_cast<double>(c.episode_length)));
 }
 
 // f32 output of a double value: one rounding, plus the f32 parameters of the price law (the OU
@@ -657,7 +662,8 @@ void check_price_level(const MarketConfig& base, std::uint64_t seed, std::mt1993
       const float* f = &fin[i * d];
       for (std::int64_t j = 0; j < d0; ++j) ASSERT_EQ(f[j], fin0[i * d0 + j]) << "final column " << j;
       for (int a = 0; a < A; ++a) {
-        const double x_end = prev_x[a * n + i] + static_cast<double>(f[(W - 1) * A + a]) / static_cast<double>(env.params().ret_scale[a]);
+        const double x_end = prev_x[a * n + i] +
+                             static_cast<double>(f[(W - 1) * A + a]) / static_cast<double>(env.params().ret_scale[a]);
         bool match = false;
         for (int r = 0; r < R && !match; ++r) match = level_near(f[d0 + a], ref_level(c, x_end, r, a));
         ASSERT_TRUE(match) << "final level of asset " << a << ": " << f[d0 + a];

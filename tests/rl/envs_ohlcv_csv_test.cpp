@@ -2,10 +2,10 @@
 // rejected with the file, the line and the reason, one test per case.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -56,9 +56,9 @@ std::string with_line(const std::string& text, int line, const std::string& repl
 
 TEST(OhlcvCsvTest, ParsesOneFilePerAsset) {
   std::string text = "Date, Close ,Open,High,Low,Volume,Adj Close\r\n";
-  const char* rows[] = {"2024-01-02,10,9.5,10.5,9,100,1", "2024-01-03,11,10,11.5,9.8,120,1",
+  const char* rows[] = {"2024-01-02,10,9.5,10.5,9,100,1",         "2024-01-03,11,10,11.5,9.8,120,1",
                         "2024-01-04 00:00,12,11,12.5,10.9,130,1", "2024-01-05T00:00:00Z,13,12,13.5,11.9,0,1",
-                        "\"2024-01-08\",14,13,14.5,12.9,10,1", "2024-01-09,15,14,15.5,13.9,10,1"};
+                        "\"2024-01-08\",14,13,14.5,12.9,10,1",    "2024-01-09,15,14,15.5,13.9,10,1"};
   for (const char* r : rows) text += std::string(r) + "\r\n";
   text += "\n";
   std::string other = "timestamp,open,high,low,close,volume\n";
@@ -72,7 +72,7 @@ TEST(OhlcvCsvTest, ParsesOneFilePerAsset) {
   EXPECT_EQ(d.close[5], 15.0);
   EXPECT_EQ(d.open[1], 10.0);
   EXPECT_EQ(d.volume[3], 0.0);
-  EXPECT_EQ(d.close[6], 100.0);  // asset 1 starts at bars
+  EXPECT_EQ(d.close[6], 100.0);            // asset 1 starts at bars
   EXPECT_EQ(d.timestamps[0], 1704153600);  // 2024-01-02 UTC
   EXPECT_EQ(d.timestamps[1] - d.timestamps[0], 86400);
 }
@@ -100,7 +100,8 @@ TEST(OhlcvCsvTest, RejectsAMissingColumn) {
 }
 
 TEST(OhlcvCsvTest, RejectsANonNumericField) {
-  EXPECT_TRUE(rejects(with_line(bars(6), 3, "1060,abc,102,100,101,1000"), "3", "non-numeric field in column 'open': 'abc'"));
+  EXPECT_TRUE(
+      rejects(with_line(bars(6), 3, "1060,abc,102,100,101,1000"), "3", "non-numeric field in column 'open': 'abc'"));
   EXPECT_TRUE(rejects(with_line(bars(6), 4, "1120,101,102,100,,1000"), "4", "non-numeric field in column 'close'"));
   EXPECT_TRUE(rejects(with_line(bars(6), 2, "1000,1.5x,102,100,101,1000"), "2", "non-numeric field in column 'open'"));
 }
@@ -175,7 +176,7 @@ TEST(OhlcvCsvTest, LoadsFilesNamedByAReplayConfig) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "AAA.csv") << bars(40);
   std::ofstream(dir / "market.toml") << "[market]\nassets = 1\nwindow = 8\nepisode_length = 20\n"
-                                         "[process]\nkind = \"replay\"\n[replay]\nfiles = [\"AAA.csv\"]\n";
+                                        "[process]\nkind = \"replay\"\n[replay]\nfiles = [\"AAA.csv\"]\n";
   const MarketConfig c = load_market_config(dir / "market.toml");
   const OhlcvData d = load_ohlcv(c);
   EXPECT_EQ(d.bars, 40);

@@ -9,8 +9,8 @@
 
 namespace foxhunt::test {
 
-inline void expect_stationary_pair(const std::vector<double>& a, const std::vector<double>& b, double mean,
-                                   double var, double rho, double extra_rho_slack = 0.0) {
+inline void expect_stationary_pair(const std::vector<double>& a, const std::vector<double>& b, double mean, double var,
+                                   double rho, double extra_rho_slack = 0.0) {
   const double n = static_cast<double>(a.size());
   double ma = 0, mb = 0;
   for (std::size_t i = 0; i < a.size(); ++i) ma += a[i], mb += b[i];

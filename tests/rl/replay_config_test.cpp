@@ -155,10 +155,10 @@ TEST(ReplaySlotAllocatorTest, NStepWindowReachesBackAcrossBlocks) {
   SlotAllocator s(1000, 4);
   const int p = s.add_producer(2);
   const int q = s.add_producer(5);
-  s.reserve(p, 1);  // steps 0      globals 0..1
-  s.reserve(q, 3);  //              globals 2..16
-  s.reserve(p, 1);  // step 1       globals 17..18
-  s.reserve(p, 2);  // steps 2..3   globals 19..22
+  s.reserve(p, 1);                        // steps 0      globals 0..1
+  s.reserve(q, 3);                        //              globals 2..16
+  s.reserve(p, 1);                        // step 1       globals 17..18
+  s.reserve(p, 2);                        // steps 2..3   globals 19..22
   const Reservation r = s.reserve(p, 5);  // steps 4..8, globals 23..32
   const NStepWindow& w = r.window;
   // Steps 1..3 (n - 1 = 3 back) are recomputed: blocks [1], [2..3] and the new one.

@@ -74,8 +74,8 @@ inline HostSample download_sample(const SampledBatchView& v, const TransitionLay
   s.weights = test::download(v.weights, b, stream);
   s.obs = test::download(v.obs, b * static_cast<std::size_t>(layout.obs_dim), stream);
   s.next_obs = test::download(v.next_obs, b * static_cast<std::size_t>(layout.obs_dim), stream);
-  s.actions = test::download(static_cast<const std::uint32_t*>(v.actions), b * static_cast<std::size_t>(layout.action_dim),
-                             stream);
+  s.actions = test::download(static_cast<const std::uint32_t*>(v.actions),
+                             b * static_cast<std::size_t>(layout.action_dim), stream);
   s.returns = test::download(v.returns, b, stream);
   s.discounts = test::download(v.discounts, b, stream);
   return s;
@@ -110,7 +110,8 @@ inline void insert_rows(ReplayBuffer& rb, int producer, std::int64_t rows, std::
 }
 
 // Priority update from host indices and TD errors, synchronously.
-inline void update(ReplayBuffer& rb, const std::vector<std::int32_t>& idx, const std::vector<float>& td, cudaStream_t stream) {
+inline void update(ReplayBuffer& rb, const std::vector<std::int32_t>& idx, const std::vector<float>& td,
+                   cudaStream_t stream) {
   auto d_idx = test::upload(idx, stream);
   auto d_td = test::upload(td, stream);
   rb.update_priorities(d_idx.data(), d_td.data(), static_cast<std::int64_t>(idx.size()), stream);
@@ -137,8 +138,7 @@ inline void apply_update(std::vector<double>& ref, const std::vector<std::int32_
 // The device leaves equal the reference ones (float rounding of p^alpha).
 inline void expect_leaves(const ReplayBuffer& rb, const std::vector<double>& ref, cudaStream_t stream) {
   const auto leaves = download_leaves(rb, stream);
-  for (std::size_t j = 0; j < ref.size(); ++j)
-    ASSERT_NEAR(leaves[j], ref[j], 1e-6 * ref[j]) << "slot " << j;
+  for (std::size_t j = 0; j < ref.size(); ++j) ASSERT_NEAR(leaves[j], ref[j], 1e-6 * ref[j]) << "slot " << j;
 }
 
 // A leaf in the tree's fixed point, as the device quantizes it (p * 2^shift is exact in double;

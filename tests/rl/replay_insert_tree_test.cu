@@ -68,8 +68,8 @@ void insert_and_check(ReplayBuffer& rb, int p, std::int64_t rows, std::vector<do
     }
     ASSERT_EQ(actions[s], static_cast<std::uint32_t>(h.actions[rr])) << "row " << r;
     ASSERT_EQ(rewards[s], h.rewards[rr]) << "row " << r;
-    const std::uint8_t f = static_cast<std::uint8_t>((h.terminated[rr] ? kTerminatedBit : 0) |
-                                                     (h.truncated[rr] ? kTruncatedBit : 0));
+    const std::uint8_t f =
+        static_cast<std::uint8_t>((h.terminated[rr] ? kTerminatedBit : 0) | (h.truncated[rr] ? kTruncatedBit : 0));
     ASSERT_EQ(flags[s], f) << "row " << r;
   }
 }
@@ -102,7 +102,8 @@ TEST_F(ReplayInsertTreeTest, OneKernelInsertsOfEveryShapeKeepDataLeavesAndTreeEx
     // capacity - 1 (wraps, ends inside the first insert's node), the whole capacity (wraps onto
     // its own first node), batch 1 again, and a capacity insert from a node-aligned start.
     std::vector<std::int64_t> sizes = {1, 127, 128, 129, 300, 4096, C - 1, C, 1, 5000, 129};
-    const std::int64_t to_aligned = (128 - (1 + 127 + 128 + 129 + 300 + 4096 + (C - 1) + C + 1 + 5000 + 129) % 128) % 128;
+    const std::int64_t to_aligned =
+        (128 - (1 + 127 + 128 + 129 + 300 + 4096 + (C - 1) + C + 1 + 5000 + 129) % 128) % 128;
     if (to_aligned > 0) sizes.push_back(to_aligned);
     sizes.push_back(C);
     for (std::size_t i = 0; i < sizes.size(); ++i) {

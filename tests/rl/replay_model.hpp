@@ -48,9 +48,12 @@ inline HostBlock random_block(std::int64_t steps, std::int64_t envs, std::int64_
   b.truncated.assign(static_cast<std::size_t>(rows), 0);
   for (std::int64_t r = 0; r < rows; ++r) {
     const double c = coin(rng);
-    if (c < p_end * 0.45) b.terminated[r] = 1;
-    else if (c < p_end * 0.9) b.truncated[r] = 1;
-    else if (c < p_end) b.terminated[r] = b.truncated[r] = 1;  // terminated wins
+    if (c < p_end * 0.45)
+      b.terminated[r] = 1;
+    else if (c < p_end * 0.9)
+      b.truncated[r] = 1;
+    else if (c < p_end)
+      b.terminated[r] = b.truncated[r] = 1;  // terminated wins
   }
   return b;
 }

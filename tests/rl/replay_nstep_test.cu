@@ -92,13 +92,12 @@ TEST_P(ReplayNStepTest, ReturnsDiscountsAndBootstrapSlotsMatchTheCpuModel) {
   EXPECT_EQ(download_state(rb, stream()).size, model.size());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, ReplayNStepTest,
-    ::testing::Values(NStepCase{100000, 4, {3, 5}, 40, 9},     // no wrap; windows over several blocks
-                      NStepCase{61, 3, {2, 3, 1}, 60, 7},      // small odd ring, wraps many times
-                      NStepCase{1000, 1, {4}, 20, 30},         // one-step returns
-                      NStepCase{5000, 32, {1, 2}, 120, 2},     // longest window over 1-2 step blocks
-                      NStepCase{4099, 5, {64}, 30, 20}));      // blocks of up to 1280 rows, wrapping
+INSTANTIATE_TEST_SUITE_P(Cases, ReplayNStepTest,
+                         ::testing::Values(NStepCase{100000, 4, {3, 5}, 40, 9},  // no wrap; windows over several blocks
+                                           NStepCase{61, 3, {2, 3, 1}, 60, 7},   // small odd ring, wraps many times
+                                           NStepCase{1000, 1, {4}, 20, 30},      // one-step returns
+                                           NStepCase{5000, 32, {1, 2}, 120, 2},  // longest window over 1-2 step blocks
+                                           NStepCase{4099, 5, {64}, 30, 20}));   // blocks of up to 1280 rows, wrapping
 
 }  // namespace
 }  // namespace foxhunt::rl

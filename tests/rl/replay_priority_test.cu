@@ -83,8 +83,7 @@ TEST_F(ReplayPriorityTest, RepeatedIndicesLargestWinsAndLaterUpdatesReplace) {
   for (int round = 0; round < 4; ++round) {
     // Half the entries repeat an index already in the batch, at random positions.
     std::vector<std::int32_t> idx(4096);
-    for (std::size_t i = 0; i < idx.size(); ++i)
-      idx[i] = (i > 0 && (rng()() & 1)) ? idx[rng()() % i] : pick(rng());
+    for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = (i > 0 && (rng()() & 1)) ? idx[rng()() % i] : pick(rng());
     const std::vector<float> td = test::random_uniform(idx.size(), 0.0f, round % 2 ? 0.5f : 4.0f, rng());
     update(rb, idx, td, stream());
     std::map<std::int32_t, double> best;
@@ -95,7 +94,8 @@ TEST_F(ReplayPriorityTest, RepeatedIndicesLargestWinsAndLaterUpdatesReplace) {
     }
     for (const auto& [i, p] : best) ref[i] = p;  // replaces whatever an earlier round set
     const auto leaves = download_leaves(rb, stream());
-    for (std::int64_t j = 0; j < C; ++j) ASSERT_NEAR(leaves[j], ref[j], 1e-6 * ref[j]) << "round " << round << " slot " << j;
+    for (std::int64_t j = 0; j < C; ++j)
+      ASSERT_NEAR(leaves[j], ref[j], 1e-6 * ref[j]) << "round " << round << " slot " << j;
     expect_tree_consistent(rb, stream());
     if (HasFatalFailure()) return;
   }

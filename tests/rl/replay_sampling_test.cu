@@ -32,7 +32,8 @@ struct CpuPriorities {
   explicit CpuPriorities(std::int64_t capacity) : leaf(static_cast<std::size_t>(capacity), 0.0) {}
 
   void insert(std::int64_t first_global, std::int64_t rows) {
-    for (std::int64_t r = 0; r < rows; ++r) leaf[static_cast<std::size_t>((first_global + r) % leaf.size())] = max_priority;
+    for (std::int64_t r = 0; r < rows; ++r)
+      leaf[static_cast<std::size_t>((first_global + r) % leaf.size())] = max_priority;
   }
   // Repeated indices: the largest priority wins.
   void update(const std::vector<std::int32_t>& idx, const std::vector<float>& td, double alpha, double eps) {
@@ -189,8 +190,8 @@ std::vector<std::int64_t> draw_prioritized(Harness& h, SampledBatch& out, int ca
 
 // Chi-square of counts against expected probabilities (bins with expectation 0 must stay empty),
 // with bins merged by `group(j)` into `groups` groups.
-double chi_square_p(const std::vector<std::int64_t>& counts, const std::vector<double>& weight,
-                    std::int64_t groups, const std::function<std::int64_t(std::int64_t)>& group) {
+double chi_square_p(const std::vector<std::int64_t>& counts, const std::vector<double>& weight, std::int64_t groups,
+                    const std::function<std::int64_t(std::int64_t)>& group) {
   std::vector<double> obs(static_cast<std::size_t>(groups), 0.0), expct(static_cast<std::size_t>(groups), 0.0);
   double n = 0, wsum = 0;
   for (std::size_t j = 0; j < counts.size(); ++j) {

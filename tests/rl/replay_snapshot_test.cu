@@ -94,11 +94,12 @@ class ReplaySnapshotTest : public test::GpuTest {
     const RingView r = rb.ring_view();
     const auto C = static_cast<std::size_t>(c.capacity);
     const std::size_t obs = C * static_cast<std::size_t>(c.layout.obs_dim) * gpu::dtype_size(c.layout.obs_dtype);
-    auto bytes = [&](const void* p, std::size_t n) { return test::download(static_cast<const std::uint8_t*>(p), n, s); };
-    std::vector<std::vector<std::uint8_t>> d = {bytes(r.obs, obs),          bytes(r.next_obs, obs),
-                                                bytes(r.actions, C * 4),    bytes(r.rewards, C * 4),
-                                                bytes(r.flags, C),          bytes(r.returns, C * 4),
-                                                bytes(r.discounts, C * 4),  bytes(r.bootstrap, C * 4)};
+    auto bytes = [&](const void* p, std::size_t n) {
+      return test::download(static_cast<const std::uint8_t*>(p), n, s);
+    };
+    std::vector<std::vector<std::uint8_t>> d = {
+        bytes(r.obs, obs), bytes(r.next_obs, obs),  bytes(r.actions, C * 4),   bytes(r.rewards, C * 4),
+        bytes(r.flags, C), bytes(r.returns, C * 4), bytes(r.discounts, C * 4), bytes(r.bootstrap, C * 4)};
     if (const TreeView* t = rb.tree_view()) {
       const TreeShape& sh = rb.tree_shape();
       d.push_back(bytes(t->leaves, static_cast<std::size_t>(sh.padded[0]) * 8));

@@ -29,9 +29,9 @@ ReplayConfig stress_config(std::int64_t capacity) {
   c.layout.obs_dim = 4;
   c.batch_size = std::min<std::int64_t>(1024, capacity / 2);  // a batch must fit the ring
   c.n_step = 3;
-  c.alpha = 1.0f;   // leaf = |td| + eps: the extremes reach the tree unchanged
-  c.eps = 1e-37f;   // td = 0 gives a priority a few times FLT_MIN
-  c.beta = 1.0f;    // the smallest weights there are
+  c.alpha = 1.0f;  // leaf = |td| + eps: the extremes reach the tree unchanged
+  c.eps = 1e-37f;  // td = 0 gives a priority a few times FLT_MIN
+  c.beta = 1.0f;   // the smallest weights there are
   c.beta_final = 1.0f;
   c.seed = 0xfeedULL;
   return c;
@@ -44,10 +44,14 @@ std::vector<float> extreme_td(std::size_t n, std::mt19937_64& rng, bool overflow
   std::vector<float> td(n);
   for (auto& x : td) {
     const double c = coin(rng);
-    if (c < 0.3) x = 0.0f;
-    else if (c < 0.4) x = 1e30f;
-    else if (overflow && c < 0.401) x = 3e38f;
-    else x = static_cast<float>(std::pow(10.0, expo(rng))) * (coin(rng) < 0.5 ? -1.0f : 1.0f);
+    if (c < 0.3)
+      x = 0.0f;
+    else if (c < 0.4)
+      x = 1e30f;
+    else if (overflow && c < 0.401)
+      x = 3e38f;
+    else
+      x = static_cast<float>(std::pow(10.0, expo(rng))) * (coin(rng) < 0.5 ? -1.0f : 1.0f);
   }
   return td;
 }
@@ -86,7 +90,8 @@ void expect_heavy_share(const std::vector<std::int64_t>& counts, const std::vect
   }
   ASSERT_GT(draws, 0);
   const double want = heavy / total, got = static_cast<double>(heavy_draws) / static_cast<double>(draws);
-  const double tol = 5.0 * std::sqrt(want * (1.0 - want) / static_cast<double>(draws)) + 10.0 / static_cast<double>(draws);
+  const double tol =
+      5.0 * std::sqrt(want * (1.0 - want) / static_cast<double>(draws)) + 10.0 / static_cast<double>(draws);
   EXPECT_NEAR(got, want, tol) << heavy_draws << " of " << draws << " draws on capped slots";
 }
 
@@ -245,10 +250,14 @@ TEST_F(ReplayStressTest, DeepTreeUpdatesAndWrappingInsertsStayConsistent) {
     SCOPED_TRACE("round " + std::to_string(round));
     std::vector<std::int32_t> idx(round == 1 ? 8192 : 4096);
     for (std::size_t i = 0; i < idx.size(); ++i) {
-      if (i > 0 && rng()() % 4 == 0) idx[i] = idx[rng()() % i];  // repeats
-      else if (round == 0) idx[i] = anywhere(rng());
-      else if (round == 1) idx[i] = first_top(rng());  // all below top node 0: several drain rounds
-      else idx[i] = rng()() % 8 == 0 ? empty(rng()) : seventh_top(rng());  // top node 8 is still empty
+      if (i > 0 && rng()() % 4 == 0)
+        idx[i] = idx[rng()() % i];  // repeats
+      else if (round == 0)
+        idx[i] = anywhere(rng());
+      else if (round == 1)
+        idx[i] = first_top(rng());  // all below top node 0: several drain rounds
+      else
+        idx[i] = rng()() % 8 == 0 ? empty(rng()) : seventh_top(rng());  // top node 8 is still empty
     }
     idx.push_back(-1);  // skipped
     std::vector<float> td(idx.size());

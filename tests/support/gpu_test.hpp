@@ -102,15 +102,14 @@ inline double rel_error(std::span<const float> got, std::span<const double> ref)
 }
 
 // Element-wise check with a readable failure: |got - ref| <= atol + rtol * |ref|, NaN fails.
-inline ::testing::AssertionResult all_close(std::span<const float> got, std::span<const double> ref,
-                                            double rtol = 1e-5, double atol = 1e-6) {
-  if (got.size() != ref.size())
-    return ::testing::AssertionFailure() << "size " << got.size() << " != " << ref.size();
+inline ::testing::AssertionResult all_close(std::span<const float> got, std::span<const double> ref, double rtol = 1e-5,
+                                            double atol = 1e-6) {
+  if (got.size() != ref.size()) return ::testing::AssertionFailure() << "size " << got.size() << " != " << ref.size();
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double err = std::abs(static_cast<double>(got[i]) - ref[i]);
     if (!(err <= atol + rtol * std::abs(ref[i])))
-      return ::testing::AssertionFailure() << "element " << i << ": got " << got[i] << ", want " << ref[i]
-                                           << " (|err| " << err << ", rtol " << rtol << ", atol " << atol << ")";
+      return ::testing::AssertionFailure() << "element " << i << ": got " << got[i] << ", want " << ref[i] << " (|err| "
+                                           << err << ", rtol " << rtol << ", atol " << atol << ")";
   }
   return ::testing::AssertionSuccess();
 }
