@@ -67,19 +67,6 @@ std::string f32_text(float v) {
   return buf;
 }
 
-// The configuration keys that define what the stored data means: a mismatch rejects the file.
-std::map<std::string, std::string> defining_keys(const ReplayConfig& c) {
-  return {{"replay.capacity", std::to_string(c.capacity)},
-          {"replay.layout.obs_dim", std::to_string(c.layout.obs_dim)},
-          {"replay.layout.obs_dtype", std::string(gpu::dtype_name(c.layout.obs_dtype))},
-          {"replay.layout.action_kind", action_kind_name(c.layout.action_kind)},
-          {"replay.layout.action_dim", std::to_string(c.layout.action_dim)},
-          {"replay.mode", c.mode == SamplingMode::prioritized ? "prioritized" : "uniform"},
-          {"replay.n_step", std::to_string(c.n_step)},
-          {"replay.gamma", f32_text(c.gamma)},
-          {"replay.alpha", f32_text(c.alpha)}};
-}
-
 // Written for the record, not checked: they shape later sampling, not the stored data.
 std::map<std::string, std::string> informational_keys(const ReplayConfig& c) {
   return {{"replay.beta", f32_text(c.beta)},
@@ -133,6 +120,19 @@ std::string join(const std::vector<std::string>& items) {
 
 }  // namespace
 
+// The configuration keys that define what the stored data means: a mismatch rejects the file.
+std::map<std::string, std::string> replay_snapshot_keys(const ReplayConfig& c) {
+  return {{"replay.capacity", std::to_string(c.capacity)},
+          {"replay.layout.obs_dim", std::to_string(c.layout.obs_dim)},
+          {"replay.layout.obs_dtype", std::string(gpu::dtype_name(c.layout.obs_dtype))},
+          {"replay.layout.action_kind", action_kind_name(c.layout.action_kind)},
+          {"replay.layout.action_dim", std::to_string(c.layout.action_dim)},
+          {"replay.mode", c.mode == SamplingMode::prioritized ? "prioritized" : "uniform"},
+          {"replay.n_step", std::to_string(c.n_step)},
+          {"replay.gamma", f32_text(c.gamma)},
+          {"replay.alpha", f32_text(c.alpha)}};
+}
+
 void ReplayBuffer::save(const std::filesystem::path& path, cudaStream_t stream) const {
   // Checkpoint I/O: the device state comes to the host here, after everything enqueued on `stream`.
   FH_CHECK(cudaStreamSynchronize(stream));
@@ -152,7 +152,7 @@ void ReplayBuffer::save(const std::filesystem::path& path, cudaStream_t stream) 
                      nullptr,
                      std::as_bytes(std::span(slot_words))});
 
-  std::map<std::string, std::string> meta = defining_keys(config_);
+  std::map<std::string, std::string> meta = replay_snapshot_keys(config_);
   meta.merge(informational_keys(config_));
   meta.emplace("format", kFormat);
   meta.emplace("version", kVersion);
@@ -177,7 +177,7 @@ void ReplayBuffer::load(const std::filesystem::path& path, cudaStream_t stream) 
   if (meta_value("format") != kFormat) problems.push_back("format is '" + meta_value("format") + "', not " + kFormat);
   if (meta_value("version") != kVersion)
     problems.push_back("version '" + meta_value("version") + "' (this build reads " + kVersion + ")");
-  for (const auto& [key, want] : defining_keys(config_))
+  for (const auto& [key, want] : replay_snapshot_keys(config_))
     if (meta_value(key) != want) problems.push_back(key + " is " + meta_value(key) + " in the file, " + want + " here");
   fail_if_any();  // a different configuration: the tensor shapes below would only repeat it
 

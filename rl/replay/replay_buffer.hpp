@@ -20,7 +20,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "gpu/buffer.hpp"
 #include "rl/replay/config.hpp"
@@ -99,5 +101,10 @@ class ReplayBuffer {
   bool has_tree_ = false;
   gpu::DeviceBuffer<ReplayState> state_;
 };
+
+// The metadata keys of a replay checkpoint that define what its data means (capacity, layout,
+// mode, n-step, gamma, alpha): load() rejects a file whose values differ from these; a host-only
+// checker (actors/checkpoint_check) compares them without a device.
+std::map<std::string, std::string> replay_snapshot_keys(const ReplayConfig& config);
 
 }  // namespace foxhunt::rl
