@@ -32,6 +32,13 @@ std::vector<DeviceInfo> list_devices() {
   return out;
 }
 
+DeviceMemory device_memory(int ordinal) {
+  FH_CHECK(cudaSetDevice(ordinal));
+  DeviceMemory m;
+  FH_CHECK(cudaMemGetInfo(&m.free, &m.total));
+  return m;
+}
+
 int sm_count() {
   static thread_local std::array<int, 64> cache{};
   int dev = 0;

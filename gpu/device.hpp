@@ -18,6 +18,13 @@ struct DeviceInfo {
 // Number of usable devices; 0 with `why` filled in when there is no driver or no device.
 int device_count(std::string* why = nullptr);
 std::vector<DeviceInfo> list_devices();
+// Free and total memory of device `ordinal` as cudaMemGetInfo reports them (makes it current,
+// creating its context). A run's memory estimate is compared against `free` before the stages
+// allocate anything.
+struct DeviceMemory {
+  std::size_t free = 0, total = 0;
+};
+DeviceMemory device_memory(int ordinal);
 // Multiprocessor count of the current device, cached per device (launch-grid sizing).
 int sm_count();
 
