@@ -1,0 +1,82 @@
+#include "actors/memory_estimate.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include "actors/env_shape.hpp"
+#include "actors/stage_factory.hpp"
+#include "actors/transition_slot.hpp"
+#include "gpu/arena.hpp"
+#include "gpu/context.hpp"
+#include "models/q_network.hpp"
+
+namespace foxhunt::actors {
+
+std::int64_t workspace_floats_per_row(const std::vector<std::int64_t>& hidden, std::int64_t outputs) {
+  const std::int64_t sum = std::accumulate(hidden.begin(), hidden.end(), std::int64_t{0});
+  const std::int64_t widest = hidden.empty() ? 0 : *std::max_element(hidden.begin(), hidden.end());
+  // Forward: pre-activation and activation per hidden layer; backward: three scratch rows of the
+  // widest layer; heads: value, advantage, logits and their gradients.
+  return 2 * sum + 3 * widest + 4 * (outputs + 1);
+}
+
+MemoryEstimate estimate_memory(const RunConfig& c) {
+  const EnvShape env = env_shape(c);
+  const rl::DqnLearnerConfig lc = dqn_learner_config(c, env.obs_dim, env.branches, env.actions);
+  gpu::ParameterArena arena;  // declarations only: nothing is allocated
+  models::QNetwork(lc.net).declare(arena);
+  MemoryEstimate m;
+  m.parameters = arena.padded_count();
+  const std::size_t P = static_cast<std::size_t>(m.parameters) * sizeof(float);
+  const std::int64_t outputs = lc.net.branches * lc.net.actions * lc.net.atoms;
+  const std::size_t row = static_cast<std::size_t>(workspace_floats_per_row(lc.net.hidden, outputs)) * sizeof(float);
+  const auto B = static_cast<std::size_t>(c.replay.batch_size), N = static_cast<std::size_t>(c.env.num_envs);
+  const std::size_t update_rows = (c.learner.double_dqn ? 2 : 1) * B + B;  // online (s; s') + target (s')
+  // A DqnLearner: two arenas of four arrays, its update workspaces, its acting rows, the double
+  // DQN observation pair and the per-row loss buffers.
+  const std::size_t learner_object = 8 * P + (update_rows + N) * row +
+                                     (c.learner.double_dqn ? 2 * B : 0) * env.obs_dim * sizeof(float) +
+                                     B * (3 + static_cast<std::size_t>(outputs)) * sizeof(float);
+
+  const rl::ReplayConfig rc = dqn_replay_config(c, env.obs_dim, env.branches);
+  const std::size_t batch_bytes = B * (rc.layout.bytes_per_transition() + 3 * sizeof(float));
+  m.replay = rc.device_bytes() + static_cast<std::size_t>(c.pipeline.batches) * batch_bytes;
+  m.learner = learner_object + 4 * P /* snapshot ring */ + 2 * P /* published policies */;
+  const TransitionSlotLayout slot = TransitionSlotLayout::make(c.env.steps_per_slot, c.env.num_envs, rc.layout);
+  m.collector = learner_object + static_cast<std::size_t>(c.pipeline.slots) * slot.bytes +
+                3 * N * static_cast<std::size_t>(env.obs_dim) * sizeof(float) + env.state_bytes();
+  m.fixed = kDeviceContexts * gpu::DeviceContext::kDefaultWorkspace + kGraphAllowanceBytes;
+  return m;
+}
+
+std::string human_bytes(std::size_t b) {
+  char buf[32];
+  const double v = static_cast<double>(b);
+  if (b >= (std::size_t{1} << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", v / double(1ull << 30));
+  else if (b >= (std::size_t{1} << 20))
+    std::snprintf(buf, sizeof buf, "%.1f MiB", v / double(1ull << 20));
+  else if (b >= 1024)
+    std::snprintf(buf, sizeof buf, "%.1f KiB", v / 1024.0);
+  else
+    std::snprintf(buf, sizeof buf, "%zu B", b);
+  return buf;
+}
+
+std::string format_memory_table(const MemoryEstimate& m) {
+  std::string s = "estimated device memory (Q-network: " + std::to_string(m.parameters) + " parameters)\n";
+  auto line = [&](const char* what, std::size_t b) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "  %-10s %12s  %15zu bytes\n", what, human_bytes(b).c_str(), b);
+    s += buf;
+  };
+  line("replay", m.replay);
+  line("learner", m.learner);
+  line("collector", m.collector);
+  line("fixed", m.fixed);
+  line("total", m.total());
+  return s;
+}
+
+}  // namespace foxhunt::actors

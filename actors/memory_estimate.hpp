@@ -1,0 +1,45 @@
+#pragma once
+// The device memory a run needs, estimated on the host from its config, so that `foxhunt check`
+// can print it and `foxhunt train` can refuse a run that cannot fit before a cudaMalloc fails
+// half-way through building the stages. What each stage allocates (actors/stage_factory.cpp):
+//   replay     rl::ReplayConfig::device_bytes() (ring, priority tree, state) and the
+//              pipeline.batches sampled batches in flight;
+//   learner    online and target arenas (params, grads, Adam m and v each), the policy snapshot
+//              ring and the published double buffer (parameter copies), the update workspaces
+//              (activations and gradients for batch rows, twice the rows with double DQN);
+//   collector  its acting network (a full learner: the same two arenas and workspaces, acting
+//              rows = env.num_envs), the transition slots, three observation buffers, env state;
+//   fixed      one cuBLASLt workspace per device context, plus an allowance for captured graphs,
+//              kernels' scratch and the allocator's rounding.
+// Activations are estimated per row, not measured: the figure is a floor with a margin, not a
+// promise (the fixed allowance absorbs the small buffers not listed).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "actors/run_config.hpp"
+
+namespace foxhunt::actors {
+
+struct MemoryEstimate {
+  std::int64_t parameters = 0;  // one Q-network's padded parameter count
+  std::size_t replay = 0, learner = 0, collector = 0, fixed = 0;
+  std::size_t total() const { return replay + learner + collector + fixed; }
+};
+
+inline constexpr std::size_t kGraphAllowanceBytes = std::size_t{256} << 20;
+inline constexpr int kDeviceContexts = 2;  // the learner's and the collector's cuBLASLt handles
+
+// Throws std::invalid_argument (naming the key) when the config's environment cannot be sized.
+MemoryEstimate estimate_memory(const RunConfig& config);
+
+// Float activations (and their gradients) one row of a forward + backward through this network.
+std::int64_t workspace_floats_per_row(const std::vector<std::int64_t>& hidden, std::int64_t outputs);
+
+// The table `foxhunt check` prints: replay, learner, collector, fixed, total (MiB and bytes).
+std::string format_memory_table(const MemoryEstimate& estimate);
+
+// "1.50 GiB" / "12.3 MiB" / "512 B".
+std::string human_bytes(std::size_t bytes);
+
+}  // namespace foxhunt::actors
