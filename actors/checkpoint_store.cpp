@@ -79,11 +79,17 @@ void CheckpointStore::attach(std::string file_name, std::string text) {
   attachments_.emplace_back(std::move(file_name), std::move(text));
 }
 
-std::optional<fs::path> CheckpointStore::latest(const fs::path& root) {
+std::optional<std::string> CheckpointStore::latest_name(const fs::path& root) {
   std::ifstream in(root / "latest");
   std::string name;
   if (!(in >> name)) return std::nullopt;
-  fs::path dir = root / name;
+  return name;
+}
+
+std::optional<fs::path> CheckpointStore::latest(const fs::path& root) {
+  const std::optional<std::string> name = latest_name(root);
+  if (!name) return std::nullopt;
+  fs::path dir = root / *name;
   if (!fs::is_directory(dir)) return std::nullopt;
   return dir;
 }

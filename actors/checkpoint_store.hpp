@@ -37,6 +37,9 @@ class CheckpointStore {
   void attach(std::string file_name, std::string text);
   // The newest complete checkpoint under root (nullopt when none).
   static std::optional<std::filesystem::path> latest(const std::filesystem::path& root);
+  // The name <root>/latest holds (nullopt when the file is absent or empty), whether or not that
+  // checkpoint exists: resolve_checkpoint reports a dangling `latest` with it.
+  static std::optional<std::string> latest_name(const std::filesystem::path& root);
   // counters.json of a checkpoint directory; std::runtime_error naming the file when unreadable.
   static Counters read_counters(const std::filesystem::path& dir);
 

@@ -76,6 +76,33 @@ void write_spans(const std::filesystem::path& file, const std::vector<DeviceSpan
   gpu::write_file_atomically(file, pieces, "environment state");
 }
 
+std::vector<std::pair<std::string, std::size_t>> read_span_headers(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + file.string());
+  std::string magic, version;
+  std::size_t count = 0;
+  in >> magic >> version >> count;
+  in.get();
+  if (!in || magic != "foxhunt-env-state" || version != "v1")
+    throw std::runtime_error(file.string() + ": not a foxhunt-env-state v1 file");
+  const std::uintmax_t size = std::filesystem::file_size(file);
+  std::vector<std::pair<std::string, std::size_t>> arrays;
+  for (std::size_t k = 0; k < count; ++k) {
+    std::string name;
+    std::size_t bytes = 0;
+    in >> name >> bytes;
+    in.get();
+    if (!in) throw std::runtime_error(file.string() + ": array " + std::to_string(k) + " has no header line");
+    const auto at = static_cast<std::uintmax_t>(in.tellg());
+    if (at + bytes > size)
+      throw std::runtime_error(file.string() + ": truncated in \"" + name + "\" (" + std::to_string(bytes) +
+                               " bytes declared, " + std::to_string(size - at) + " left)");
+    in.seekg(static_cast<std::streamoff>(bytes), std::ios::cur);
+    arrays.emplace_back(std::move(name), bytes);
+  }
+  return arrays;
+}
+
 void read_spans(const std::filesystem::path& file, const std::vector<DeviceSpan>& spans, cudaStream_t stream) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw std::runtime_error("cannot read " + file.string());

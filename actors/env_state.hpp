@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rl/envs/vec_env.hpp"
@@ -31,6 +32,10 @@ std::vector<DeviceSpan> env_state_spans(rl::VecEnv& env);
 // one file: a header line "foxhunt-env-state v1 <count>", then per span "<name> <bytes>\n" and the
 // raw bytes. Throws std::runtime_error naming the file.
 void write_spans(const std::filesystem::path& file, const std::vector<DeviceSpan>& spans, cudaStream_t stream);
+// The arrays such a file holds, as (name, bytes), without reading their data (host only: the
+// checkpoint validator). std::runtime_error naming the file when the header is malformed or the
+// file is shorter than its arrays.
+std::vector<std::pair<std::string, std::size_t>> read_span_headers(const std::filesystem::path& file);
 // Reads such a file into the spans (names and sizes must match: std::runtime_error naming the
 // first mismatch) and uploads on `stream`; synchronizes before returning.
 void read_spans(const std::filesystem::path& file, const std::vector<DeviceSpan>& spans, cudaStream_t stream);

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "actors/checkpoint_check.hpp"
 #include "actors/checkpoint_store.hpp"
 #include "actors/completion_poller.hpp"
 #include "actors/dqn_stages.hpp"
@@ -20,9 +21,34 @@ namespace foxhunt::actors {
 namespace fs = std::filesystem;
 
 fs::path resolve_checkpoint(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::exists(p, ec)) throw std::invalid_argument(p.string() + ": no such directory");
+  if (!fs::is_directory(p, ec)) throw std::invalid_argument(p.string() + ": not a directory");
   if (fs::exists(p / "counters.json")) return p;
-  if (auto latest = CheckpointStore::latest(p / "checkpoints")) return *latest;
-  if (auto latest = CheckpointStore::latest(p)) return *latest;
+  for (const fs::path& root : {p / "checkpoints", p}) {
+    const fs::path latest = root / "latest";
+    const fs::file_status link = fs::symlink_status(latest, ec);
+    if (!fs::exists(link)) continue;
+    std::string name;
+    if (fs::is_symlink(link)) {  // a link to the checkpoint directory
+      name = fs::read_symlink(latest, ec).string();
+      if (fs::is_directory(latest, ec)) {
+        if (!fs::exists(latest / "counters.json"))
+          throw std::invalid_argument(latest.string() + " names " + name + ", which has no counters.json (incomplete)");
+        return fs::canonical(latest);
+      }
+    } else if (const auto n = CheckpointStore::latest_name(root)) {
+      name = *n;
+      if (fs::is_directory(root / name)) {
+        if (!fs::exists(root / name / "counters.json"))
+          throw std::invalid_argument(latest.string() + " names " + name + ", which has no counters.json (incomplete)");
+        return root / name;
+      }
+    } else {
+      throw std::invalid_argument(latest.string() + " is empty (it should name the newest checkpoint directory)");
+    }
+    throw std::invalid_argument(latest.string() + " names " + name + ", which does not exist");
+  }
   throw std::invalid_argument(p.string() + ": no checkpoint there (neither counters.json nor checkpoints/latest)");
 }
 
@@ -114,6 +140,7 @@ class ProgressReporter {
 
 TrainOutcome run_training(const TrainRequest& req) {
   const RunConfig& cfg = req.config;
+  if (req.resume) require_resumable(cfg, *req.resume);  // before anything is created
   fs::create_directories(req.run_dir);
   {
     std::ofstream out(req.run_dir / "config.resolved.toml");

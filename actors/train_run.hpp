@@ -17,7 +17,8 @@ namespace foxhunt::actors {
 
 // --resume / --checkpoint accept a checkpoint directory (it holds counters.json) or a run
 // directory (its checkpoints/latest) or a checkpoint root (its latest). std::invalid_argument
-// naming the path when there is none.
+// naming the path when there is none, and naming `latest` and its target when that target does
+// not exist ("runs/a/checkpoints/latest names step_000000001000, which does not exist").
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& p);
 
 // The resolved config of the run a checkpoint belongs to: <checkpoint>/config.resolved.toml, else
@@ -40,7 +41,8 @@ struct TrainOutcome {
 };
 
 // Throws (before anything runs) std::invalid_argument / std::runtime_error for a configuration
-// or checkpoint that cannot run; otherwise the run's outcome (failures are in result.outcome).
+// or checkpoint that cannot run (a resume is checked by require_resumable before the run
+// directory is created); otherwise the run's outcome (failures are in result.outcome).
 // checkpoint.replay = "always" (with every_env_steps > 0): the run goes in segments ending at each
 // multiple of every_env_steps, each a run_pipeline with its own complete final checkpoint (replay
 // buffer included: the periodic one), the next resuming from it as --resume would; the outcome,
