@@ -35,7 +35,8 @@ install(CODE "
   endforeach()
 ")
 
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/configs/ DESTINATION share/foxhunt/configs OPTIONAL)
+# foxhunt and the test binaries look for them there first (actors/shipped_configs.hpp).
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/configs/ DESTINATION share/foxhunt/configs)
 if(EXISTS ${PROJECT_SOURCE_DIR}/bench/torch_baselines)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/bench/torch_baselines/ DESTINATION share/foxhunt/bench)
 endif()

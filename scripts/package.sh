@@ -7,3 +7,9 @@ prefix=${1:-$FOXHUNT_ROOT/dist}
 rm -rf "$prefix"
 cmake --install "$FOXHUNT_BUILD" --prefix "$prefix" --strip >&2  # symbols stripped: the folder must stay under 64 MiB
 log "packaged $(du -sh "$prefix" | cut -f1) into $prefix"
+# The folder is self-contained: its shipped configs (share/foxhunt/configs) and the market files
+# they name must check from inside it, with no source tree in reach (run from /).
+for f in "$prefix"/share/foxhunt/configs/*.toml; do
+  (cd / && env -u FOXHUNT_CONFIGS "$prefix/bin/foxhunt" check --config "$f" >/dev/null) ||
+    { log "error: the packaged $f does not pass foxhunt check"; exit 1; }
+done

@@ -27,6 +27,7 @@
 #include "actors/dqn_stages.hpp"
 #include "actors/train_run.hpp"
 #include "tests/support/gpu_test.hpp"
+#include "tests/support/paths.hpp"
 
 using namespace foxhunt;
 using namespace foxhunt::actors;
@@ -48,9 +49,7 @@ struct Variant {
 };
 
 std::string config_text(std::int64_t total, const Variant& v = {}) {
-  const fs::path market =
-      (fs::path(__FILE__).parent_path() / ".." / ".." / "configs" / "markets" / "ou_mean_reversion.toml")
-          .lexically_normal();
+  const fs::path market = test::configs_dir() / "markets" / "ou_mean_reversion.toml";
   const std::string env = v.env == "cartpole"
                               ? std::string("[env]\nkind = \"cartpole\"\nnum_envs = 64\n")
                               : "[env]\nkind = \"market\"\nmarket = \"" + market.string() + "\"\nnum_envs = 64\n";

@@ -19,6 +19,7 @@
 #include "actors/evaluate.hpp"
 #include "actors/train_run.hpp"
 #include "tests/support/gpu_test.hpp"
+#include "tests/support/paths.hpp"
 
 using namespace foxhunt;
 using namespace foxhunt::actors;
@@ -26,7 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kConfigs = (fs::path(__FILE__).parent_path() / ".." / ".." / "configs").lexically_normal();
+const fs::path kConfigs = test::configs_dir();
 
 const EvalRow& row(const EvalReport& r, const std::string& policy) {
   for (const auto& x : r.rows)
