@@ -1,15 +1,21 @@
 #pragma once
-// Each subcommand registers itself on the CLI11 app and records its exit code.
+// Each subcommand registers itself on the CLI11 app with the run's Console: where it prints and
+// where it records its exit code (so tests run the real commands and read both).
 #include <CLI/CLI.hpp>
+
+#include <ostream>
 
 namespace foxhunt::apps {
 
-void add_devices_command(CLI::App& app);
-void add_train_commands(CLI::App& app);  // train (apps/commands_train.cpp)
-void add_eval_command(CLI::App& app);    // eval (apps/commands_eval.cpp)
+struct Console {
+  std::ostream& out;  // results: tables, the resolved config
+  std::ostream& err;  // errors and warnings
+  int exit_code = 0;  // set by the subcommand that ran (0 unless it reported a failure)
+};
 
-// The exit code set by the subcommand that ran (0 unless it reported a failure).
-int exit_code();
-void set_exit_code(int code);
+void add_devices_command(CLI::App& app, Console& console);  // apps/commands_devices.cpp
+void add_train_command(CLI::App& app, Console& console);    // apps/commands_train.cpp
+void add_check_command(CLI::App& app, Console& console);    // apps/commands_check.cpp
+void add_eval_command(CLI::App& app, Console& console);     // apps/commands_eval.cpp
 
 }  // namespace foxhunt::apps

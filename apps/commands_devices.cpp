@@ -6,26 +6,24 @@
 #include "gpu/device.hpp"
 
 namespace foxhunt::apps {
-namespace {
-int g_exit_code = 0;
-}
 
-int exit_code() { return g_exit_code; }
-void set_exit_code(int code) { g_exit_code = code; }
-
-void add_devices_command(CLI::App& app) {
+void add_devices_command(CLI::App& app, Console& io) {
   auto* cmd = app.add_subcommand("devices", "List the CUDA devices with name, memory and SM count");
-  cmd->callback([] {
+  cmd->callback([&io] {
     std::string why;
     if (gpu::device_count(&why) == 0) {
-      std::fprintf(stderr, "foxhunt: no CUDA device present (%s)\n", why.c_str());
-      set_exit_code(1);
+      io.err << "foxhunt: no CUDA device present (" << why << ")\n";
+      io.exit_code = 1;
       return;
     }
-    std::printf("%-4s %-28s %12s %5s %5s %8s\n", "id", "name", "memory", "SMs", "cc", "L2");
-    for (const auto& d : gpu::list_devices())
-      std::printf("%-4d %-28s %8.1f GiB %5d %3d.%d %5.0f MB\n", d.ordinal, d.name.c_str(),
-                  d.total_memory / double(1ull << 30), d.sm_count, d.cc_major, d.cc_minor, d.l2_bytes / 1e6);
+    char line[160];
+    std::snprintf(line, sizeof line, "%-4s %-28s %12s %5s %5s %8s\n", "id", "name", "memory", "SMs", "cc", "L2");
+    io.out << line;
+    for (const auto& d : gpu::list_devices()) {
+      std::snprintf(line, sizeof line, "%-4d %-28s %8.1f GiB %5d %3d.%d %5.0f MB\n", d.ordinal, d.name.c_str(),
+                    d.total_memory / double(1ull << 30), d.sm_count, d.cc_major, d.cc_minor, d.l2_bytes / 1e6);
+      io.out << line;
+    }
   });
 }
 

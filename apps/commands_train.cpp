@@ -1,10 +1,11 @@
-// `foxhunt train --config FILE [--resume DIR] [--run-dir DIR]`: the CLI around
-// actors::run_training (actors/train_run.hpp).
+// `foxhunt train --config FILE [--resume DIR] [--run-dir DIR] [--overwrite]`: the CLI around
+// actors::run_training (actors/train_run.hpp). Order: every host check (config, checkpoint, run
+// directory, memory estimate), then the device (present, run.device among them, free memory),
+// and only then the run directory is created: a refused run writes nothing.
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include <cstdio>
 #include <ctime>
 #include <exception>
 #include <filesystem>
@@ -13,6 +14,8 @@
 
 #include "actors/train_run.hpp"
 #include "apps/commands.hpp"
+#include "apps/run_checks.hpp"
+#include "apps/run_dir.hpp"
 #include "gpu/device.hpp"
 
 namespace foxhunt::apps {
@@ -41,49 +44,101 @@ void setup_logging(const fs::path& run_dir, const std::string& level) {
 
 struct TrainArgs {
   std::string config, resume, run_dir;
+  bool overwrite = false;
 };
 
-int train(const TrainArgs& a) {
-  TrainRequest req;
-  bool translated = false;
+// run.device among the devices present, and the estimate within its free memory. Returns the
+// problem ("" when the run fits).
+std::string device_problem(const RunConfig& config, const MemoryEstimate& memory, int count) {
+  const int d = config.run.device;
+  if (d < 0 || d >= count) {
+    std::string list;
+    for (const auto& info : gpu::list_devices())
+      list += "\n  " + std::to_string(info.ordinal) + ": " + info.name + " (" + human_bytes(info.total_memory) + ")";
+    return "run.device = " + std::to_string(d) + ": this machine has " + std::to_string(count) +
+           (count == 1 ? " device" : " devices") + " (run.device in [0, " + std::to_string(count - 1) + "]):" + list;
+  }
+  const gpu::DeviceMemory m = gpu::device_memory(d);
+  if (memory.total() > m.free)
+    return "the run needs an estimated " + human_bytes(memory.total()) + " of device memory (replay " +
+           human_bytes(memory.replay) + ", learner " + human_bytes(memory.learner) + ", collector " +
+           human_bytes(memory.collector) + ", fixed " + human_bytes(memory.fixed) + "), device " + std::to_string(d) +
+           " has " + human_bytes(m.free) + " free of " + human_bytes(m.total) +
+           ": lower replay.capacity, learner.hidden or env.num_envs (foxhunt check prints the estimate)";
+  return "";
+}
+
+int train(const TrainArgs& a, Console& io) {
+  CheckedRun run;
+  RunDirPlan dir;
   try {
-    req.config = load_run_config(a.config, &translated);
-    if (!a.resume.empty()) req.resume = resolve_checkpoint(a.resume);
+    run = check_run(a.config, a.resume);
+    const fs::path path =
+        a.run_dir.empty() ? fs::path("runs") / (run.config.run.name + "-" + timestamp()) : fs::path(a.run_dir);
+    dir = plan_run_dir(path, a.overwrite, run.resume);
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "foxhunt train: %s\n", e.what());
+    io.err << "foxhunt train: " << e.what() << "\n";
     return 2;
   }
-  // Before anything is written: without a device there is no run, so no run directory either.
   std::string why;
-  if (gpu::device_count(&why) == 0) {
-    std::fprintf(stderr, "foxhunt train: needs a CUDA device: %s\n", why.empty() ? "none found" : why.c_str());
+  const int count = gpu::device_count(&why);
+  if (count == 0) {
+    io.err << "foxhunt train: needs a CUDA device: " << (why.empty() ? "none found" : why)
+           << " (foxhunt check validates a config without one)\n";
     return 1;
   }
-  req.run_dir = a.run_dir.empty() ? fs::path("runs") / (req.config.run.name + "-" + timestamp()) : fs::path(a.run_dir);
-  fs::create_directories(req.run_dir);
-  setup_logging(req.run_dir, req.config.logging.level);
-  spdlog::info("run directory {}", fs::absolute(req.run_dir).string());
-  if (translated)
-    spdlog::info("{}: DQN-trainer schema, translated to the actor pipeline (resolved config in {})", a.config,
-                 (fs::absolute(req.run_dir) / "config.resolved.toml").string());
+  if (const std::string problem = device_problem(run.config, run.memory, count); !problem.empty()) {
+    io.err << "foxhunt train: " << problem << "\n";
+    return 2;
+  }
+  try {
+    prepare_run_dir(dir);
+  } catch (const std::invalid_argument& e) {
+    io.err << "foxhunt train: " << e.what() << "\n";
+    return 2;
+  }
+  setup_logging(dir.dir, run.config.logging.level);
+  if (!dir.replaced.empty())
+    spdlog::warn("--overwrite: replaced the contents of {}: {}", dir.dir.string(), [&] {
+      std::string s;
+      for (const auto& e : dir.replaced) s += (s.empty() ? "" : ", ") + e;
+      return s;
+    }());
+  spdlog::info("run directory {}", fs::absolute(dir.dir).string());
+  spdlog::info("estimated device memory {} (replay {}, learner {}, collector {}, fixed {})",
+               human_bytes(run.memory.total()), human_bytes(run.memory.replay), human_bytes(run.memory.learner),
+               human_bytes(run.memory.collector), human_bytes(run.memory.fixed));
+  TrainRequest req;
+  req.config = run.config;
+  req.run_dir = dir.dir;
+  req.resume = run.resume;
   req.stop_signal = &install_stop_signals();
-  TrainOutcome out = run_training(req);
-  const RunResult& r = out.result;
-  if (!r.outcome.ok()) std::fprintf(stderr, "foxhunt train: failed: %s\n", r.outcome.reason.c_str());
-  return r.exit_code();
+  try {
+    const TrainOutcome out = run_training(req);
+    const RunResult& r = out.result;
+    if (!r.outcome.ok()) io.err << "foxhunt train: failed: " << r.outcome.reason << "\n";
+    return r.exit_code();
+  } catch (const std::exception& e) {
+    io.err << "foxhunt train: " << e.what() << "\n";
+    return 1;
+  }
 }
 
 }  // namespace
 
-void add_train_commands(CLI::App& app) {
+void add_train_command(CLI::App& app, Console& io) {
   auto args = std::make_shared<TrainArgs>();
   auto* t = app.add_subcommand("train", "Train an agent with the actor pipeline (progress, metrics, checkpoints)");
-  t->add_option("--config", args->config, "TOML run configuration (see configs/)")
+  t->add_option("--config", args->config, "TOML run configuration (foxhunt check --help: where the shipped ones are)")
       ->required()
       ->check(CLI::ExistingFile);
-  t->add_option("--resume", args->resume, "checkpoint directory, or a run directory to continue from its latest");
-  t->add_option("--run-dir", args->run_dir, "where logs, metrics and checkpoints go (default runs/<name>-<time>)");
-  t->callback([args] { set_exit_code(train(*args)); });
+  t->add_option("--resume", args->resume,
+                "checkpoint directory, or a run directory to continue from its latest; the resumed run writes "
+                "into a new --run-dir (its step count continues)");
+  t->add_option("--run-dir", args->run_dir,
+                "where logs, metrics and checkpoints go (default runs/<name>-<time>); must be new or empty");
+  t->add_flag("--overwrite", args->overwrite, "replace the contents of a non-empty --run-dir (listed in the log)");
+  t->callback([args, &io] { io.exit_code = train(*args, io); });
 }
 
 }  // namespace foxhunt::apps

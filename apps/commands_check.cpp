@@ -1,0 +1,55 @@
+// `foxhunt check --config FILE [--resume DIR]`: the checks `foxhunt train` runs before it touches
+// the device, without a device: the config and the files it names, the checkpoint to resume, the
+// device-memory estimate. Prints the resolved config (every default filled in) and the estimate;
+// exit 0 when the run can start, 2 with every problem of the first bad file otherwise.
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "actors/memory_estimate.hpp"
+#include "actors/run_config.hpp"
+#include "actors/shipped_configs.hpp"
+#include "apps/commands.hpp"
+#include "apps/run_checks.hpp"
+
+namespace foxhunt::apps {
+
+namespace {
+struct CheckArgs {
+  std::string config, resume;
+};
+}  // namespace
+
+void add_check_command(CLI::App& app, Console& io) {
+  auto args = std::make_shared<CheckArgs>();
+  const std::filesystem::path shipped = actors::shipped_configs_dir();
+  auto* c = app.add_subcommand("check",
+                               "Validate a run config, the files it names and a checkpoint to resume, without a GPU; "
+                               "print the resolved config and the estimated device memory");
+  c->add_option(
+       "--config", args->config,
+       "TOML run configuration" + (shipped.empty() ? std::string() : " (shipped ones: " + shipped.string() + ")"))
+      ->required()
+      ->check(CLI::ExistingFile);
+  c->add_option("--resume", args->resume, "checkpoint (or run) directory that `train --resume` would read");
+  c->callback([args, &io] {
+    CheckedRun run;
+    try {
+      run = check_run(args->config, args->resume);
+    } catch (const std::invalid_argument& e) {
+      io.err << "foxhunt check: " << e.what() << "\n";
+      io.exit_code = 2;
+      return;
+    }
+    io.out << "# " << args->config << ": ok; the resolved config (every default filled in):\n"
+           << actors::resolved_toml(run.config) << "\n";
+    io.out << "device: run.device = " << run.config.run.device
+           << " (not checked without a GPU: `foxhunt devices` lists the devices of a GPU host)\n";
+    io.out << actors::format_memory_table(run.memory);
+    if (run.resume)
+      io.out << "resume: " << run.resume->string() << ": ok (env_steps " << run.resume_counters.env_steps
+             << ", updates " << run.resume_counters.updates << ")\n";
+  });
+}
+
+}  // namespace foxhunt::apps

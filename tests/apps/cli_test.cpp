@@ -1,0 +1,297 @@
+// Bad input to the `foxhunt` command line, tried as a new user would, through the real command
+// code (apps::run_cli): each refusal names the flag, key or path, and leaves nothing on disk.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "actors/run_config.hpp"
+#include "apps/cli.hpp"
+#include "gpu/device.hpp"
+#include "tests/support/host_checkpoint.hpp"
+
+namespace fs = std::filesystem;
+using foxhunt::apps::run_cli;
+
+namespace {
+
+struct Result {
+  int code = 0;
+  std::string out, err;
+};
+
+Result cli(std::vector<std::string> args) {
+  args.insert(args.begin(), "foxhunt");
+  std::ostringstream out, err;
+  Result r;
+  r.code = run_cli(args, out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+// Every table of a run, small enough that a CPU test can size it.
+std::string config_text(const std::string& hidden = "[16, 16]") {
+  return "[run]\nname = \"cli_test\"\ntotal_env_steps = 20000\n"
+         "[env]\nkind = \"cartpole\"\nnum_envs = 4\n"
+         "[replay]\ncapacity = 1000\nbatch_size = 32\n"
+         "[learner]\nhidden = " +
+         hidden +
+         "\n"
+         "[pipeline]\nlearning_starts = 100\n"
+         "[checkpoint]\nevery_env_steps = 0\n"
+         "[logging]\nlevel = \"info\"\n";
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/foxhunt_cli_test_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+    config_ = write("run.toml", config_text());
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  fs::path write(const std::string& name, const std::string& text) {
+    fs::create_directories((root_ / name).parent_path());
+    std::ofstream(root_ / name) << text;
+    return root_ / name;
+  }
+  // The names under root_, to assert that a refusal created nothing.
+  std::vector<std::string> listing() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::recursive_directory_iterator(root_)) names.push_back(e.path().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  // A run directory holding one checkpoint that fits config_.
+  fs::path previous_run(const std::string& name) {
+    const fs::path run = root_ / name;
+    foxhunt::test::write_host_checkpoint(run / "checkpoints" / "step_000000001000",
+                                         foxhunt::actors::load_run_config(config_));
+    std::ofstream(run / "checkpoints" / "latest") << "step_000000001000\n";
+    std::ofstream(run / "config.resolved.toml") << config_text();
+    return run;
+  }
+
+  fs::path root_, config_;
+};
+
+TEST_F(Cli, MisspelledCommandGetsASuggestion) {
+  const Result r = cli({"trian", "--config", config_.string()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("'trian' is not a command"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("did you mean 'train'?"), std::string::npos) << r.err;
+  EXPECT_NE(cli({"chek"}).err.find("did you mean 'check'?"), std::string::npos);
+  EXPECT_EQ(cli({"frobnicate"}).err.find("did you mean"), std::string::npos);  // nothing close: no guess
+}
+
+TEST_F(Cli, MisspelledFlagGetsASuggestion) {
+  const Result r = cli({"check", "--confg", config_.string(), "--config", config_.string()});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--confg"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("did you mean --config?"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, EvalSeedMustBeANonNegativeInteger) {
+  for (const char* bad : {"-1", "1.5", "seven", "18446744073709551616"}) {
+    const Result r = cli({"eval", "--checkpoint", root_.string(), "--seed", bad});
+    EXPECT_NE(r.code, 0) << bad;
+    EXPECT_NE(r.err.find("--seed"), std::string::npos) << bad << ": " << r.err;
+    EXPECT_NE(r.err.find("[0, 18446744073709551615]"), std::string::npos) << bad << ": " << r.err;
+  }
+}
+
+TEST_F(Cli, EvalEpisodesInRange) {
+  for (const char* bad : {"0", "-3", "1048577"}) {
+    const Result r = cli({"eval", "--checkpoint", root_.string(), "--episodes", bad});
+    EXPECT_NE(r.code, 0) << bad;
+    EXPECT_NE(r.err.find("--episodes"), std::string::npos) << bad << ": " << r.err;
+    EXPECT_NE(r.err.find("1048576"), std::string::npos) << bad << ": " << r.err;
+  }
+  const Result r = cli({"eval", "--checkpoint", root_.string(), "--episodes", "2.5"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--episodes"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, ExtraArgumentsAreRefused) {
+  const Result r = cli({"devices", "now"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("now"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, ConfigThatDoesNotExist) {
+  for (const char* cmd : {"train", "check"}) {
+    const Result r = cli({cmd, "--config", (root_ / "nope.toml").string()});
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.err.find("--config"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("nope.toml"), std::string::npos) << r.err;
+  }
+  const Result dir = cli({"check", "--config", root_.string()});
+  EXPECT_NE(dir.code, 0);
+  EXPECT_NE(dir.err.find("--config"), std::string::npos) << dir.err;
+}
+
+TEST_F(Cli, CheckPrintsTheResolvedConfigAndTheMemoryEstimate) {
+  const Result r = cli({"check", "--config", config_.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("[replay]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("capacity = 1000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("run.device = 0"), std::string::npos) << r.out;
+  for (const char* row : {"replay", "learner", "collector", "total"})
+    EXPECT_NE(r.out.find(std::string("  ") + row), std::string::npos) << row << "\n" << r.out;
+}
+
+TEST_F(Cli, CheckListsTheConfigsErrors) {
+  const fs::path bad = write("bad.toml", config_text() + "[replay]\n");  // a table defined twice
+  const fs::path typo = write("typo.toml", "[run]\ntotal_env_stepz = 5\n[env]\nkind = \"cartpole\"\n");
+  for (const fs::path& f : {bad, typo}) {
+    const Result r = cli({"check", "--config", f.string()});
+    EXPECT_EQ(r.code, 2) << f;
+    EXPECT_NE(r.err.find(f.filename().string()), std::string::npos) << r.err;
+  }
+  EXPECT_NE(cli({"check", "--config", typo.string()}).err.find("total_env_stepz"), std::string::npos);
+}
+
+TEST_F(Cli, RunDirThatIsAFile) {
+  const fs::path file = write("taken", "not a directory");
+  const auto before = listing();
+  const Result r = cli({"train", "--config", config_.string(), "--run-dir", file.string()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--run-dir " + file.string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("existing file"), std::string::npos) << r.err;
+  EXPECT_EQ(listing(), before);
+}
+
+TEST_F(Cli, RunDirThatCannotBeCreated) {
+  const fs::path file = write("taken", "not a directory");
+  const auto before = listing();
+  const fs::path under = file / "run";
+  const Result r = cli({"train", "--config", config_.string(), "--run-dir", under.string()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--run-dir " + under.string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cannot be created"), std::string::npos) << r.err;
+  EXPECT_EQ(listing(), before);
+  if (::geteuid() != 0) {  // root writes anywhere
+    fs::create_directories(root_ / "locked");
+    fs::permissions(root_ / "locked", fs::perms::owner_read | fs::perms::owner_exec);
+    const auto locked_before = listing();
+    const Result p = cli({"train", "--config", config_.string(), "--run-dir", (root_ / "locked" / "run").string()});
+    EXPECT_EQ(p.code, 2);
+    EXPECT_NE(p.err.find("no write permission"), std::string::npos) << p.err;
+    EXPECT_EQ(listing(), locked_before);
+    fs::permissions(root_ / "locked", fs::perms::owner_all);
+  }
+}
+
+TEST_F(Cli, NonEmptyRunDirIsRefusedWithTheWayOut) {
+  const fs::path run = previous_run("old");
+  const auto before = listing();
+  const Result r = cli({"train", "--config", config_.string(), "--run-dir", run.string()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--run-dir " + run.string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not empty"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("checkpoints/ (1 checkpoint)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--resume " + run.string() + " --run-dir NEW"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--overwrite"), std::string::npos) << r.err;
+  EXPECT_EQ(listing(), before);
+}
+
+TEST_F(Cli, ResumeIntoItsOwnRunDirIsRefused) {
+  const fs::path run = previous_run("old");
+  const auto before = listing();
+  for (bool overwrite : {false, true}) {
+    std::vector<std::string> args = {"train",      "--config",  config_.string(), "--resume",
+                                     run.string(), "--run-dir", run.string()};
+    if (overwrite) args.push_back("--overwrite");  // would delete the checkpoint it reads
+    const Result r = cli(args);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("--run-dir " + run.string()), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("a resume writes into a new run directory"), std::string::npos) << r.err;
+    EXPECT_EQ(listing(), before);
+  }
+}
+
+TEST_F(Cli, CorruptOrMismatchedResumeCreatesNothing) {
+  const fs::path run = previous_run("old");
+  const fs::path ckpt = run / "checkpoints" / "step_000000001000";
+  const fs::path fresh = root_ / "fresh";
+  // A config whose network differs from the checkpoint's: every mismatch named with both shapes.
+  const fs::path wider = write("wider.toml", config_text("[32, 16]"));
+  auto before = listing();
+  Result r = cli({"train", "--config", wider.string(), "--resume", run.string(), "--run-dir", fresh.string()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--resume " + ckpt.string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find((ckpt / "learner.online.safetensors").string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tensor 'trunk.0.weight' has shape (16, 4), the config implies (32, 4)"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(listing(), before);
+  EXPECT_FALSE(fs::exists(fresh));
+  // The same through `foxhunt check --resume`.
+  r = cli({"check", "--config", wider.string(), "--resume", run.string()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("trunk.0.weight"), std::string::npos) << r.err;
+
+  // Corrupt files: a truncated safetensors, a short state, unparsable counters.
+  std::ofstream(ckpt / "learner.target.safetensors") << "garbage";
+  std::ofstream(ckpt / "learner.state.bin") << "x";
+  std::ofstream(ckpt / "counters.json") << "{\"env_steps\": -5";
+  before = listing();
+  r = cli({"train", "--config", config_.string(), "--resume", ckpt.string(), "--run-dir", fresh.string()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find((ckpt / "counters.json").string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find((ckpt / "learner.target.safetensors").string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find((ckpt / "learner.state.bin").string() + ": 1 bytes, expected"), std::string::npos) << r.err;
+  EXPECT_EQ(listing(), before);
+}
+
+TEST_F(Cli, DanglingLatestIsReportedAsSuch) {
+  const fs::path run = previous_run("old");
+  fs::remove_all(run / "checkpoints" / "step_000000001000");
+  const auto before = listing();
+  for (const char* cmd : {"train", "check"}) {
+    const Result r = cli({cmd, "--config", config_.string(), "--resume", run.string()});
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find((run / "checkpoints" / "latest").string() + " names step_000000001000, which does not exist"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(listing(), before);
+  }
+  // As a symlink to a removed directory.
+  fs::remove(run / "checkpoints" / "latest");
+  fs::create_directory_symlink("step_000000001000", run / "checkpoints" / "latest");
+  const Result r = cli({"check", "--config", config_.string(), "--resume", run.string()});
+  EXPECT_NE(r.err.find("names step_000000001000, which does not exist"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, CheckAcceptsAFittingResume) {
+  const fs::path run = previous_run("old");
+  const Result r = cli({"check", "--config", config_.string(), "--resume", run.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("ok (env_steps 1000, updates 10)"), std::string::npos) << r.out;
+}
+
+// Without a device every host check passes first and the refusal names the device; with
+// --overwrite the old run is still there (it is replaced only once the run can start).
+TEST_F(Cli, NoDeviceIsReportedAfterTheHostChecksAndWritesNothing) {
+  if (foxhunt::gpu::device_count() > 0) GTEST_SKIP() << "a CUDA device is present: train would run";
+  const fs::path run = previous_run("old");
+  const auto before = listing();
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"train", "--config", config_.string(), "--run-dir", (root_ / "fresh").string()},
+        std::vector<std::string>{"train", "--config", config_.string(), "--run-dir", run.string(), "--overwrite"},
+        std::vector<std::string>{"train", "--config", config_.string(), "--resume", run.string(), "--run-dir",
+                                 (root_ / "fresh").string()}}) {
+    const Result r = cli(args);
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("needs a CUDA device"), std::string::npos) << r.err;
+    EXPECT_EQ(listing(), before);
+  }
+}
+
+}  // namespace
