@@ -86,19 +86,21 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   for (const std::string& a : args) argv.push_back(a.c_str());
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
-  } catch (const CLI::ExtrasError& e) {
+  } catch (const CLI::ParseError& e) {
     const int code = app.exit(e, out, err);
-    // A misspelled flag of the command given: name the nearest flag it has.
-    if (args.size() > 1 && std::find(commands.begin(), commands.end(), args[1]) != commands.end())
-      for (const std::string& extra : app.get_subcommand(args[1])->remaining()) {
-        if (!extra.starts_with("--")) continue;
-        const std::string flag = extra.substr(0, extra.find('='));
-        if (const std::string near = closest_match(flag, long_flags(*app.get_subcommand(args[1]))); !near.empty())
+    // A misspelled flag of the command given (reported by CLI11 as unexpected, or as a required
+    // flag missing): name the nearest flag the command has.
+    if (args.size() > 1 && std::find(commands.begin(), commands.end(), args[1]) != commands.end()) {
+      const std::vector<std::string> known = long_flags(*app.get_subcommand(args[1]));
+      for (std::size_t i = 2; i < args.size(); ++i) {
+        if (!args[i].starts_with("--")) continue;
+        const std::string flag = args[i].substr(0, args[i].find('='));
+        if (std::find(known.begin(), known.end(), flag) != known.end() || flag == "--help") continue;
+        if (const std::string near = closest_match(flag, known); !near.empty())
           err << "foxhunt " << args[1] << ": unknown flag " << flag << "; did you mean " << near << "?\n";
       }
+    }
     return code;
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e, out, err);
   } catch (const std::exception& e) {
     err << "foxhunt: " << e.what() << "\n";
     return 1;

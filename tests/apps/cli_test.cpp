@@ -96,6 +96,11 @@ TEST_F(Cli, MisspelledFlagGetsASuggestion) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("--confg"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("did you mean --config?"), std::string::npos) << r.err;
+  // The only --config misspelled: CLI11 reports the required flag missing; the suggestion stays.
+  const Result only = cli({"train", "--confg", config_.string()});
+  EXPECT_NE(only.code, 0);
+  EXPECT_NE(only.err.find("--config is required"), std::string::npos) << only.err;
+  EXPECT_NE(only.err.find("unknown flag --confg; did you mean --config?"), std::string::npos) << only.err;
 }
 
 TEST_F(Cli, EvalSeedMustBeANonNegativeInteger) {
