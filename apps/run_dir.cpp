@@ -39,9 +39,16 @@ std::string join(const std::vector<std::string>& items, std::size_t most = 8) {
   return s;
 }
 
-bool inside(const fs::path& p, const fs::path& dir) {
+// Canonical, without a trailing separator ("old/" and "old" are one directory).
+fs::path canonical_dir(const fs::path& p) {
   std::error_code ec;
-  const fs::path a = fs::weakly_canonical(p, ec), d = fs::weakly_canonical(dir, ec);
+  fs::path c = fs::weakly_canonical(p, ec);
+  if (ec) c = fs::absolute(p, ec).lexically_normal();
+  return c.filename().empty() ? c.parent_path() : c;
+}
+
+bool inside(const fs::path& p, const fs::path& dir) {
+  const fs::path a = canonical_dir(p), d = canonical_dir(dir);
   auto [end_d, end_a] = std::mismatch(d.begin(), d.end(), a.begin(), a.end());
   return end_d == d.end();
 }

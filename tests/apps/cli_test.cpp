@@ -211,8 +211,14 @@ TEST_F(Cli, ResumeIntoItsOwnRunDirIsRefused) {
   const fs::path run = previous_run("old");
   const auto before = listing();
   for (bool overwrite : {false, true}) {
-    std::vector<std::string> args = {"train",      "--config",  config_.string(), "--resume",
-                                     run.string(), "--run-dir", run.string()};
+    // With --overwrite, the same directory spelled "X/": still the checkpoint's own run directory.
+    std::vector<std::string> args = {"train",
+                                     "--config",
+                                     config_.string(),
+                                     "--resume",
+                                     run.string(),
+                                     "--run-dir",
+                                     run.string() + (overwrite ? "/" : "")};
     if (overwrite) args.push_back("--overwrite");  // would delete the checkpoint it reads
     const Result r = cli(args);
     EXPECT_EQ(r.code, 2);
