@@ -45,9 +45,8 @@ struct TrainArgs {
 
 int train(const TrainArgs& a) {
   TrainRequest req;
-  bool translated = false;
   try {
-    req.config = load_run_config(a.config, &translated);
+    req.config = load_run_config(a.config);
     if (!a.resume.empty()) req.resume = resolve_checkpoint(a.resume);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "foxhunt train: %s\n", e.what());
@@ -63,9 +62,6 @@ int train(const TrainArgs& a) {
   fs::create_directories(req.run_dir);
   setup_logging(req.run_dir, req.config.logging.level);
   spdlog::info("run directory {}", fs::absolute(req.run_dir).string());
-  if (translated)
-    spdlog::info("{}: DQN-trainer schema, translated to the actor pipeline (resolved config in {})", a.config,
-                 (fs::absolute(req.run_dir) / "config.resolved.toml").string());
   req.stop_signal = &install_stop_signals();
   TrainOutcome out = run_training(req);
   const RunResult& r = out.result;
