@@ -170,12 +170,13 @@ void read_market(config::Reader& r, RunConfig& c, const fs::path& base) {
   else if (!fs::exists(st))
     problem = "does not exist";
   else if (fs::is_directory(st))
-    problem = "is a directory, not a market config file";
+    problem = "is a directory";
   else if (!fs::is_regular_file(st))
     problem = "is not a regular file";
   if (!problem.empty()) {
     r.fail("env.market", abs.string() + " " + problem +
-                             " (a market config, e.g. \"markets/ou_mean_reversion.toml\", relative to this file)");
+                             " (env.market names a market config file, relative to this file, e.g. "
+                             "\"markets/ou_mean_reversion.toml\")");
     return;
   }
   rl::MarketConfig m;

@@ -22,7 +22,7 @@
 
 namespace foxhunt::config {
 
-// A closed or half-open interval of numbers, printed as a reader expects: "[0, 1]", "(0, inf)".
+// A closed, half-open or open interval of numbers, printed as messages show it: "[0, 1]", "(0, inf)".
 struct Range {
   double lo, hi;
   bool lo_open = false, hi_open = false;
@@ -37,7 +37,7 @@ struct Range {
 // Optimal-string-alignment (restricted Damerau-Levenshtein) distance: a swap of two neighbours
 // counts one edit, as a typo does.
 std::size_t edit_distance(std::string_view a, std::string_view b);
-// A number as a message prints it: shortest form, "inf" for infinity.
+// A number as a message prints it: up to 6 significant digits, "inf" for infinity.
 std::string format_number(double v);
 
 class Reader {
