@@ -279,8 +279,10 @@ void read_file(config::Reader& r, MarketConfig& cfg, const fs::path* base) {
   if (const toml::node* n = r.node("action.levels")) {
     if (cfg.action != ActionMode::discrete)
       r.fail("action.levels", "only allowed for action.kind = \"discrete\"");
+    else if (!n->is_array())
+      r.fail("action.levels", "must be a list of 2 to " + std::to_string(kMaxLevels) + " numbers in [-1, 1]");
     else
-      r.numbers("levels", cfg.levels, n->is_array() ? n->as_array()->size() : 2, false);
+      r.numbers("levels", cfg.levels, n->as_array()->size(), false);  // count and range: check()
   }
 
   r.table("reward");

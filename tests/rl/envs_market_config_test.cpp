@@ -183,6 +183,7 @@ TEST(MarketConfigTest, RejectsOutOfRangeValuesNamingTheRange) {
   EXPECT_TRUE(rejects(kGbm + "[execution]\nliquidity = 0\n", {"execution.liquidity", "(0, inf)"}));
   EXPECT_TRUE(rejects(kGbm + "[action]\nlevels = [-2.0, 1.0]\n", {"action.levels", "[-1, 1]"}));
   EXPECT_TRUE(rejects(kGbm + "[action]\nlevels = [1.0]\n", {"action.levels", "2 to 9"}));
+  EXPECT_TRUE(rejects(kGbm + "[action]\nlevels = 3\n", {"bad.toml:10: action.levels = 3", "a list of 2 to 9 numbers"}));
   EXPECT_TRUE(rejects(kGbm + "[reward]\nsharpe_eta = 1.5\n", {"reward.sharpe_eta", "(0, 1)"}));
   EXPECT_TRUE(rejects("[market]\nassets = 17\n", {"market.assets", "[1, 16]"}));
   EXPECT_TRUE(rejects("[market]\nassets = 2\nwindow = 0\n" + kGbm.substr(kGbm.find("[process]")),
