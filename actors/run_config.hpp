@@ -1,18 +1,18 @@
 #pragma once
-// RunConfig: what `foxhunt train --config FILE` reads. TOML, validated strictly:
-//   - every key must be known (a misspelled key is an error naming it, not a silent default);
-//   - every value has a type and an allowed range or set, and a bad one is named with both:
-//       "replay.alpha = -1: must be a number in [0, 10]";
-//   - all problems are reported at once (std::invalid_argument, one line each).
-// resolved_toml() gives the complete configuration with every default filled in; the run
-// directory keeps it (config.resolved.toml) so a run can be reproduced from its own folder.
+// RunConfig: what `foxhunt train --config FILE` reads, one schema for every run:
+//   [run] [env] [replay] [learner] [pipeline] [checkpoint] [logging]
+// read with config::Reader (config/reader.hpp), so every problem of a file is reported at once,
+// each with the file, the line, the key, the value as written and what is allowed. [run], [env]
+// and [learner] are required, as are env.kind and learner.kind; a key that has no effect with the
+// options chosen (learner.tau with a hard target) is an error naming both keys. Every key is in
+// docs/configs.md. resolved_toml() gives the complete configuration with every default filled in;
+// the run directory keeps it (config.resolved.toml) so a run can be reproduced from its own folder.
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "actors/pipeline_actors.hpp"
-#include "rl/dqn/config.hpp"
 #include "rl/envs/market_config.hpp"
 
 namespace foxhunt::actors {
@@ -26,17 +26,13 @@ struct RunConfig {
     bool deterministic = false;  // PipelineConfig::deterministic: operations follow the counts
   } run;
   struct Env {
-    std::string kind = "cartpole";  // cartpole | ou_market | market
+    std::string kind = "cartpole";  // cartpole | market (required in a file)
     std::int64_t num_envs = 64;
     std::int64_t steps_per_slot = 1;  // environment steps per transition slot (rollout length)
-    // ou_market and market: a market config file (configs/markets/*.toml, rl/envs/market_config.hpp).
+    // market: a market config file (configs/markets/*.toml, rl/envs/market_config.hpp), required.
     // load_run_config resolves a relative path against the run config's folder (and stores it
-    // absolute, so the resolved config of a run works from anywhere). Required for kind = market;
-    // for ou_market "" means the inline OU keys below (one asset, levels -1/0/1, pnl reward).
+    // absolute, so the resolved config of a run works from anywhere).
     std::string market;
-    // ou_market without `market` only (rejected beside `market`)
-    double kappa = 5.0, theta = 0.0, sigma = 0.2, dt = 1.0 / 252.0, fee_bps = 5.0;
-    std::int64_t episode_length = 256;
   } env;
   struct Replay {
     std::int64_t capacity = 100'000;
@@ -49,6 +45,7 @@ struct RunConfig {
     double priority_eps = 1e-6;            // the replay's p = |delta| + eps
   } replay;
   struct Learner {
+    std::string kind = "dqn";  // dqn (required in a file)
     std::vector<std::int64_t> hidden{256, 256};
     double lr = 1e-3;
     bool dueling = true, double_dqn = true;
@@ -104,32 +101,22 @@ struct RunConfig {
   PipelineConfig pipeline_config() const;
 };
 
-// Parses and validates TOML text; `source` names it in messages. Throws std::invalid_argument
-// listing every problem ("<source>: <key> ..."). env.market is kept as written (relative paths
-// are then relative to the working directory) and not opened: load_run_config does both.
+// Parses and validates TOML text; `source` names it in messages. Throws config::Error (a
+// std::invalid_argument) listing every problem. env.market is kept as written and not opened:
+// load_run_config resolves and reads it.
 RunConfig parse_run_config(const std::string& toml_text, const std::string& source = "config");
 // Reads a file: parse_run_config, then env.market resolved against the file's folder (stored
-// absolute) and checked with market_config(); problems name env.market and the market file's key.
-// A file in the synchronous trainer's schema (rl/dqn/config.hpp: [dqn], [network] or [train] at
-// the top level) is read with rl::load_dqn_config and translated (run_config_from_dqn, run.name =
-// the file's stem); *translated (when given) says so. Tables of both schemas in one file: an error
-// naming them.
-RunConfig load_run_config(const std::filesystem::path& file, bool* translated = nullptr);
-// Which schema a TOML text is in: "dqn" (rl::DqnRunConfig) or "pipeline" (RunConfig). Throws
-// std::invalid_argument (naming `source` and the tables) for a TOML syntax error or a mix.
-std::string detect_config_schema(const std::string& toml_text, const std::string& source = "config");
-// The synchronous trainer's configuration as an actor-pipeline run (every field mapped; one the
-// pipeline cannot honour is an error naming the rl::DqnRunConfig key, e.g. `network.branching`).
-// train_every/updates_per_train become pipeline.replay_ratio, target_period becomes both
-// learner.target_period and pipeline.sync_every (the policy is published with the target).
-// A relative market_config stays relative (load_run_config resolves it). The result is validated
-// as parse_run_config would (std::invalid_argument, prefixed with `source`).
-RunConfig run_config_from_dqn(const rl::DqnRunConfig& d, const std::string& source = "config");
-// The market environment of a run (env.kind ou_market or market): the env.market file, or the
-// inline OU keys. Throws std::invalid_argument naming env.kind / env.market (and, from the market
-// file, its own key) when the market cannot run in the DQN pipeline (e.g. continuous actions).
+// absolute) and read; a market file that is missing, a directory or unreadable, or has problems
+// of its own, is an error naming env.market and the path (and the market file's lines).
+RunConfig load_run_config(const std::filesystem::path& file);
+// The market environment of a run (env.kind = "market"): the env.market file. Throws
+// std::invalid_argument naming env.market (and, from the market file, its own key) when the
+// market cannot run in the DQN pipeline (e.g. continuous actions).
 rl::MarketConfig market_config(const RunConfig& c);
-// The whole configuration as TOML, defaults included (parse_run_config(resolved_toml(c)) == c).
+// The whole configuration as TOML, defaults included (parse_run_config(resolved_toml(c)) == c);
+// keys without effect under the chosen options are written as comments.
 std::string resolved_toml(const RunConfig& c);
+// Every key the run config reader accepts ("replay.batch_size"), sorted (docs/configs.md's test).
+std::vector<std::string> run_config_keys();
 
 }  // namespace foxhunt::actors

@@ -94,9 +94,8 @@ rl::ReplayConfig dqn_replay_config(const RunConfig& c, std::int64_t obs_dim, std
 
 std::unique_ptr<rl::VecEnv> make_env(const RunConfig& config, std::int64_t num_envs) {
   if (config.env.kind == "cartpole") return std::make_unique<rl::CartPoleEnv>(num_envs);
-  if (config.env.kind == "ou_market" || config.env.kind == "market")
-    return std::make_unique<rl::MarketEnv>(market_config(config), num_envs);
-  throw std::invalid_argument("env.kind = \"" + config.env.kind + "\": must be one of cartpole | ou_market | market");
+  if (config.env.kind == "market") return std::make_unique<rl::MarketEnv>(market_config(config), num_envs);
+  throw std::invalid_argument("env.kind = \"" + config.env.kind + "\": must be one of \"cartpole\" | \"market\"");
 }
 
 PipelineStages make_stages(const RunConfig& config, const std::optional<std::filesystem::path>& resume,

@@ -25,7 +25,7 @@ std::int64_t expected_updates(const RunConfig& c);
 std::int64_t beta_anneal_updates(const RunConfig& c);
 
 // The run's environment with num_envs copies: CartPole-v1 (env.kind cartpole) or rl::MarketEnv
-// from market_config(config) (ou_market, market). Throws std::invalid_argument naming the key.
+// from market_config(config) (market). Throws std::invalid_argument naming the key.
 std::unique_ptr<rl::VecEnv> make_env(const RunConfig& config, std::int64_t num_envs);
 
 // Throws std::runtime_error naming what is missing when a configured stage cannot be built

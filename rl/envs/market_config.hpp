@@ -1,13 +1,16 @@
 #pragma once
 // Configuration of the market environment (rl/envs/market.hpp): what a configs/markets/*.toml
-// file says, parsed with toml++ and validated. Every rejection names the key (as written in the
-// TOML file, e.g. `execution.fee_bps`) and the allowed values; parse errors carry file and line.
+// file says, read with config::Reader (config/reader.hpp) and validated in one pass: every
+// problem of a file is reported, each with the file, the line, the key as written in the file
+// (e.g. `execution.fee_bps`), the value and the allowed values. Every key is in docs/configs.md.
 // Plain C++: no device code, usable from CPU tests and tools.
 #include <cstdint>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "config/error.hpp"
 
 namespace foxhunt::rl {
 
@@ -21,9 +24,10 @@ enum class ActionMode : std::uint8_t { discrete, continuous };
 enum class RewardKind : std::uint8_t { pnl, log_return, differential_sharpe };
 enum class CsvLayout : std::uint8_t { per_asset, long_format };
 
-class ConfigError : public std::runtime_error {
+// A market config's problems (config::Error: what() lists them, errors() one per line).
+class ConfigError : public config::Error {
  public:
-  using std::runtime_error::runtime_error;
+  using config::Error::Error;
 };
 
 struct MarketConfig {
@@ -83,10 +87,15 @@ struct MarketConfig {
 
 // Parses TOML text; `source` names it in messages (a file name). Throws ConfigError.
 MarketConfig parse_market_config(const std::string& toml_text, const std::string& source);
-// Reads and parses a file; relative replay paths are resolved against the file's folder.
+// Reads and parses a file; relative replay paths are resolved against the file's folder and
+// must name existing files.
 MarketConfig load_market_config(const std::filesystem::path& file);
-// Checks every value and cross-constraint; throws ConfigError naming the key.
+// Checks every value and cross-constraint of a config built in code; throws ConfigError listing
+// every problem, each naming the key.
 void validate(const MarketConfig& config);
+
+// Every key the market config reader accepts ("execution.fee_bps"), sorted (docs/configs.md's test).
+std::vector<std::string> market_config_keys();
 
 // Derived quantities (host side, also used by tests).
 // Lower-triangular Cholesky factor (assets, assets) of config.correlation (identity if empty).

@@ -26,7 +26,7 @@ struct FakeRun {
   explicit FakeRun(bool with_config = true, bool attach = false) {
     fs::remove_all(dir);
     fs::create_directories(dir);
-    RunConfig c = parse_run_config("[run]\nseed = 11\n");
+    RunConfig c = parse_run_config("[run]\nseed = 11\n[env]\nkind = \"cartpole\"\n[learner]\nkind = \"dqn\"\n");
     if (with_config) std::ofstream(dir / "config.resolved.toml") << resolved_toml(c);
     CheckpointStore store(dir / "checkpoints");
     if (attach) store.attach("config.resolved.toml", resolved_toml(c));

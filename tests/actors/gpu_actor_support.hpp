@@ -48,7 +48,7 @@ inline std::string small_cartpole_toml(std::int64_t total_env_steps, std::int64_
          "\nsteps_per_slot = 1\n"
          "[replay]\ncapacity = 8192\nbatch_size = 64\nprioritized = true\nalpha = 0.6\nbeta = 0.4\n"
          "n_step = 3\ngamma = 0.99\n"
-         "[learner]\nhidden = [64, 64]\nlr = 0.0005\ndueling = true\ndouble_dqn = true\nloss = \"huber\"\n"
+         "[learner]\nkind = \"dqn\"\nhidden = [64, 64]\nlr = 0.0005\ndueling = true\ndouble_dqn = true\nloss = \"huber\"\n"
          "grad_clip = 10.0\ntarget = \"polyak\"\ntau = 0.01\nepsilon_decay_steps = 2000\n"
          "[pipeline]\nreplay_ratio = 0.125\nlearning_starts = " +
          std::to_string(kLearningStarts) +

@@ -50,6 +50,7 @@ batch_size = 256
 n_step = 3
 gamma = 0.99
 [learner]
+kind = "dqn"
 hidden = [128, 128]
 lr = 0.0003
 target = "polyak"
@@ -201,6 +202,8 @@ num_envs = 8
 capacity = 10000
 batch_size = 128
 prioritized = false
+[learner]
+kind = "dqn"
 [pipeline]
 replay_ratio = 0.1
 learning_starts = 10000

@@ -56,7 +56,7 @@ std::string config_text(std::int64_t total, const Variant& v = {}) {
   return "[run]\nname = \"resume_test\"\nseed = 5\ntotal_env_steps = " + std::to_string(total) +
          "\ndeterministic = true\n" + env +
          "[replay]\ncapacity = 100000\nbatch_size = 64\nn_step = 3\nbeta = 0.5\nbeta_final = 0.5\n"
-         "[learner]\nhidden = [64, 64]\nlr = 0.0003\ntarget = \"polyak\"\ntau = 0.01\nepsilon_decay_steps = 20000\n"
+         "[learner]\nkind = \"dqn\"\nhidden = [64, 64]\nlr = 0.0003\ntarget = \"polyak\"\ntau = 0.01\nepsilon_decay_steps = 20000\n"
          "[pipeline]\nreplay_ratio = 0.125\nlearning_starts = 2000\nsync_every = " +
          std::to_string(v.sync_every) + "\nslots = " + std::to_string(v.slots) +
          "\nbatches = 2\n"

@@ -59,6 +59,7 @@ n_step = 1
 gamma = 0.99
 
 [learner]
+kind = "dqn"
 hidden = [120, 84]
 lr = 0.00025
 dueling = false

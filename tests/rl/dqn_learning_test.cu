@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "gpu/exit.hpp"
-#include "rl/dqn/config.hpp"
 #include "rl/dqn/market_run.hpp"
 #include "rl/dqn/replay_hooks.hpp"
 #include "rl/dqn/trainer.hpp"

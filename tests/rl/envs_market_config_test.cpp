@@ -1,9 +1,14 @@
 // Market configuration parsing (CPU): the shipped configs load, defaults are as documented, and
-// every bad key or value is rejected with a message naming the source, the key and what is allowed.
+// every bad key or value is rejected with a message naming the source, the line, the key and what
+// is allowed; all problems of a file are reported in one pass.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -154,8 +159,10 @@ TEST(MarketConfigTest, RejectsSyntaxErrorsWithTheLine) {
 }
 
 TEST(MarketConfigTest, RejectsUnknownTablesAndKeys) {
-  EXPECT_TRUE(rejects(kGbm + "[foo]\nx = 1\n",
-                      {"foo", "unknown key", "market, process, execution, action, reward, observation, replay"}));
+  EXPECT_TRUE(rejects(kGbm + "[foo]\nx = 1\n", {"bad.toml:9: [foo]: unknown table",
+                                                "market, process, execution, action, reward, observation, replay"}));
+  EXPECT_TRUE(rejects(kGbm + "[exection]\nfee_bps = 1\n", {"bad.toml:9: [exection]", "did you mean 'execution'?"}));
+  EXPECT_TRUE(rejects(kGbm + "[process.jump]\nmean = 1\n", {"[process.jump]", "did you mean 'jumps'?"}));
   EXPECT_TRUE(rejects(kGbm + "[execution]\nfees = 1\n", {"execution.fees", "unknown key", "fee_bps", "borrow_rate"}));
   EXPECT_TRUE(rejects(kGbm + "[reward]\nkind = \"pnl\"\nsharpe = 1\n", {"reward.sharpe", "sharpe_eta"}));
   EXPECT_TRUE(rejects("[market]\nasset = 2\n", {"market.asset", "assets"}));
@@ -176,6 +183,7 @@ TEST(MarketConfigTest, RejectsOutOfRangeValuesNamingTheRange) {
   EXPECT_TRUE(rejects(kGbm + "[execution]\nliquidity = 0\n", {"execution.liquidity", "(0, inf)"}));
   EXPECT_TRUE(rejects(kGbm + "[action]\nlevels = [-2.0, 1.0]\n", {"action.levels", "[-1, 1]"}));
   EXPECT_TRUE(rejects(kGbm + "[action]\nlevels = [1.0]\n", {"action.levels", "2 to 9"}));
+  EXPECT_TRUE(rejects(kGbm + "[action]\nlevels = 3\n", {"bad.toml:10: action.levels = 3", "a list of 2 to 9 numbers"}));
   EXPECT_TRUE(rejects(kGbm + "[reward]\nsharpe_eta = 1.5\n", {"reward.sharpe_eta", "(0, 1)"}));
   EXPECT_TRUE(rejects("[market]\nassets = 17\n", {"market.assets", "[1, 16]"}));
   EXPECT_TRUE(rejects("[market]\nassets = 2\nwindow = 0\n" + kGbm.substr(kGbm.find("[process]")),
@@ -189,16 +197,16 @@ TEST(MarketConfigTest, RejectsOutOfRangeValuesNamingTheRange) {
 TEST(MarketConfigTest, RejectsBadEnumsListingTheChoices) {
   std::string t = kGbm;
   t.replace(t.find("\"gbm\""), 5, "\"bm\"");
-  EXPECT_TRUE(rejects(t, {"process.kind", "\"gbm\", \"ou\", \"replay\"", "\"bm\""}));
+  EXPECT_TRUE(rejects(t, {"bad.toml:5: process.kind = \"bm\": must be one of \"gbm\" | \"ou\" | \"replay\""}));
   EXPECT_TRUE(rejects(kGbm + "[reward]\nkind = \"sharpe\"\n",
-                      {"reward.kind", "\"pnl\", \"log_return\", \"differential_sharpe\""}));
-  EXPECT_TRUE(rejects(kGbm + "[action]\nkind = 3\n", {"action.kind", "\"discrete\", \"continuous\""}));
+                      {"reward.kind", "\"pnl\" | \"log_return\" | \"differential_sharpe\""}));
+  EXPECT_TRUE(rejects(kGbm + "[action]\nkind = 3\n", {"action.kind = 3", "\"discrete\" | \"continuous\""}));
 }
 
 TEST(MarketConfigTest, RejectsShapeAndConsistencyErrors) {
   std::string t = kGbm;
   t.replace(t.find("[0.2, 0.3]"), 10, "[0.2]");
-  EXPECT_TRUE(rejects(t, {"process.sigma", "2 values"}));
+  EXPECT_TRUE(rejects(t, {"bad.toml:8: process.sigma = [0.2]", "a list of 2 numbers"}));
   EXPECT_TRUE(rejects(kGbm + "kappa = 5.0\n", {"process.kappa", "only allowed for process.kind = \"ou\""}));
   std::string no_sigma = kGbm;
   no_sigma.erase(no_sigma.find("sigma = [0.2, 0.3]"), 18);
@@ -225,7 +233,8 @@ sigma = [0.1, 0.2]
   EXPECT_TRUE(rejects(three, {"process.regimes.sigma", "2 rows"}));
   EXPECT_TRUE(
       rejects(kGbm + "[process.jumps]\nintensity = 1000.0\n", {"process.jumps.intensity * market.dt", "[0, 1]"}));
-  EXPECT_TRUE(rejects(kGbm + "[process.jumps]\nrate = 1.0\n", {"process.jumps.rate", "intensity, mean, stddev"}));
+  EXPECT_TRUE(rejects(kGbm + "[process.jumps]\nmeans = 1.0\n", {"process.jumps.means", "did you mean 'mean'?"}));
+  EXPECT_TRUE(rejects(kGbm + "[process.jumps]\nspread = 1.0\n", {"process.jumps.spread", "intensity, mean, stddev"}));
   EXPECT_TRUE(
       rejects(kGbm + "[replay]\nfiles = [\"a.csv\"]\n", {"replay", "only allowed for process.kind = \"replay\""}));
   EXPECT_TRUE(rejects("[market]\nassets = 2\n[process]\nkind = \"replay\"\n[replay]\nfiles = [\"a.csv\"]\n",
@@ -246,6 +255,53 @@ TEST(MarketConfigTest, ValidateRejectsConfigsBuiltInCode) {
     EXPECT_NE(std::string(e.what()).find("execution.leverage_cap"), std::string::npos) << e.what();
   }
   EXPECT_THROW(load_market_config(kConfigs / "does_not_exist.toml"), ConfigError);
+}
+
+TEST(MarketConfigTest, ReportsEveryProblemInOnePassWithLines) {
+  const std::string text =
+      "[market]\nassets = 2.0\nwindow = 0\n[process]\nkind = \"ou\"\ninitial_price = 1.0\n"
+      "kappa = 5.0\nsigma = 0.2\n[execution]\nfee_bps = -1\nfee_bp = 2\n[reward]\nscale = 0\n";
+  try {
+    parse_market_config(text, "many.toml");
+    FAIL() << "accepted";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.errors().size(), 5u) << msg;
+    for (const char* p : {"many.toml:2: market.assets = 2.0: must be an integer in [1, 16]",
+                          "many.toml:3: market.window = 0: must be an integer in [1, 256]",
+                          "many.toml:10: execution.fee_bps = -1: must be a number in [0, 1000]",
+                          "many.toml:11: execution.fee_bp: unknown key; did you mean 'fee_bps'?",
+                          "many.toml:13: reward.scale = 0: must be a number in (0, 1e+06]"})
+      EXPECT_NE(msg.find(p), std::string::npos) << p << " in:\n" << msg;
+  }
+}
+
+TEST(MarketConfigTest, ReplayFilesMustExist) {
+  const auto dir = std::filesystem::temp_directory_path() / ("foxhunt_market_csv_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "data");
+  std::ofstream(dir / "m.toml") << "[market]\nassets = 2\n[process]\nkind = \"replay\"\n[replay]\n"
+                                   "files = [\"AAA.csv\", \"data\"]\n";
+  try {
+    load_market_config(dir / "m.toml");
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(
+        msg.find("m.toml:6: replay.files = [\"AAA.csv\", \"data\"]: " + (dir / "AAA.csv").string() + " does not exist"),
+        std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find((dir / "data").string() + " is not a regular file"), std::string::npos) << msg;
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_THROW(load_market_config(kConfigs), ConfigError);  // a directory
+}
+
+TEST(MarketConfigTest, ListsTheKeysItAccepts) {
+  const std::vector<std::string> keys = market_config_keys();
+  for (const char* k :
+       {"market.assets", "process.kind", "process.regimes.transition", "process.jumps.stddev", "execution.fee_bps",
+        "action.levels", "reward.scale", "observation.price_level", "replay.symbols"})
+    EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << k;
 }
 
 }  // namespace
