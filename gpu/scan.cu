@@ -25,9 +25,9 @@
 // L2 prefetch of tile blockIdx.x: the counter hands tiles out in about dispatch order, so that
 // tile's HBM reads start one counter round trip earlier.
 //
-// H200, 1e8 elements: 78% of the device-to-device copy bandwidth (CUB's non-reproducible float scan
-// ~70%; docs/bench.md). The tile shapes and look-back strategies this configuration was chosen
-// from, and their bench, are in dev/cuda/scan_variants.cu.
+// H200, 1e8 elements: 78% of the device-to-device copy bandwidth (bench/rows.cu, docs/bench.md).
+// The tile shapes and look-back strategies this configuration was chosen from, timed beside CUB's
+// non-reproducible float scan (~70% there), are in dev/cuda/scan_variants.cu.
 #include "gpu/scan.hpp"
 
 #include <cub/device/device_scan.cuh>
