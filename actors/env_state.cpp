@@ -8,6 +8,7 @@
 
 #include "gpu/atomic_file.hpp"
 #include "gpu/check.hpp"
+#include "gpu/checkpoint_io.hpp"
 #include "rl/envs/cartpole.hpp"
 #include "rl/envs/market.hpp"
 
@@ -61,13 +62,15 @@ void write_spans(const std::filesystem::path& file, const std::vector<DeviceSpan
   // (temp file, fsync, rename), so a failed save keeps the previous one.
   std::vector<std::string> headers;
   std::vector<std::vector<std::byte>> host(spans.size());
+  std::vector<gpu::CheckpointCopy> copies(spans.size());
   headers.reserve(spans.size() + 1);
   headers.push_back("foxhunt-env-state v1 " + std::to_string(spans.size()) + "\n");
   for (std::size_t k = 0; k < spans.size(); ++k) {
     host[k].resize(spans[k].bytes);
-    if (spans[k].bytes > 0) FH_CHECK(cudaMemcpy(host[k].data(), spans[k].ptr, spans[k].bytes, cudaMemcpyDeviceToHost));
+    copies[k] = {host[k].data(), spans[k].ptr, spans[k].bytes};
     headers.push_back(spans[k].name + " " + std::to_string(spans[k].bytes) + "\n");
   }
+  gpu::checkpoint_read(copies, stream);
   std::vector<std::span<const std::byte>> pieces{std::as_bytes(std::span<const char>(headers[0]))};
   for (std::size_t k = 0; k < spans.size(); ++k) {
     pieces.push_back(std::as_bytes(std::span<const char>(headers[k + 1])));

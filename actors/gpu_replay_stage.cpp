@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gpu/check.hpp"
+#include "gpu/checkpoint_io.hpp"
 #include "gpu/safetensors.hpp"
 
 namespace foxhunt::actors {
@@ -108,13 +109,13 @@ std::function<void(const std::filesystem::path& dir)> GpuReplayStage::checkpoint
     std::vector<std::int32_t> indices(list.size() * B);
     std::vector<float> td(list.size() * B);
     // Checkpoint I/O (small: batches x batch_size): device to host after the streams went idle.
+    std::vector<gpu::CheckpointCopy> copies;
+    copies.reserve(2 * list.size());
     for (std::size_t k = 0; k < list.size(); ++k) {
-      FH_CHECK(cudaMemcpyAsync(indices.data() + k * B, list[k].first, B * sizeof(std::int32_t), cudaMemcpyDeviceToHost,
-                               lane_.stream()));
-      FH_CHECK(cudaMemcpyAsync(td.data() + k * B, list[k].second, B * sizeof(float), cudaMemcpyDeviceToHost,
-                               lane_.stream()));
+      copies.push_back({indices.data() + k * B, list[k].first, B * sizeof(std::int32_t)});
+      copies.push_back({td.data() + k * B, list[k].second, B * sizeof(float)});
     }
-    lane_.synchronize();
+    gpu::checkpoint_read(copies, lane_.stream());
     const std::vector<std::int64_t> shape = {static_cast<std::int64_t>(list.size()), static_cast<std::int64_t>(B)};
     const std::vector<gpu::SafetensorsTensor> tensors = {
         {"indices", gpu::DType::i32, shape, std::as_bytes(std::span<const std::int32_t>(indices))},

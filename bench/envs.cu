@@ -1,12 +1,15 @@
 // Environment throughput: env-steps per second against N (2^12 .. 2^22) for CartPole-v1, the
-// benchmark market and an 8-asset correlated GBM market, with achieved GB/s next to the
-// device-to-device copy bandwidth measured in the same run; then the same benchmark market in
-// PyTorch (bench/torch_baselines/envs.py, run by this program) and the ratio.
+// benchmark market (rl::MarketEnv on configs/markets/bench_ou.toml: one OU asset, three positions,
+// 5 bps fees, 256-step episodes, a 32-return window) and an 8-asset correlated GBM market, with
+// achieved GB/s next to the device-to-device copy bandwidth measured in the same run; then the
+// benchmark market in PyTorch (bench/torch_baselines/envs.py, run by this program) and the ratio.
 //
 // Each call advances every environment T steps (T * N = 2^24 env-steps per call, T >= 1) with
 // random actions from a device buffer, and writes every step's observation, reward and flags.
 // Bytes counted per call: actions read once, every output written once, the state read and
-// written once (see each environment's *_bytes function). docs/envs.md explains the kernels.
+// written as each environment's *_bytes function says. docs/envs.md explains the kernels.
+// bench_ou.toml is read from <exe dir>/../share/foxhunt/configs/markets (the installed folder),
+// else from the source tree's configs/markets.
 #include <cuda_runtime.h>
 
 #include <sys/wait.h>
@@ -26,7 +29,6 @@
 #include "gpu/device.hpp"
 #include "gpu/launch.cuh"
 #include "gpu/philox.cuh"
-#include "rl/envs/bench_market.hpp"
 #include "rl/envs/cartpole.hpp"
 #include "rl/envs/market.hpp"
 #include "rl/envs/market_config.hpp"
@@ -125,6 +127,19 @@ rl::MarketConfig gbm8_config() {
   return c;
 }
 
+// configs/markets/bench_ou.toml: beside the installed binary, else in the source tree.
+fs::path find_bench_ou() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path p = exe.parent_path() / ".." / "share" / "foxhunt" / "configs" / "markets" / "bench_ou.toml";
+    if (fs::exists(p)) return p;
+  }
+  const fs::path src = fs::path(__FILE__).parent_path() / ".." / "configs" / "markets" / "bench_ou.toml";
+  if (fs::exists(src)) return src;
+  return {};
+}
+
 fs::path find_baseline_script() {
   if (const char* dir = std::getenv("FOXHUNT_BENCH_SCRIPTS")) {
     const fs::path p = fs::path(dir) / "envs.py";
@@ -215,10 +230,18 @@ int main() {
   std::vector<std::int64_t> sizes;
   for (int k = 12; k <= 22; ++k) sizes.push_back(std::int64_t{1} << k);
 
+  const fs::path bench_file = find_bench_ou();
+  if (bench_file.empty()) {
+    std::printf(
+        "configs/markets/bench_ou.toml not found (beside the binary in ../share/foxhunt/configs/markets, "
+        "or in the source tree)\n");
+    return 1;
+  }
+  const rl::MarketConfig bench_ou = rl::load_market_config(bench_file);
   const rl::MarketConfig gbm8 = gbm8_config();
 
   std::vector<Row> rows;
-  std::map<std::int64_t, double> ours;  // benchmark market steps/s by N
+  std::map<std::int64_t, double> ours;  // bench_ou steps/s by N
   for (auto n : sizes) {
     const std::int64_t t = std::max<std::int64_t>(1, kStepsPerCall / n);
     {
@@ -226,11 +249,10 @@ int main() {
       rows.push_back(measure("cartpole", env, t, cartpole_bytes(n, t), copy_gbs, stream));
     }
     {
-      rl::BenchMarketEnv env(n);
-      rows.push_back(measure("bench_market", env, t, rl::bench_market_bytes(n, t, gpu::DType::f32), copy_gbs, stream));
+      rl::MarketEnv env(bench_ou, n);
+      rows.push_back(measure("bench_ou", env, t, env.step_bytes(t, gpu::DType::f32), copy_gbs, stream));
       ours[n] = rows.back().steps_per_s;
-      rows.push_back(
-          measure("bench_market T=1", env, 1, rl::bench_market_bytes(n, 1, gpu::DType::f32), copy_gbs, stream));
+      rows.push_back(measure("bench_ou T=1", env, 1, env.step_bytes(1, gpu::DType::f32), copy_gbs, stream));
     }
     {
       rl::MarketEnv env(gbm8, n);
@@ -256,7 +278,7 @@ int main() {
     for (auto n : sizes) {
       const auto it = torch.find(n);
       if (it == torch.end()) continue;
-      std::printf("%-14s %8s %16.4e %16.4e %9.1fx\n", "bench_market", pow2(n).c_str(), ours[n], it->second,
+      std::printf("%-14s %8s %16.4e %16.4e %9.1fx\n", "bench_ou", pow2(n).c_str(), ours[n], it->second,
                   ours[n] / it->second);
     }
   }
@@ -267,7 +289,7 @@ int main() {
     double target;
   } targets[] = {{std::int64_t{1} << 20, 1e10}, {std::int64_t{1} << 16, 5e9}};
   for (const auto& tg : targets)
-    std::printf("TARGET bench_market env-steps/s at N=%s: %.3e (target >= %.0e): %s\n", pow2(tg.n).c_str(), ours[tg.n],
+    std::printf("TARGET bench_ou env-steps/s at N=%s: %.3e (target >= %.0e): %s\n", pow2(tg.n).c_str(), ours[tg.n],
                 tg.target, ours[tg.n] >= tg.target ? "PASS" : "FAIL");
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "gpu/check.hpp"
+#include "gpu/checkpoint_io.hpp"
 #include "gpu/safetensors.hpp"
 
 namespace foxhunt::gpu {
@@ -108,19 +109,16 @@ void ParameterArena::upload_param(std::string_view name, std::span<const float> 
 void ParameterArena::save(const std::filesystem::path& path, cudaStream_t stream, bool with_optimizer_state) const {
   require_finalized("save");
   const auto n = static_cast<std::size_t>(padded_count_);
-  auto download = [&](const DeviceBuffer<float>& buf) {
-    std::vector<float> host(n);
-    if (n) FH_CHECK(cudaMemcpyAsync(host.data(), buf.data(), n * sizeof(float), cudaMemcpyDeviceToHost, stream));
-    return host;
-  };
-  FH_CHECK(cudaStreamSynchronize(stream));  // the latest updates on `stream` are in the arrays
-  const std::vector<float> p = download(params_);
-  std::vector<float> m, v;
+  // Checkpoint I/O (gpu/checkpoint_io.hpp), ordered after the latest updates on `stream`.
+  std::vector<float> p(n), m, v;
+  std::vector<CheckpointCopy> copies{{p.data(), params_.data(), n * sizeof(float)}};
   if (with_optimizer_state) {
-    m = download(m_);
-    v = download(v_);
+    m.resize(n);
+    v.resize(n);
+    copies.push_back({m.data(), m_.data(), n * sizeof(float)});
+    copies.push_back({v.data(), v_.data(), n * sizeof(float)});
   }
-  FH_CHECK(cudaStreamSynchronize(stream));
+  checkpoint_read(copies, stream);
 
   std::vector<SafetensorsTensor> tensors;
   auto add = [&](const std::string& key, const std::vector<float>& flat, const Entry& e) {

@@ -5,30 +5,21 @@
 
 #include "gpu/check.hpp"
 #include "gpu/launch.cuh"
+#include "gpu/loss.cuh"
 #include "gpu/partial_sum.cuh"
 
 namespace foxhunt::gpu {
 namespace {
 
-// Each loss maps d = pred - target to the unweighted term and writes its derivative in d.
+// Each loss maps d = pred - target to the unweighted term and writes its derivative in dl
+// (the terms themselves: gpu/loss.cuh).
 struct MseTerm {
-  __device__ float operator()(float d, float& dl) const {
-    dl = 2.f * d;
-    return d * d;
-  }
+  __device__ float operator()(float d, float& dl) const { return mse_term(d, dl); }
 };
 
 struct HuberTerm {
   float delta;
-  __device__ float operator()(float d, float& dl) const {
-    const float a = fabsf(d);
-    if (a < delta) {  // strict, as PyTorch: |d| == delta takes the linear branch (same value there)
-      dl = d;
-      return 0.5f * d * d;
-    }
-    dl = copysignf(delta, d);
-    return delta * (a - 0.5f * delta);
-  }
+  __device__ float operator()(float d, float& dl) const { return huber_term(d, delta, dl); }
 };
 
 // Mean-reduction divides in double: n above 2^24 is not exact in float.

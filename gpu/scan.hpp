@@ -39,22 +39,4 @@ void exclusive_scan(std::int32_t* out, const std::int32_t* in, std::int64_t n, v
 void exclusive_scan(std::uint32_t* out, const std::uint32_t* in, std::int64_t n, void* workspace,
                     std::size_t workspace_bytes, cudaStream_t stream);
 
-// ---- test / bench only ------------------------------------------------------------------
-// The f32 scan exists in several tile shapes / look-back strategies (gpu/scan.cu, ScanCfgs);
-// inclusive_scan / exclusive_scan use scan_f32_default_config(). These entry points run any
-// one of them so tests can check each and the bench can time each. Every configuration is
-// bitwise reproducible on its own; configurations with different tile shapes, group sizes or
-// group-total readers round differently (prefetch, store flavour, tile order, register or
-// shared-memory tile: same bits).
-namespace detail {
-int scan_f32_config_count();
-int scan_f32_default_config();
-// e.g. "t256_s8_g32_mb3_blockG_early_nc", "t256_s8_g32_mb6_blockG_early_tma_bidx"
-const char* scan_f32_config_name(int config);
-std::size_t scan_f32_config_workspace_bytes(int config, std::int64_t n);
-// out, in: (n). config in [0, scan_f32_config_count()).
-void scan_f32_config(float* out, const float* in, std::int64_t n, bool exclusive, int config, void* workspace,
-                     std::size_t workspace_bytes, cudaStream_t stream);
-}  // namespace detail
-
 }  // namespace foxhunt::gpu

@@ -68,7 +68,7 @@ void Dense::bind(gpu::ParameterArena& arena) {
       // Zero noise until the first resample: a forward before it equals the mean network.
       FH_CHECK(cudaMemset(eps_in_.data(), 0, eps_in_.bytes()));
       FH_CHECK(cudaMemset(eps_out_.data(), 0, eps_out_.bytes()));
-      FH_CHECK(cudaDeviceSynchronize());  // set-up: the memsets (legacy stream) land before any stream uses them
+      FH_CHECK(cudaStreamSynchronize(nullptr));  // set-up: the memsets (legacy stream) land before any stream uses them
     }
   }
   bound_ = true;

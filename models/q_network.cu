@@ -107,7 +107,7 @@ QNetwork::Workspace QNetwork::make_workspace(std::int64_t max_batch, bool side_l
         max_batch, spec_.hidden.back(), spec_.branches, spec_.actions, spec_.dueling));
     // Set-up: the completion counters start at zero (legacy-stream memset, then wait, as Dense::bind).
     FH_CHECK(cudaMemset(ws.head_grad_ws.data(), 0, ws.head_grad_ws.bytes()));
-    FH_CHECK(cudaDeviceSynchronize());
+    FH_CHECK(cudaStreamSynchronize(nullptr));
   }
   ws.d_pre = gpu::DeviceBuffer<float>(B * std::max(out, h));
   return ws;

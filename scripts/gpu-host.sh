@@ -5,7 +5,7 @@
 # the sanitizers and the learning tests run there from the start, beside the benchmarks. Logs go to $FOXHUNT_LOGS
 # (default ./gpu-logs; tar it to bring it back whole); the summary is last.
 #   usage: scripts/gpu-host.sh <dist folder> [gtest filter] [sanitizer tools...]
-#   FOXHUNT_BENCHES="scan_variants replay" picks benchmarks (default all; "none" skips them),
+#   FOXHUNT_BENCHES="rows replay" picks benchmarks (default all; "none" skips them),
 #   FOXHUNT_BENCH_TIMEOUT (120 s each), FOXHUNT_SANITIZER_TIMEOUT (420 s per process; also the
 #   default of FOXHUNT_SUITE_TIMEOUT and FOXHUNT_LEARNING_TIMEOUT), FOXHUNT_SANITIZER_SHARDS (6),
 #   FOXHUNT_SANITIZER_GPUS ("0 1": shards round-robin over those GPUs), FOXHUNT_LEARNING (a gtest

@@ -7,6 +7,7 @@
 #include "gpu/adam.cuh"
 #include "gpu/check.hpp"
 #include "gpu/launch.cuh"
+#include "gpu/loss.cuh"
 #include "gpu/partial_sum.cuh"
 
 namespace foxhunt::rl {
@@ -51,7 +52,7 @@ __device__ __forceinline__ std::int32_t argmax_row(const float* q, std::int64_t 
   std::int32_t best = 0;
   float bv = q[0];
   for (std::int64_t a = 1; a < n; ++a)
-    if (q[a] > bv) {  // strict: ties keep the lowest index (as dqn_targets)
+    if (q[a] > bv) {  // strict: ties keep the lowest index
       bv = q[a];
       best = static_cast<std::int32_t>(a);
     }
@@ -78,9 +79,10 @@ __device__ __forceinline__ std::int32_t argmax_row_short(const float* __restrict
   return best;
 }
 
-// The per-sample arithmetic is targets_kernel's and td_loss_kernel's (rl/dqn/targets.cu), operation
-// for operation; only the batch sums (loss, q_mean) are added here, in double, in a fixed order:
-// per block as below, then (several blocks) the block sums in block order by the last block.
+// Per sample: the target y (argmax of q_select, mean over branches of q_eval), then per branch the TD
+// error, its loss term and gradient (gpu/loss.cuh, shared with gpu/loss.cu) and |TD| into the
+// priority. The batch sums (loss, q_mean) are added in double, in a fixed order: per block as below,
+// then (several blocks) the block sums in block order by the last block.
 template <bool kHuber>
 __global__ void __launch_bounds__(kTdThreads)
     td_fused_kernel(float* __restrict__ d_q, float* __restrict__ priorities, DqnState* __restrict__ st,
@@ -122,14 +124,8 @@ __global__ void __launch_bounds__(kTdThreads)
       const float qa = d == 0 ? qa0 : q[row + a];
       const float td = qa - y;
       const float ad = fabsf(td);
-      float l, g;
-      if constexpr (kHuber) {
-        l = ad < delta ? 0.5f * td * td : delta * (ad - 0.5f * delta);
-        g = fminf(fmaxf(td, -delta), delta);
-      } else {
-        l = td * td;
-        g = 2.f * td;
-      }
+      float g;
+      const float l = kHuber ? gpu::huber_term(td, delta, g) : gpu::mse_term(td, g);
       loss += l;
       prio += ad;
       q_acc += static_cast<double>(qa);

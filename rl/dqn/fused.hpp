@@ -18,9 +18,15 @@ void dqn_stack_rows(float* out, const float* a, const float* b, std::int64_t n, 
 
 // Targets, TD loss, priorities and the loss statistics of one Z == 1 update, in ONE block (so the
 // batch sums have a fixed order; the workspace overload below: several blocks for large batches):
-// per sample b, with D branches of A actions,
-//   y_b          = returns[b] + discounts[b] * mean_d q_eval[b, d, argmax_a q_select[b, d, :]]   (dqn_targets)
-//   d_q, priorities as td_loss with that y (d_q (B, D, A) fully written),
+// per sample b, with D branches of A actions (argmax ties go to the lowest index),
+//   y_b          = returns[b] + discounts[b] * mean_d q_eval[b, d, argmax_a q_select[b, d, :]]
+//                  (double DQN: q_select = online(s'), q_eval = target(s'); plain DQN: both
+//                  target(s'); D > 1: BDQ's mean over branches)
+//   delta_bd     = q[b, d, actions[b, d]] - y_b
+//   d_q[b, d, a] = w_b / (B D) * l'(delta_bd) at the taken action, 0 elsewhere (fully written)
+//   priorities[b] = sum_d |delta_bd| + priority_eps
+//   l: Huber(delta) = 0.5 d^2 if |d| < delta else delta (|d| - 0.5 delta), l' = clamp(d, ±delta);
+//      MSE = d^2, l' = 2 d (gpu/loss.cuh)
 //   state->loss   = sum_b w_b / (B D) * sum_d l(delta_bd)   (accumulated in double)
 //   state->q_mean = mean over (b, d) of q[b, d, actions[b, d]]
 //   state->skip   = 1 when the loss is not finite (never cleared here).

@@ -8,6 +8,7 @@
 
 #include "gpu/atomic_file.hpp"
 #include "gpu/check.hpp"
+#include "gpu/checkpoint_io.hpp"
 #include "gpu/grad_norm.hpp"
 #include "gpu/nonfinite.hpp"
 #include "gpu/reduce.hpp"
@@ -255,7 +256,7 @@ void DqnLearner::save(const std::filesystem::path& stem) {
   // Checkpoint I/O: the one sanctioned device-to-host copy besides the exit.
   DqnState host{};
   FH_CHECK(cudaStreamSynchronize(s));
-  FH_CHECK(cudaMemcpy(&host, state_.data(), sizeof host, cudaMemcpyDeviceToHost));
+  gpu::checkpoint_read(&host, state_.data(), sizeof host, s);
   // Temp file + fsync + rename: a failed or interrupted save leaves the previous state file whole.
   gpu::write_file_atomically(stem.string() + ".state.bin", {std::as_bytes(std::span<const DqnState>(&host, 1))},
                              "DqnLearner state");

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "gpu/check.hpp"
+#include "gpu/checkpoint_io.hpp"
 #include "rl/replay/replay_buffer.hpp"
 #include "rl/replay/snapshot.hpp"
 
@@ -135,10 +136,8 @@ std::map<std::string, std::string> replay_snapshot_keys(const ReplayConfig& c) {
 
 void ReplayBuffer::save(const std::filesystem::path& path, cudaStream_t stream) const {
   // Checkpoint I/O: the device state comes to the host here, after everything enqueued on `stream`.
-  FH_CHECK(cudaStreamSynchronize(stream));
   ReplayState st;
-  FH_CHECK(cudaMemcpyAsync(&st, state_.data(), sizeof st, cudaMemcpyDeviceToHost, stream));
-  FH_CHECK(cudaStreamSynchronize(stream));
+  gpu::checkpoint_read(&st, state_.data(), sizeof st, stream);
   const std::vector<std::uint32_t> state_words = encode_state(st);
   const std::vector<std::int64_t> slot_words = slots_.export_state();
 

@@ -16,6 +16,7 @@
 
 #include "gpu/atomic_file.hpp"
 #include "gpu/check.hpp"
+#include "gpu/checkpoint_io.hpp"
 
 namespace foxhunt::rl {
 namespace {
@@ -159,9 +160,7 @@ void write_snapshot_file(const std::filesystem::path& path, std::span<const Snap
         for (std::uint64_t off = 0; off < bytes;) {
           const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), bytes - off));
           // Checkpoint I/O: the one place the replay buffer's contents come to the host.
-          FH_CHECK(cudaMemcpyAsync(buf.data(), static_cast<const std::byte*>(t.device) + off, n, cudaMemcpyDeviceToHost,
-                                   stream));
-          FH_CHECK(cudaStreamSynchronize(stream));
+          gpu::checkpoint_read(buf.data(), static_cast<const std::byte*>(t.device) + off, n, stream);
           const std::span<const std::byte> piece(buf.data(), n);
           hash.add(piece);
           write_all(piece.data(), n, nullptr);

@@ -1,5 +1,6 @@
-// rl/dqn/fused against float64 references and against the unfused kernels they replace: the
-// one-block TD kernel (targets, loss, d_q, priorities, loss / q_mean statistics, loss guard), the
+// rl/dqn/fused against float64 references and against the generic kernels they replace: the
+// one-block TD kernel (targets, loss, d_q, priorities, loss / q_mean statistics, loss guard; double
+// and plain DQN targets on a fixed batch), the
 // gradient guard (non-finite flag, norm bit-equal to gpu::global_grad_norm, clip scale, repeated
 // calls: the completion counter resets), the end of update with the target update and the
 // parameter check, the fused Adam + end + target pass (bit-equal to the two launches), the begin
@@ -128,6 +129,35 @@ TEST_F(DqnFusedTest, TdFusedMatchesFloat64) {
       run(d_Rn);
       EXPECT_EQ(download_state(st, s()).skip, 1u);
     }
+}
+
+// The target's two forms on a fixed batch (B = 2, D = 1, A = 3), read back through the MSE gradient
+// at the taken action, d_q = 2 (q - y) / B = q - y with unit weights: double DQN (q_select =
+// online(s'), q_eval = target(s')) and plain DQN (both target(s')).
+TEST_F(DqnFusedTest, FixedBatchDoubleVersusPlainTargets) {
+  // online(s') prefers action 2 in row 0 and action 0 in row 1 (a 0/1 tie: the lowest index);
+  // target(s') prefers action 1 in both rows.
+  const std::vector<float> q_on{0.f, 1.f, 2.f, 5.f, 5.f, -1.f};
+  const std::vector<float> q_tg{1.f, 3.f, -2.f, 0.5f, 4.f, 1.f};
+  const std::vector<float> R{1.f, -0.5f}, g{0.9f, 0.f};
+  const std::vector<float> q{0.25f, 7.f, 7.f, -0.75f, 7.f, 7.f};  // online(s); action 0 taken in both rows
+  const std::vector<std::int32_t> acts{0, 0};
+  auto d_on = test::upload(q_on, s()), d_tg = test::upload(q_tg, s()), d_R = test::upload(R, s()),
+       d_g = test::upload(g, s()), d_q = test::upload(q, s());
+  auto d_a = test::upload(acts, s());
+  gpu::DeviceBuffer<float> dq(6);
+  gpu::DeviceBuffer<DqnState> st(1);
+  auto targets = [&](const gpu::DeviceBuffer<float>& q_select) {
+    upload_state(st, DqnState{}, s());
+    test::poison(dq, s());
+    dqn_td_fused(dq.data(), nullptr, st.data(), d_q.data(), q_select.data(), d_tg.data(), d_a.data(), d_R.data(),
+                 d_g.data(), nullptr, 2, 1, 3, TdLoss::mse, 1.f, 0.f, s());
+    const auto d = test::download(dq, s());
+    for (int k : {1, 2, 4, 5}) EXPECT_EQ(d[k], 0.f) << "d_q element " << k << " (not taken)";
+    return std::vector<float>{q[0] - d[0], q[3] - d[3]};
+  };
+  EXPECT_TRUE(test::all_close(targets(d_on), std::vector<double>{1.0 + 0.9f * -2.0, -0.5}, 1e-6, 0));  // double
+  EXPECT_TRUE(test::all_close(targets(d_tg), std::vector<double>{1.0 + 0.9f * 3.0, -0.5}, 1e-6, 0));   // plain
 }
 
 TEST_F(DqnFusedTest, GradGuardMatchesGlobalGradNormBitwise) {

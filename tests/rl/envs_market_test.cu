@@ -2,11 +2,13 @@
 // step, every environment, from the GPU's previous state and the GPU's new prices), exact fees /
 // spread / borrow on a frozen price, the price laws by their statistics (GBM moments and
 // correlation, OU stationary law and autocorrelation, regime occupancy and per-regime volatility,
-// Merton jump frequency and compensator), reproducibility, observation layout, and the baseline
-// policies on the OU market. Statistical bounds are ~5 standard errors with fixed seeds.
+// Merton jump frequency and compensator), reproducibility, observation layout, the shipped
+// benchmark market (configs/markets/bench_ou.toml), and the baseline policies on the OU market.
+// Statistical bounds are ~5 standard errors with fixed seeds.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -522,6 +524,78 @@ TEST_F(MarketTest, SameSeedSameTrajectoryOtherSeedDiffers) {
   std::size_t differ = 0;
   for (std::size_t k = 0; k < a.size(); ++k) differ += a[k] != other[k];
   EXPECT_GT(differ, a.size() / 2);
+}
+
+// configs/markets/bench_ou.toml, the market bench/envs.cu times: its shape (one OU asset, three
+// levels, 32 returns + 4 tail columns), every episode truncated at step 256 and none terminated
+// under random trading, and T-step calls equal to single-step calls in observations, rewards,
+// flags and final observations (the bench times T-step calls).
+TEST_F(MarketTest, BenchOuMarketTruncatesEvery256StepsAndMultiStepCallsAgree) {
+  SCOPED_TRACE(seed_note());
+  const std::filesystem::path file =
+      (std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "configs" / "markets" / "bench_ou.toml")
+          .lexically_normal();
+  if (!std::filesystem::exists(file)) GTEST_SKIP() << file << " not found (a test binary without the source tree)";
+  const MarketConfig c = load_market_config(file);
+  ASSERT_EQ(c.assets, 1);
+  ASSERT_EQ(c.process, PriceProcess::ou);
+  ASSERT_EQ(c.episode_length, 256);
+  ASSERT_EQ(c.window, 32);
+  const std::int64_t n = 1000;
+  const int steps = 2 * 256 + 10;
+  std::uniform_int_distribution<int> pick(0, 2);
+  std::vector<std::int32_t> actions(static_cast<std::size_t>(n * steps));
+  for (auto& a : actions) a = pick(rng());
+  auto act = test::upload(actions, stream());
+  struct Run {
+    std::vector<float> obs, final_obs, reward;
+    std::vector<std::uint8_t> te, tr;
+  };
+  std::int64_t d = 0;
+  auto run = [&](std::int64_t per_call) {
+    MarketEnv env(c, n);
+    d = env.obs_dim();
+    EXPECT_EQ(d, 32 + 4);
+    EXPECT_EQ(env.action_space().choices, 3);
+    EXPECT_EQ(env.action_space().branches, 1);
+    StepBuffers b(n, d, steps);
+    test::poison(b.obs, stream());
+    test::poison(b.reward, stream());
+    test::poison(b.te, stream());
+    test::poison(b.tr, stream());
+    FH_CHECK(cudaMemsetAsync(b.final_obs.data(), 0, b.final_obs.bytes(), stream()));
+    gpu::DeviceBuffer<float> first(n * d);
+    env.reset(first.data(), gpu::DType::f32, seed_, stream());
+    for (std::int64_t t0 = 0; t0 < steps; t0 += per_call) {
+      const std::int64_t k = std::min<std::int64_t>(per_call, steps - t0);
+      const StepOutputs o{b.obs.data() + t0 * n * d, b.reward.data() + t0 * n,        b.te.data() + t0 * n,
+                          b.tr.data() + t0 * n,      b.final_obs.data() + t0 * n * d, gpu::DType::f32};
+      env.step(o, ActionInput{act.data() + t0 * n, nullptr}, k, stream());
+    }
+    return Run{test::download(b.obs, stream()), test::download(b.final_obs, stream()),
+               test::download(b.reward, stream()), test::download(b.te, stream()), test::download(b.tr, stream())};
+  };
+  const Run one = run(1), many = run(128);
+  EXPECT_EQ(one.obs, many.obs);
+  EXPECT_EQ(one.final_obs, many.final_obs);
+  EXPECT_EQ(one.reward, many.reward);
+  EXPECT_EQ(one.te, many.te);
+  EXPECT_EQ(one.tr, many.tr);
+  const int progress = 32 + 2;  // the tail's episode progress t / episode_length
+  for (int t = 0; t < steps; ++t) {
+    const bool end = (t + 1) % 256 == 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::size_t row = static_cast<std::size_t>(t * n + i);
+      ASSERT_EQ(one.te[row], 0) << "step " << t << ", env " << i;
+      ASSERT_EQ(one.tr[row], end ? 1 : 0) << "step " << t << ", env " << i;
+      ASSERT_TRUE(std::isfinite(one.reward[row])) << "step " << t << ", env " << i;
+      // After an episode end the row is the next episode's first observation (progress 0); the
+      // finished one's last observation is in final_obs (progress 1).
+      ASSERT_EQ(one.obs[row * d + progress], end ? 0.0f : static_cast<float>((t % 256 + 1) / 256.0))
+          << "step " << t << ", env " << i;
+      if (end) ASSERT_EQ(one.final_obs[row * d + progress], 1.0f) << "step " << t << ", env " << i;
+    }
+  }
 }
 
 TEST_F(MarketTest, ObservationWindowShiftsAndCarriesTheExtraBlock) {

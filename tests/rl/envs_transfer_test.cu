@@ -4,7 +4,6 @@
 
 #include "gpu/exit.hpp"
 #include "gpu/transfer_audit.hpp"
-#include "rl/envs/bench_market.hpp"
 #include "rl/envs/cartpole.hpp"
 #include "rl/envs/market.hpp"
 #include "rl/envs/market_policies.hpp"
@@ -36,16 +35,15 @@ TEST_F(EnvTransferTest, StepsPoliciesAndStatisticsCopyNothing) {
   mc.sigma = {0.2};
   mc.episode_length = 5;  // episodes end inside the audited region
   validate(mc);
-  MarketEnv market(mc, n);
+  MarketEnv market(mc, n), rollout(mc, n);
   CartPoleEnv cartpole(n);
-  BenchMarketEnv bench(n);
-  Io mio(n, market.obs_dim(), 1), cio(n, 4, steps), bio(n, BenchMarketConstants::obs_dim, steps);
-  gpu::DeviceBuffer<std::int32_t> mact(n), cact(n * steps), bact(n * steps);
+  Io mio(n, market.obs_dim(), 1), cio(n, 4, steps), rio(n, rollout.obs_dim(), steps);
+  gpu::DeviceBuffer<std::int32_t> mact(n), cact(n * steps), ract(n * steps);
   cact.zero(stream());
-  bact.zero(stream());
+  ract.zero(stream());
   market.reset(mio.obs.data(), gpu::DType::f32, 1, stream());
   cartpole.reset(cio.obs.data(), gpu::DType::f32, 2, stream());
-  bench.reset(bio.obs.data(), gpu::DType::f32, 3, stream());
+  rollout.reset(rio.obs.data(), gpu::DType::f32, 3, stream());
   gpu::ExitSlot<EpisodeStats> slot;
   FH_CHECK(cudaStreamSynchronize(stream()));
 
@@ -60,7 +58,7 @@ TEST_F(EnvTransferTest, StepsPoliciesAndStatisticsCopyNothing) {
     market.step(mio.view(), ActionInput{mact.data(), nullptr}, 1, stream());
   }
   cartpole.step(cio.view(), ActionInput{cact.data(), nullptr}, steps, stream());
-  bench.step(bio.view(), ActionInput{bact.data(), nullptr}, steps, stream());
+  rollout.step(rio.view(), ActionInput{ract.data(), nullptr}, steps, stream());  // T steps in one call
   market.export_stats(slot, true, stream());
   const EpisodeStats st = slot.wait();
   const gpu::TransferCounts counts = audit.stop();
