@@ -5,6 +5,9 @@
 #include <csignal>
 #include <stdexcept>
 
+#include "actors/pipeline_actors.hpp"
+#include "actors/ratio.hpp"
+
 namespace foxhunt::actors {
 
 void configure_actor_system(caf::actor_system_config& cfg, int scheduler_threads, bool low_latency) {
@@ -94,17 +97,17 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
     configure_actor_system(cfg, hooks.scheduler_threads, hooks.low_latency_scheduler);
     caf::actor_system sys{cfg};
 
+    // Children as dynamically typed handles: the supervisor treats them alike.
     std::vector<ChildSpec> specs;
     specs.push_back({"collector", [s = stages.collector, shared](caf::local_actor* sup) {
-                       return sup->spawn(collector_actor, s, shared);
+                       return spawn_collector(sup, s, shared);
                      }});
     specs.push_back(
-        {"replay", [s = stages.replay, shared](caf::local_actor* sup) { return sup->spawn(replay_actor, s, shared); }});
-    specs.push_back({"learner", [s = stages.learner, shared](caf::local_actor* sup) {
-                       return sup->spawn(learner_actor, s, shared);
-                     }});
+        {"replay", [s = stages.replay, shared](caf::local_actor* sup) { return spawn_replay(sup, s, shared); }});
+    specs.push_back(
+        {"learner", [s = stages.learner, shared](caf::local_actor* sup) { return spawn_learner(sup, s, shared); }});
     specs.push_back({"target_sync", [s = stages.target_sync, shared](caf::local_actor* sup) {
-                       return sup->spawn(target_sync_actor, s, shared);
+                       return caf::actor_cast<caf::actor>(spawn_target_sync(sup, s, shared));
                      }});
     auto on_started = hooks.on_started;
     auto wired_at = std::make_shared<std::atomic<Clock::rep>>(0);
@@ -117,7 +120,7 @@ RunResult run_pipeline(const PipelineConfig& config, const PipelineStages& stage
       for (const caf::actor* a : {&r, &l, &t, &c}) caf::anon_send(*a, wire_atom_v, c, r, l, t, me);
       if (on_started) on_started(me, ch);
     };
-    caf::actor sup = sys.spawn(supervisor_actor, std::move(specs), hooks.policy, wire, latch);
+    SupervisorActor sup = sys.spawn(supervisor_actor, std::move(specs), hooks.policy, wire, latch);
 
     bool stop_sent = false, failure_sent = false;
     auto last_change = std::chrono::steady_clock::now();

@@ -13,7 +13,7 @@
 #include <optional>
 #include <string>
 
-#include "actors/pipeline_actors.hpp"
+#include "actors/pipeline_shared.hpp"
 #include "actors/supervisor.hpp"
 #include "actors/timeline.hpp"
 

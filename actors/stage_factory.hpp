@@ -6,7 +6,7 @@
 #include <memory>
 #include <optional>
 
-#include "actors/pipeline_actors.hpp"
+#include "actors/pipeline_shared.hpp"
 #include "actors/run_config.hpp"
 #include "rl/dqn/learner.hpp"
 #include "rl/envs/vec_env.hpp"

@@ -9,7 +9,7 @@
 // producer's last write; every method that consumes a handle first makes the stage's stream wait
 // on that event. Events are owned by the producing stage, one per recyclable resource, and are
 // re-recorded only when that resource is written again, which the credit protocol (actors/
-// pipeline_actors.hpp) allows only after the consumer has waited on the previous record.
+// pipeline_shared.hpp) allows only after the consumer has waited on the previous record.
 #include <cstdint>
 #include <filesystem>
 #include <functional>

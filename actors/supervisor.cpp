@@ -59,16 +59,16 @@ void report_exceptions_as(caf::scheduled_actor* self, std::string role) {
 
 namespace {
 
-using Self = caf::stateful_actor<SupervisorState>;
+using Self = SupervisorActor::stateful_pointer<SupervisorState>;
 
-std::map<std::string, caf::actor> live_children(Self* self) {
+std::map<std::string, caf::actor> live_children(Self self) {
   std::map<std::string, caf::actor> out;
   for (auto& c : self->state.children)
     if (!c.down) out.emplace(c.spec.name, c.handle);
   return out;
 }
 
-void finish_if_all_down(Self* self, const std::shared_ptr<OutcomeLatch>& latch) {
+void finish_if_all_down(Self self, const std::shared_ptr<OutcomeLatch>& latch) {
   for (auto& c : self->state.children)
     if (!c.down) return;
   spdlog::info("supervisor: pipeline {} ({})", kind_name(self->state.outcome.kind), self->state.outcome.reason);
@@ -77,7 +77,7 @@ void finish_if_all_down(Self* self, const std::shared_ptr<OutcomeLatch>& latch) 
 }
 
 // Stops every live child; the first reason given wins.
-void stop_all(Self* self, RunOutcome outcome, const std::shared_ptr<OutcomeLatch>& latch) {
+void stop_all(Self self, RunOutcome outcome, const std::shared_ptr<OutcomeLatch>& latch) {
   if (!self->state.stopping) {
     self->state.stopping = true;
     self->state.outcome = std::move(outcome);
@@ -93,8 +93,8 @@ void stop_all(Self* self, RunOutcome outcome, const std::shared_ptr<OutcomeLatch
 
 }  // namespace
 
-caf::behavior supervisor_actor(Self* self, std::vector<ChildSpec> specs, SupervisorPolicy policy, WireFn wire,
-                               std::shared_ptr<OutcomeLatch> latch) {
+SupervisorActor::behavior_type supervisor_actor(Self self, std::vector<ChildSpec> specs, SupervisorPolicy policy,
+                                                WireFn wire, std::shared_ptr<OutcomeLatch> latch) {
   report_exceptions_as(self, "supervisor");
   for (auto& spec : specs) {
     caf::actor child = spec.spawn(self);

@@ -9,9 +9,9 @@
 // When every child is down the supervisor fills the OutcomeLatch and quits: nobody is left
 // behind, so ~actor_system does not hang.
 //
-// Messages: (finished_atom) completed run; (stop_atom, std::string why) graceful stop (signals);
-// (failure_atom, std::string why) a failure found outside the actors (device health, stalls,
-// checkpoint writes).
+// A typed actor (SupervisorActor): its three messages are its whole interface, and everyone who
+// reports to it (run_pipeline, the collector, the learner's checkpoint worker) holds the typed
+// handle. Its children stay dynamically typed handles (caf::actor): it treats them all alike.
 #include <caf/all.hpp>
 
 #include <chrono>
@@ -65,6 +65,11 @@ struct SupervisorPolicy {
 // sends them whatever they need to find each other.
 using WireFn = std::function<void(caf::local_actor* supervisor, const std::map<std::string, caf::actor>& children)>;
 
+// (finished_atom): the run is complete; (stop_atom, why): a graceful stop (signals);
+// (failure_atom, why): a failure found outside the actors (device health, stalls, checkpoint writes).
+using SupervisorActor = caf::typed_actor<caf::reacts_to<finished_atom>, caf::reacts_to<stop_atom, std::string>,
+                                         caf::reacts_to<failure_atom, std::string>>;
+
 struct SupervisorState {
   struct Child {
     ChildSpec spec;
@@ -79,8 +84,9 @@ struct SupervisorState {
   const char* name = "foxhunt.supervisor";
 };
 
-caf::behavior supervisor_actor(caf::stateful_actor<SupervisorState>* self, std::vector<ChildSpec> specs,
-                               SupervisorPolicy policy, WireFn wire, std::shared_ptr<OutcomeLatch> latch);
+SupervisorActor::behavior_type supervisor_actor(SupervisorActor::stateful_pointer<SupervisorState> self,
+                                                std::vector<ChildSpec> specs, SupervisorPolicy policy, WireFn wire,
+                                                std::shared_ptr<OutcomeLatch> latch);
 
 // Readable text for an actor's exit reason (the exception text when there is one).
 std::string describe(caf::actor_system& sys, const caf::error& reason);

@@ -1,8 +1,8 @@
 #pragma once
 // Shared by the end-to-end actor tests on the device (gpu_end_to_end_test.cu, gpu_fault_test.cu,
-// gpu_train_test.cu): a small DQN run config, the completion-mode guard, a watchdog around
-// run_pipeline, and the checks that a checkpoint LOADS (into a fresh learner, and as the start of
-// a resumed run, the way `foxhunt train --resume` starts one: actors/train_run.cpp).
+// gpu_train_test.cu): a small DQN run config, the completion-mode guard, the run hooks every such
+// test starts from (WatchedRun), a watchdog around run_pipeline, and the checks that a checkpoint LOADS (into a fresh
+// learner, and as the start of a resumed run, the way `foxhunt train --resume` starts one: actors/train_run.cpp).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -91,6 +92,42 @@ inline fs::path fresh_dir(const std::string& name) {
   fs::create_directories(dir);
   return dir;
 }
+
+// The run hooks an actor test on the device starts from: checkpoints under `checkpoints`, a stall
+// timeout, a progress interval, and a soft deadline: once a progress report comes `deadline_s`
+// seconds into the run, the stop flag is raised (a graceful stop; tests assert the flag stayed 0),
+// so a pipeline that does not end fails the test instead of blocking it. The test's own progress
+// callback (on_progress) runs after that check on every report.
+class WatchedRun {
+ public:
+  struct Timing {
+    double deadline_s = 60;
+    std::chrono::seconds stall{30};
+    std::chrono::milliseconds progress{20};
+  };
+  WatchedRun(const fs::path& checkpoints, Timing timing) : deadline_s_(timing.deadline_s) {
+    hooks.store = std::make_shared<CheckpointStore>(checkpoints);
+    hooks.stall_timeout = timing.stall;
+    hooks.progress_interval = timing.progress;
+    hooks.stop_signal = &stop;
+    hooks.on_progress = [this](const ProgressSnapshot& s) {
+      if (s.seconds > deadline_s_) stop.store(2);
+      if (then_) then_(s);
+    };
+  }
+  explicit WatchedRun(const fs::path& checkpoints) : WatchedRun(checkpoints, Timing{}) {}
+  WatchedRun(const WatchedRun&) = delete;  // hooks point into this object
+  WatchedRun& operator=(const WatchedRun&) = delete;
+
+  void on_progress(std::function<void(const ProgressSnapshot&)> then) { then_ = std::move(then); }
+
+  RunHooks hooks;
+  std::atomic<int> stop{0};  // 2 once the soft deadline passed
+
+ private:
+  double deadline_s_;
+  std::function<void(const ProgressSnapshot&)> then_;
+};
 
 // run_pipeline on another thread; a run that has not returned after `deadline` is a hang, which
 // cannot be recovered from inside the process: the test fails and the binary aborts (as the CPU
@@ -209,8 +246,9 @@ inline void expect_resumes(const fs::path& checkpoint, std::int64_t more_steps,
   ASSERT_EQ(start.env_steps % kEnvs, 0) << "a checkpoint holds whole slots";
   const std::int64_t total = start.env_steps + more_steps;
   const RunConfig cfg = parse_run_config(small_cartpole_toml(total, 0, completions), "resume");
-  RunHooks hooks;
-  CompletionMode mode(completions, hooks);
+  const fs::path root = fresh_dir("actor_resumed");
+  WatchedRun run(root);  // a stuck resume fails instead of blocking
+  CompletionMode mode(completions, run.hooks);
   PipelineStages stages;
   ASSERT_NO_THROW(stages = make_stages(cfg, checkpoint)) << "the checkpoint does not load into fresh stages";
   auto learner = std::dynamic_pointer_cast<DqnLearnerStage>(stages.learner);
@@ -218,19 +256,10 @@ inline void expect_resumes(const fs::path& checkpoint, std::int64_t more_steps,
   EXPECT_EQ(contents_of(learner->learner()).state.updates_attempted, start.updates)
       << "the resumed learner did not start from the checkpoint's state";
 
-  const fs::path root = fresh_dir("actor_resumed");
-  hooks.store = std::make_shared<CheckpointStore>(root);
-  hooks.stall_timeout = std::chrono::seconds(30);
-  hooks.progress_interval = std::chrono::milliseconds(20);
-  std::atomic<int> stop{0};
-  hooks.stop_signal = &stop;
-  hooks.on_progress = [&stop](const ProgressSnapshot& s) {
-    if (s.seconds > 60) stop.store(2);  // a stuck resume fails instead of blocking
-  };
   PipelineConfig pcfg = cfg.pipeline_config();
   pcfg.start = start;
-  const RunResult r = run_watched(pcfg, stages, hooks);
-  EXPECT_EQ(stop.load(), 0) << "the resumed run had to be stopped by its deadline";
+  const RunResult r = run_watched(pcfg, stages, run.hooks);
+  EXPECT_EQ(run.stop.load(), 0) << "the resumed run had to be stopped by its deadline";
   EXPECT_EQ(r.outcome.kind, RunOutcome::Kind::completed) << r.outcome.reason;
   EXPECT_EQ(r.exit_code(), 0);
   EXPECT_EQ(r.counters.env_steps, total);

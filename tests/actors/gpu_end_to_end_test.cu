@@ -69,20 +69,16 @@ class ActorEndToEnd : public test::GpuTest, public ::testing::WithParamInterface
 
 TEST_P(ActorEndToEnd, ShortDqnRunCheckpointsAndReloads) {
   const std::string completions = GetParam();
-  RunHooks hooks;
-  e2e::CompletionMode mode(completions, hooks);  // before the stages: they are built and drained under it
+  const fs::path dir = e2e::fresh_dir("actor_e2e_" + completions);
+  // Generous: compute-sanitizer slows every kernel 50-100x. A hang fails (stop flag asserted
+  // below), even under a sanitizer.
+  e2e::WatchedRun run(dir, {400, std::chrono::seconds(60), std::chrono::milliseconds(10)});
+  e2e::CompletionMode mode(completions, run.hooks);  // before the stages: they are built and drained under it
   const RunConfig cfg =
       parse_run_config(e2e::small_cartpole_toml(kTotal, kCheckpointEvery, completions), "ActorEndToEnd");
   PipelineStages stages = make_stages(cfg, std::nullopt);
   auto learner = std::dynamic_pointer_cast<DqnLearnerStage>(stages.learner);
   ASSERT_NE(learner, nullptr);
-
-  const fs::path dir = e2e::fresh_dir("actor_e2e_" + completions);
-  hooks.store = std::make_shared<CheckpointStore>(dir);
-  hooks.stall_timeout = std::chrono::seconds(60);  // generous: compute-sanitizer slows every kernel 50-100x
-  hooks.progress_interval = std::chrono::milliseconds(10);
-  std::atomic<int> stop{0};
-  hooks.stop_signal = &stop;
 
   // D2H audit from the start of the run to the first checkpoint's writes (the learner's part of a
   // checkpoint is written first). Unavailable under compute-sanitizer (CUPTI taken): skipped.
@@ -109,13 +105,10 @@ TEST_P(ActorEndToEnd, ShortDqnRunCheckpointsAndReloads) {
       audit_why = e.what();
     }
   }
-  hooks.on_progress = [&](const ProgressSnapshot& s) {
-    if (s.seconds > 400) stop.store(2);  // a hang fails (stop flag asserted below), even under a sanitizer
-    last_steps.store(s.counters.env_steps);
-  };
+  run.on_progress([&](const ProgressSnapshot& s) { last_steps.store(s.counters.env_steps); });
 
   const auto t0 = std::chrono::steady_clock::now();
-  const RunResult r = e2e::run_watched(cfg.pipeline_config(), stages, hooks, std::chrono::seconds(500));
+  const RunResult r = e2e::run_watched(cfg.pipeline_config(), stages, run.hooks, std::chrono::seconds(500));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   {
     std::lock_guard lock(audit_mutex);
@@ -128,7 +121,7 @@ TEST_P(ActorEndToEnd, ShortDqnRunCheckpointsAndReloads) {
       static_cast<long long>(r.counters.env_steps), static_cast<long long>(r.counters.updates),
       static_cast<long long>(r.counters.policy_version));
 
-  EXPECT_EQ(stop.load(), 0) << "the run had to be stopped by the test's deadline";
+  EXPECT_EQ(run.stop.load(), 0) << "the run had to be stopped by the test's deadline";
   ASSERT_EQ(r.outcome.kind, RunOutcome::Kind::completed) << r.outcome.reason;
   EXPECT_EQ(r.exit_code(), 0) << r.checkpoint_error;
 

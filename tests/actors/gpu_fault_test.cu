@@ -153,18 +153,10 @@ TEST_F(ActorFault, InjectedCudaErrorInLearnerStopsCleanlyWithLoadableCheckpoint)
   stages.learner = faulty;
 
   const fs::path dir = e2e::fresh_dir("actor_fault");
-  RunHooks hooks;
-  hooks.store = std::make_shared<CheckpointStore>(dir);
-  hooks.stall_timeout = std::chrono::seconds(30);
-  hooks.progress_interval = std::chrono::milliseconds(20);
-  std::atomic<int> stop{0};
-  hooks.stop_signal = &stop;
-  hooks.on_progress = [&stop](const ProgressSnapshot& s) {
-    if (s.seconds > kSoftDeadline) stop.store(2);
-  };
-  const RunResult r = e2e::run_watched(cfg.pipeline_config(), stages, hooks);
+  e2e::WatchedRun run(dir, {kSoftDeadline});
+  const RunResult r = e2e::run_watched(cfg.pipeline_config(), stages, run.hooks);
 
-  EXPECT_EQ(stop.load(), 0) << "the run had to be stopped by the test's deadline";
+  EXPECT_EQ(run.stop.load(), 0) << "the run had to be stopped by the test's deadline";
   EXPECT_TRUE(faulty->fired());
   EXPECT_EQ(r.outcome.kind, RunOutcome::Kind::failed) << r.outcome.reason;
   EXPECT_TRUE(contains(r.outcome.reason, "learner failed")) << r.outcome.reason;
@@ -198,33 +190,27 @@ TEST_P(ActorKill, KilledActorStopsCleanlyWithLoadableCheckpoint) {
   ASSERT_NE(learner, nullptr);
 
   const fs::path dir = e2e::fresh_dir("actor_kill_" + victim);
-  RunHooks hooks;
-  hooks.store = std::make_shared<CheckpointStore>(dir);
-  hooks.stall_timeout = std::chrono::seconds(30);
-  hooks.progress_interval = std::chrono::milliseconds(20);
-  std::atomic<int> stop{0};
-  hooks.stop_signal = &stop;
+  e2e::WatchedRun run(dir, {kSoftDeadline});  // no clean stop after the kill: fail, not hang
   std::mutex m;
   caf::actor target;
-  hooks.on_started = [&](caf::actor, const std::map<std::string, caf::actor>& children) {
+  run.hooks.on_started = [&](caf::actor, const std::map<std::string, caf::actor>& children) {
     std::lock_guard lock(m);
     target = children.at(victim);
   };
   bool sent = false;
   Counters at_kill;
-  hooks.on_progress = [&](const ProgressSnapshot& s) {
-    if (s.seconds > kSoftDeadline) stop.store(2);  // no clean stop after the kill: fail, not hang
+  run.on_progress([&](const ProgressSnapshot& s) {
     if (sent || s.updates_done < kKillAfterUpdates) return;
     std::lock_guard lock(m);
     if (!target) return;
     sent = true;
     at_kill = s.counters;
     caf::anon_send_exit(target, caf::exit_reason::kill);
-  };
-  const RunResult r = e2e::run_watched(cfg.pipeline_config(), stages, hooks);
+  });
+  const RunResult r = e2e::run_watched(cfg.pipeline_config(), stages, run.hooks);
 
   ASSERT_TRUE(sent) << "the run ended before " << kKillAfterUpdates << " updates: " << r.outcome.reason;
-  EXPECT_EQ(stop.load(), 0) << "the pipeline did not stop by itself after the kill";
+  EXPECT_EQ(run.stop.load(), 0) << "the pipeline did not stop by itself after the kill";
   EXPECT_EQ(r.outcome.kind, RunOutcome::Kind::failed) << r.outcome.reason;
   EXPECT_TRUE(contains(r.outcome.reason, victim + " failed")) << r.outcome.reason;
   EXPECT_EQ(r.exit_code(), 1);
@@ -263,17 +249,12 @@ TEST_F(ActorFault, StickyDeviceFaultChild) {
   auto faulty = std::make_shared<FaultyLearner>(real, Fault::illegal_address, 1, cfg.run.device);
   stages.learner = faulty;
 
-  RunHooks hooks;
-  hooks.store = std::make_shared<CheckpointStore>(dir / "checkpoints");
-  hooks.stall_timeout = std::chrono::seconds(30);
-  hooks.progress_interval = std::chrono::milliseconds(20);
-  std::atomic<int> stop{0};
-  hooks.stop_signal = &stop;
-  hooks.on_progress = [&](const ProgressSnapshot& s) {
-    if (s.seconds > kSoftDeadline) stop.store(2);  // never faulted: the run stops and exits 0 (the parent fails)
+  // Never faulted: the deadline stops the run, which exits 0 (and the parent fails).
+  e2e::WatchedRun run(dir / "checkpoints", {kSoftDeadline});
+  run.on_progress([&](const ProgressSnapshot& s) {
     if (s.checkpoints >= 1 && s.updates_done >= kChildMinUpdates) faulty->arm();
-  };
-  const RunResult r = e2e::run_watched(cfg.pipeline_config(), stages, hooks, std::chrono::seconds(100));
+  });
+  const RunResult r = e2e::run_watched(cfg.pipeline_config(), stages, run.hooks, std::chrono::seconds(100));
 
   std::printf("%s outcome=%s exit_code=%d fired=%d final_checkpoint=%s\n", kChildMarker, kind_name(r.outcome.kind),
               r.exit_code(), faulty->fired() ? 1 : 0,

@@ -12,6 +12,7 @@
 #include "actors/cuda_lane.hpp"
 #include "actors/gpu_replay_stage.hpp"
 #include "actors/pipeline.hpp"
+#include "actors/ratio.hpp"
 #include "gpu/buffer.hpp"
 #include "gpu/check.hpp"
 #include "gpu/transfer_audit.hpp"

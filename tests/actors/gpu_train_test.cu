@@ -94,8 +94,11 @@ class ActorTraining : public test::GpuTest, public ::testing::WithParamInterface
 
 TEST_P(ActorTraining, DqnLearnsCartPoleWithNoDeviceToHostCopies) {
   const std::string completions = GetParam();
-  RunHooks hooks;
-  e2e::CompletionMode mode(completions, hooks);  // before the stages: they are built and drained under it
+  const std::filesystem::path dir = e2e::fresh_dir("actor_training");
+  // Past kDeadline the run is stopped: a hang fails, not blocks.
+  e2e::WatchedRun run(dir, {std::chrono::duration<double>(kDeadline).count(), std::chrono::seconds(30),
+                            std::chrono::milliseconds(100)});
+  e2e::CompletionMode mode(completions, run.hooks);  // before the stages: they are built and drained under it
   RunConfig cfg = parse_run_config(kCartPoleClean, "gpu_train_test");
   cfg.pipeline.completions = completions;
   StageOptions opt;
@@ -103,14 +106,6 @@ TEST_P(ActorTraining, DqnLearnsCartPoleWithNoDeviceToHostCopies) {
   PipelineStages stages = make_stages(cfg, std::nullopt, opt);
   auto collector = std::dynamic_pointer_cast<DqnCollectorStage>(stages.collector);
   ASSERT_NE(collector, nullptr);
-
-  const auto dir = std::filesystem::temp_directory_path() / ("foxhunt_actor_training_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  hooks.store = std::make_shared<CheckpointStore>(dir);
-  hooks.stall_timeout = std::chrono::seconds(30);
-  hooks.progress_interval = std::chrono::milliseconds(100);
-  std::atomic<int> stop{0};
-  hooks.stop_signal = &stop;
 
   // The audit runs over [kAuditFrom, kAuditTo) env steps, from the progress callback (the
   // watching thread). Unavailable under compute-sanitizer (CUPTI taken): then skipped, with why.
@@ -122,8 +117,7 @@ TEST_P(ActorTraining, DqnLearnsCartPoleWithNoDeviceToHostCopies) {
   double audit_seconds = 0;
   double last_return = -1, best_return = -1, window_episodes = 0;
   std::int64_t best_at = -1;
-  hooks.on_progress = [&](const ProgressSnapshot& s) {
-    if (s.seconds > std::chrono::duration<double>(kDeadline).count()) stop.store(2);  // a hang fails, not blocks
+  run.on_progress([&](const ProgressSnapshot& s) {
     for (const auto& [k, v] : s.scalars) {
       if (k == "episode/return") last_return = v;
       if (k == "episode/count") window_episodes = v;
@@ -149,15 +143,15 @@ TEST_P(ActorTraining, DqnLearnsCartPoleWithNoDeviceToHostCopies) {
       audit_done = true;
       audit_seconds = s.seconds - audit_seconds;
     }
-  };
+  });
 
   const auto t0 = std::chrono::steady_clock::now();
-  RunResult r = run_pipeline(cfg.pipeline_config(), stages, hooks);
+  RunResult r = run_pipeline(cfg.pipeline_config(), stages, run.hooks);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (audit.running()) audit.stop();
 
   ASSERT_EQ(r.outcome.kind, RunOutcome::Kind::completed)
-      << r.outcome.reason << " (after " << seconds << " s; stop flag " << stop.load() << ")";
+      << r.outcome.reason << " (after " << seconds << " s; stop flag " << run.stop.load() << ")";
   EXPECT_GE(r.counters.env_steps, cfg.run.total_env_steps);
   EXPECT_GT(r.counters.updates, 0);
   EXPECT_GT(r.counters.policy_version, 0);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/pipeline.hpp"
+#include "actors/ratio.hpp"
 #include "tests/actors/fake_stages.hpp"
 
 using namespace foxhunt::actors;

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "actors/pipeline.hpp"
+#include "actors/ratio.hpp"
 #include "tests/actors/fake_stages.hpp"
 
 namespace fs = std::filesystem;

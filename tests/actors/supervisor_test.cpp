@@ -24,7 +24,7 @@ struct Harness {
   std::mutex m;
   std::map<std::string, caf::actor> children;
   std::atomic<int> wirings{0};
-  caf::actor sup;
+  SupervisorActor sup;
 
   Harness(bool restart, SupervisorPolicy policy) {
     configure_actor_system(cfg, 2);
