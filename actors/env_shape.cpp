@@ -28,8 +28,8 @@ EnvShape env_shape(const RunConfig& c) {
                       {"accum", n * sizeof(rl::EpisodeAccum)}};
     return s;
   }
-  if (c.env.kind != "ou_market" && c.env.kind != "market")
-    throw std::invalid_argument("env.kind = \"" + c.env.kind + "\": must be one of cartpole | ou_market | market");
+  if (c.env.kind != "market")
+    throw std::invalid_argument("env.kind = \"" + c.env.kind + "\": must be one of cartpole | market");
   const rl::MarketConfig m = market_config(c);
   if (m.action != rl::ActionMode::discrete)
     throw std::invalid_argument(
