@@ -12,22 +12,9 @@
 
 #include "gpu/buffer.hpp"
 #include "models/dense.hpp"
+#include "models/module.hpp"
 
 namespace foxhunt::models {
-
-// An optional second lane for a backward's parameter-gradient work (the weight-gradient GEMMs, the
-// fused heads' parameter gradients): forked from the main stream once their inputs are ready and
-// joined back before the backward returns, so callers and graph capture see one joined stream (a
-// captured backward holds them as parallel branches beside the critical input-gradient chain).
-// Its own stream and cuBLASLt workspace (concurrent matmuls must not share one; give it the main
-// lane's workspace size so that cuBLASLt picks the same algorithms: results are bitwise those of a
-// one-lane backward). fork / join: caller-owned events, re-recorded at every fork (a wait binds the
-// record current when it is enqueued, eagerly and in capture alike).
-struct SideLane {
-  gpu::BlasLane lane;
-  cudaEvent_t fork = nullptr;  // recorded on the main stream, waited for by lane.stream
-  cudaEvent_t join = nullptr;  // recorded on lane.stream, waited for by the main stream
-};
 
 struct MlpSpec {
   std::string name;
