@@ -149,7 +149,7 @@ void Mlp::forward(Workspace& ws, const float* in, std::int64_t batch, bool eval,
                                                      std::to_string(ws.max_batch) + "], got " + std::to_string(batch));
   const float* x = in;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i].forward(ws.out[i].data(), ws.aux[i].data(), x, batch, eval, lane);
+    layers_[i].forward_aux(ws.out[i].data(), ws.aux[i].data(), x, batch, eval, lane);
     x = ws.out[i].data();
   }
 }
@@ -169,7 +169,7 @@ void Mlp::backward(float* d_in, Workspace& ws, const float* d_out, const float* 
   for (std::size_t k = layers_.size(); k-- > 0;) {
     const float* x = k == 0 ? in : ws.out[k - 1].data();
     float* dx = k == 0 ? d_in : ping;  // layer 0's input gradient only when asked for
-    layers_[k].backward(dx, ws.d_pre.data(), g, ws.aux[k].data(), x, batch, lane);
+    layers_[k].backward_aux(dx, ws.d_pre.data(), g, ws.aux[k].data(), x, batch, lane);
     g = ping;
     std::swap(ping, pong);
   }
@@ -206,7 +206,7 @@ void Mlp::backward_from_last_pre(float* d_in, Workspace& ws, const float* d_last
   for (std::size_t k = last; k-- > 0;) {  // as backward() from layer last - 1 down
     const float* x = k == 0 ? in : ws.out[k - 1].data();
     float* dx = k == 0 ? d_in : ping;
-    layers_[k].backward(dx, ws.d_pre.data(), g, ws.aux[k].data(), x, batch, lane);
+    layers_[k].backward_aux(dx, ws.d_pre.data(), g, ws.aux[k].data(), x, batch, lane);
     g = ping;
     std::swap(ping, pong);
   }
@@ -224,7 +224,7 @@ void Mlp::backward_split(float* d_in, Workspace& ws, const float* g, const float
       // Noisy layers compose their gradients after the GEMMs, and without d_in linear_backward would
       // not write d_pre: the whole layer stays on the main stream (layer 0: its weight gradient is
       // the chain's last step anyway).
-      l.backward(dx, d_pre, g, ws.aux[k].data(), x, batch, lane);
+      l.backward_aux(dx, d_pre, g, ws.aux[k].data(), x, batch, lane);
     } else {
       // Main: d_pre (masked) and the bias gradient in one kernel, then d_in. Side, once they are
       // written: d_weight = d_pre^T x, the same GEMM the one-lane call runs (identity: d_pre is g).

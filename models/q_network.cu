@@ -127,12 +127,12 @@ void QNetwork::forward(Workspace& ws, const float* obs, std::int64_t batch, bool
     return;  // Z == 1: q(ws) is ws.logits
   }
   if (spec_.dueling) {
-    heads_[0].forward(ws.value.data(), nullptr, h, batch, eval, lane);
-    heads_[1].forward(ws.adv.data(), nullptr, h, batch, eval, lane);
+    heads_[0].forward_aux(ws.value.data(), nullptr, h, batch, eval, lane);
+    heads_[1].forward_aux(ws.adv.data(), nullptr, h, batch, eval, lane);
     dueling_forward(ws.logits.data(), ws.value.data(), ws.adv.data(), batch, spec_.branches, spec_.actions, spec_.atoms,
                     lane.stream);
   } else {
-    heads_[0].forward(ws.logits.data(), nullptr, h, batch, eval, lane);
+    heads_[0].forward_aux(ws.logits.data(), nullptr, h, batch, eval, lane);
   }
   if (spec_.atoms > 1) {
     const std::int64_t rows = batch * spec_.branches * spec_.actions;
@@ -182,11 +182,11 @@ void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, 
   } else if (spec_.dueling) {
     dueling_backward(ws.d_value.data(), ws.d_adv.data(), d_logits, batch, spec_.branches, spec_.actions, spec_.atoms,
                      lane.stream);
-    heads_[0].backward(ws.d_h.data(), ws.d_pre.data(), ws.d_value.data(), nullptr, h, batch, lane);
-    heads_[1].backward(ws.d_h2.data(), ws.d_pre.data(), ws.d_adv.data(), nullptr, h, batch, lane);
+    heads_[0].backward_aux(ws.d_h.data(), ws.d_pre.data(), ws.d_value.data(), nullptr, h, batch, lane);
+    heads_[1].backward_aux(ws.d_h2.data(), ws.d_pre.data(), ws.d_adv.data(), nullptr, h, batch, lane);
     gpu::add(ws.d_h.data(), ws.d_h.data(), ws.d_h2.data(), batch * hw, lane.stream);
   } else {
-    heads_[0].backward(ws.d_h.data(), ws.d_pre.data(), d_logits, nullptr, h, batch, lane);
+    heads_[0].backward_aux(ws.d_h.data(), ws.d_pre.data(), d_logits, nullptr, h, batch, lane);
   }
   trunk_.backward(nullptr, ws.trunk, ws.d_h.data(), obs, batch, lane, side);
 }
