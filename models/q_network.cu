@@ -84,10 +84,11 @@ std::vector<std::string> QNetwork::weight_mu_names() const {
 QNetwork::Workspace QNetwork::make_workspace(std::int64_t max_batch, bool side_lane) const {
   Workspace ws;
   ws.max_batch = max_batch;
-  ws.trunk = trunk_.make_workspace(max_batch, side_lane);
+  ws.trunk = OwnedWorkspace(trunk_, max_batch, side_lane);
   const auto B = static_cast<std::size_t>(max_batch);
   const auto out = static_cast<std::size_t>(outputs());
   const auto h = static_cast<std::size_t>(spec_.hidden.back());
+  ws.h = gpu::DeviceBuffer<float>(B * h);
   ws.logits = gpu::DeviceBuffer<float>(B * out);
   if (spec_.atoms > 1) {
     ws.probs = gpu::DeviceBuffer<float>(B * out);
@@ -116,8 +117,8 @@ QNetwork::Workspace QNetwork::make_workspace(std::int64_t max_batch, bool side_l
 void QNetwork::forward(Workspace& ws, const float* obs, std::int64_t batch, bool eval, gpu::BlasLane lane) {
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "QNetwork::forward: batch must be in [1, " +
                                                      std::to_string(ws.max_batch) + "], got " + std::to_string(batch));
-  trunk_.forward(ws.trunk, obs, batch, eval, lane);
-  const float* h = trunk_.output(ws.trunk);
+  trunk_.forward(ws.h.data(), obs, batch, eval, ws.trunk.view, lane);
+  const float* h = ws.h.data();
   if (heads_fused()) {  // one kernel: every head output and the dueling combine
     const Dense* value = spec_.dueling ? &heads_[0] : nullptr;
     const Dense& adv = heads_.back();
@@ -145,10 +146,10 @@ void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, 
                         const SideLane* side) {
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "QNetwork::backward: batch out of range");
   FH_EXPECT(side == nullptr || (side->lane.stream != nullptr && side->lane.stream != lane.stream && side->lane.lt &&
-                                side->fork && side->join && ws.trunk.split_d_pre.size() == spec_.hidden.size()),
+                                side->fork && side->join && ws.trunk.view.side_lane),
             "QNetwork::backward: a SideLane needs its own created stream, a cuBLASLt handle, both events and a "
             "workspace from make_workspace(max_batch, true)");
-  const float* h = trunk_.output(ws.trunk);
+  const float* h = ws.h.data();
   const std::int64_t hw = spec_.hidden.back();
   if (heads_fused()) {
     // Head pre-activation gradients and d_h (ReLU / identity trunk: already the last trunk layer's
@@ -158,7 +159,7 @@ void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, 
     Dense* value = spec_.dueling ? &heads_[0] : nullptr;
     Dense& adv = heads_.back();
     const bool pre = spec_.act == gpu::Activation::relu || spec_.act == gpu::Activation::identity;
-    const void* mask = spec_.act == gpu::Activation::relu ? ws.trunk.aux.back().data() : nullptr;
+    const void* mask = trunk_.last_relu_mask(ws.trunk.view);
     fused_heads_backward_input(ws.d_h.data(), ws.d_heads.data(), d_logits, value ? value->weight() : nullptr,
                                adv.weight(), mask, batch, hw, spec_.branches, spec_.actions, lane.stream);
     // The parameter gradients read d_heads, h and d_h, which nothing in the rest of the backward
@@ -176,7 +177,7 @@ void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, 
                             ws.d_heads.data(), h, pre ? ws.d_h.data() : nullptr, batch, hw, spec_.branches,
                             spec_.actions, ws.head_grad_ws.data(), param_stream);
     if (pre) {
-      trunk_.backward_from_last_pre(nullptr, ws.trunk, ws.d_h.data(), obs, batch, lane, side);
+      trunk_.backward_from_last_pre(nullptr, ws.d_h.data(), obs, batch, ws.trunk.view, lane, side);
       return;
     }
   } else if (spec_.dueling) {
@@ -188,7 +189,7 @@ void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, 
   } else {
     heads_[0].backward_aux(ws.d_h.data(), ws.d_pre.data(), d_logits, nullptr, h, batch, lane);
   }
-  trunk_.backward(nullptr, ws.trunk, ws.d_h.data(), obs, batch, lane, side);
+  trunk_.backward(nullptr, ws.d_h.data(), obs, batch, ws.trunk.view, lane, side);
 }
 
 }  // namespace foxhunt::models

@@ -46,7 +46,8 @@ class QNetwork {
 
   struct Workspace {
     std::int64_t max_batch = 0;
-    Mlp::Workspace trunk;
+    OwnedWorkspace trunk;
+    gpu::DeviceBuffer<float> h;                                 // the trunk's output (B, hidden.back())
     gpu::DeviceBuffer<float> value, adv, logits, probs, q;      // forward
     gpu::DeviceBuffer<std::byte> aux_value, aux_head;           // identity heads: empty
     gpu::DeviceBuffer<float> d_value, d_adv, d_h, d_h2, d_pre;  // backward scratch
@@ -75,7 +76,7 @@ class QNetwork {
 
   std::int64_t relu_units() const { return trunk_.relu_units(); }
   void count_dead_units(std::uint32_t* dead, const Workspace& ws, std::int64_t batch, cudaStream_t stream) const {
-    trunk_.count_dead_units(dead, ws.trunk, batch, stream);
+    trunk_.count_dead_units(dead, ws.trunk.view, batch, stream);
   }
   // Names of the noisy layers' weight_mu tensors (empty without noise).
   std::vector<std::string> weight_mu_names() const;

@@ -220,12 +220,12 @@ TEST_F(QNetworkTest, MlpSideLaneBackwardIsBitwiseOneLane) {
       std::vector<std::uint64_t> counter{2};
       auto d_counter = test::upload(counter, s());
       mlp.resample_noise(rng()(), d_counter.data(), s());
-      auto ws = mlp.make_workspace(B, true);
+      const OwnedWorkspace ws(mlp, B, true);
       auto d_x = test::upload(test::random_uniform(static_cast<std::size_t>(B * in_f), -1.f, 1.f, rng()), s());
       auto d_y = test::upload(test::random_uniform(static_cast<std::size_t>(B * 6), -1.f, 1.f, rng()), s());
-      gpu::DeviceBuffer<float> d_in(static_cast<std::size_t>(B * in_f));
+      gpu::DeviceBuffer<float> d_in(static_cast<std::size_t>(B * in_f)), y(static_cast<std::size_t>(B * 6));
       const auto n = static_cast<std::size_t>(arena.padded_count());
-      mlp.forward(ws, d_x.data(), B, false, lane());
+      mlp.forward(y.data(), d_x.data(), B, false, ws.view, lane());
       auto run = [&](const SideLane* sl) {
         FH_CHECK(cudaMemsetAsync(arena.grads(), 0xFF, n * 4, s()));
         FH_CHECK(cudaMemsetAsync(d_in.data(), 0xFF, d_in.bytes(), s()));
@@ -233,7 +233,7 @@ TEST_F(QNetworkTest, MlpSideLaneBackwardIsBitwiseOneLane) {
           spin_kernel<<<1, 1, 0, side_ctx.stream()>>>(200000u);  // the side starts late
           FH_CHECK_LAUNCH();
         }
-        mlp.backward(d_in.data(), ws, d_y.data(), d_x.data(), B, lane(), sl);
+        mlp.backward(d_in.data(), d_y.data(), d_x.data(), B, ws.view, lane(), sl);
         auto g = test::download(arena.grads(), n, s());
         const auto di = test::download(d_in.data(), d_in.size(), s());
         g.insert(g.end(), di.begin(), di.end());
