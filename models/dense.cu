@@ -98,12 +98,16 @@ void Dense::forward(float* out, const float* in, std::int64_t batch, bool eval, 
 }
 
 void Dense::backward(float* d_in, const float* d_out, const float* in, std::int64_t batch, const Workspace& ws,
-                     gpu::BlasLane lane, const SideLane*) {
+                     gpu::BlasLane lane, const SideLane* side) {
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "Dense " + spec_.name + ": batch out of range");
   WorkspaceCarver c(ws.data);
   const void* aux = c.take<std::byte>(aux_bytes(ws.max_batch));
   float* d_pre = c.take<float>(static_cast<std::size_t>(ws.max_batch * spec_.out));
   backward_aux(d_in, d_pre, d_out, aux, in, batch, lane);
+  if (side != nullptr) {  // Module::backward's contract: the caller's side work is joined too
+    FH_CHECK(cudaEventRecord(side->join, side->lane.stream));
+    FH_CHECK(cudaStreamWaitEvent(lane.stream, side->join, 0));
+  }
 }
 
 void Dense::forward_aux(float* out, void* aux, const float* in, std::int64_t batch, bool eval, gpu::BlasLane lane) {

@@ -56,7 +56,7 @@ class Dense final : public Module {
                gpu::BlasLane lane) override;
   // Writes (overwrites) this layer's parameter gradients in the arena and d_in (B, in) (nullable).
   // Follows a forward of the same batch (same noise, same mode). One layer has no work off its
-  // input-gradient chain worth a second lane: side is not used.
+  // input-gradient chain worth a second lane: everything runs on lane; side is only joined.
   void backward(float* d_in, const float* d_out, const float* in, std::int64_t batch, const Workspace& ws,
                 gpu::BlasLane lane, const SideLane* side) override;
 

@@ -108,8 +108,10 @@ class Module {
                        gpu::BlasLane lane) = 0;
   // From d_out (B, out_features()): overwrites every parameter gradient of the module in its arena,
   // and d_in (B, in_features()) when not null. in: the forward's input. side (nullable; ws with
-  // side_lane): the parameter-gradient work off the input-gradient chain may run there, joined back
-  // before this returns; the results are bitwise those without it.
+  // side_lane): the parameter-gradient work off the input-gradient chain may run there; the results
+  // are bitwise those without it. With a side lane the main stream is joined to it (waits for all
+  // side work enqueued so far) before this returns, even when the module put nothing there, so a
+  // caller may enqueue its own side work before the call.
   virtual void backward(float* d_in, const float* d_out, const float* in, std::int64_t batch, const Workspace& ws,
                         gpu::BlasLane lane, const SideLane* side) = 0;
 
@@ -139,7 +141,8 @@ class Module::LastPreBackward {
   // The last bias gradient (out_features()), for the consumer to overwrite.
   virtual float* last_bias_grad() = 0;
   // backward() from d_last_pre (B, out_features()), the last pre-activation gradient, with the last
-  // bias gradient already written: the remaining parameter gradients and d_in (nullable).
+  // bias gradient already written: the remaining parameter gradients and d_in (nullable). side: as
+  // for backward(), joined before this returns.
   virtual void backward_from_last_pre(float* d_in, const float* d_last_pre, const float* in, std::int64_t batch,
                                       const Workspace& ws, gpu::BlasLane lane, const SideLane* side) = 0;
 };

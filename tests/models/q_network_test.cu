@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -255,6 +256,83 @@ TEST_F(QNetworkTest, MlpSideLaneBackwardIsBitwiseOneLane) {
     }
   }
   FH_CHECK(cudaStreamSynchronize(side_ctx.stream()));
+}
+
+// A network given its encoder (the spec's Mlp built by the caller) is the spec-built network bit
+// for bit: the same parameter names and initial values, forward and backward through the Module
+// interface (fused heads folding into the encoder's last layer on the ReLU trunk, the GELU trunk's
+// plain backward, the GEMM heads); also with the encoder in an arena of its own (EncoderParams::own).
+TEST_F(QNetworkTest, GivenEncoderIsTheSpecNetworkBitwise) {
+  SCOPED_TRACE(seed_note());
+  auto with_act = [](QNetworkSpec s, gpu::Activation a) {
+    s.act = a;
+    return s;
+  };
+  const std::vector<Named> cases{
+      {"dueling relu (fold)", with_act(make(6, {16, 12}, 1, 3, 1, true, false), gpu::Activation::relu)},
+      {"bdq gelu", make(4, {13, 10}, 3, 5, 1, true, false)},
+      {"plain relu, GEMM heads", with_act(gemm_heads(make(5, {9}, 1, 4, 1, false, false)), gpu::Activation::relu)},
+  };
+  const std::int64_t B = 11;
+  for (const auto& c : cases) {
+    for (const EncoderParams params : {EncoderParams::shared, EncoderParams::own}) {
+      SCOPED_TRACE(std::string(c.what) + (params == EncoderParams::own ? ", own arena" : ", shared arena"));
+      const std::uint64_t seed = rng()();
+      QNetwork ref(c.spec, "", 40);
+      gpu::ParameterArena ref_arena;
+      ref.declare(ref_arena);
+      ref_arena.finalize(s());
+      std::mt19937_64 ref_rng(seed);
+      ref.init(ref_arena, ref_rng, s());
+      ref.bind(ref_arena);
+
+      auto encoder = std::make_unique<Mlp>(
+          MlpSpec{"trunk", c.spec.obs_dim, c.spec.hidden, c.spec.act, false, c.spec.sigma0, c.spec.math}, 40 + 16);
+      Mlp& enc = *encoder;
+      QNetwork net(c.spec, std::move(encoder), params, "", 40);
+      gpu::ParameterArena arena, enc_arena;
+      gpu::ParameterArena& ea = params == EncoderParams::own ? enc_arena : arena;
+      if (params == EncoderParams::own) enc.declare(enc_arena);
+      net.declare(arena);
+      if (params == EncoderParams::own) enc_arena.finalize(s());
+      arena.finalize(s());
+      std::mt19937_64 net_rng(seed);  // the encoder first, as the shared network initialises it
+      if (params == EncoderParams::own) enc.init(enc_arena, net_rng, s());
+      net.init(arena, net_rng, s());
+      if (params == EncoderParams::own) enc.bind(enc_arena);
+      net.bind(arena);
+
+      auto ref_ws = ref.make_workspace(B), ws = net.make_workspace(B);
+      auto d_obs =
+          test::upload(test::random_uniform(static_cast<std::size_t>(B * c.spec.obs_dim), -1.f, 1.f, rng()), s());
+      auto d_u = test::upload(test::random_uniform(static_cast<std::size_t>(B * net.outputs()), -1.f, 1.f, rng()), s());
+      for (auto* a : {&ref_arena, &arena, &enc_arena})
+        if (a->padded_count() > 0)
+          FH_CHECK(cudaMemsetAsync(a->grads(), 0xFF, static_cast<std::size_t>(a->padded_count()) * 4, s()));
+      ref.forward(ref_ws, d_obs.data(), B, false, lane());
+      ref.backward(ref_ws, d_u.data(), d_obs.data(), B, lane());
+      net.forward(ws, d_obs.data(), B, false, lane());
+      net.backward(ws, d_u.data(), d_obs.data(), B, lane());
+      const auto bits = [&](const float* p, std::size_t n) {
+        const auto h = test::download(p, n, s());
+        std::vector<std::uint32_t> b(n);
+        std::memcpy(b.data(), h.data(), n * 4);
+        return b;
+      };
+      const auto rows = static_cast<std::size_t>(B * net.outputs());
+      EXPECT_EQ(bits(net.q(ws), rows), bits(ref.q(ref_ws), rows)) << "Q";
+      for (const auto& e : ref_arena.entries()) {
+        SCOPED_TRACE(e.name);
+        const gpu::ParameterArena& a = e.name.rfind("trunk.", 0) == 0 ? ea : arena;
+        ASSERT_TRUE(a.contains(e.name));
+        const auto n = static_cast<std::size_t>(e.numel);
+        EXPECT_EQ(bits(a.param(e.name).as<float>(), n), bits(ref_arena.param(e.name).as<float>(), n)) << "init";
+        const auto g = bits(a.grad(e.name).as<float>(), n);
+        EXPECT_EQ(g, bits(ref_arena.grad(e.name).as<float>(), n)) << "gradient";
+        for (const auto x : g) ASSERT_NE(x, 0xFFFFFFFFu) << "gradient not written";
+      }
+    }
+  }
 }
 
 TEST_F(QNetworkTest, EvalUsesMuOnly) {
