@@ -14,7 +14,7 @@
 #include "gpu/check.hpp"
 #include "rl/dqn/replay_hooks.hpp"
 #include "rl/dqn/state.hpp"
-#include "rl/dqn/trainer.hpp"
+#include "rl/envs/bootstrap_obs.hpp"
 
 namespace foxhunt::actors {
 namespace {
