@@ -23,7 +23,25 @@
 namespace foxhunt::models {
 namespace {
 
-class QNetworkTest : public test::LaneTest {};
+class QNetworkTest : public test::LaneTest {
+ protected:
+  // The set-up every network here starts from: its parameters in an arena of its own, declared,
+  // finalized, initialised from the fixture's RNG and bound.
+  template <class Net>
+  void set_up(Net& net, gpu::ParameterArena& arena) {
+    net.declare(arena);
+    arena.finalize(s());
+    net.init(arena, rng(), s());
+    net.bind(arena);
+  }
+  // Fresh noise (noisy layers) at Philox counter `counter`, with a seed from the fixture's RNG.
+  template <class Net>
+  void draw_noise(Net& net, std::uint64_t counter) {
+    counter_ = test::upload(std::vector<std::uint64_t>{counter}, s());
+    net.resample_noise(rng()(), counter_.data(), s());
+  }
+  gpu::DeviceBuffer<std::uint64_t> counter_;
+};
 
 struct Named {
   const char* what;
@@ -52,6 +70,11 @@ QNetworkSpec gemm_heads(QNetworkSpec s) {
   return s;
 }
 
+QNetworkSpec with_act(QNetworkSpec s, gpu::Activation a) {
+  s.act = a;
+  return s;
+}
+
 TEST_F(QNetworkTest, GradientsMatchFiniteDifferences) {
   SCOPED_TRACE(seed_note());
   const std::vector<Named> cases{
@@ -68,13 +91,8 @@ TEST_F(QNetworkTest, GradientsMatchFiniteDifferences) {
     const std::int64_t B = 6;
     QNetwork net(c.spec, "", 40);
     gpu::ParameterArena arena;
-    net.declare(arena);
-    arena.finalize(s());
-    net.init(arena, rng(), s());
-    net.bind(arena);
-    std::vector<std::uint64_t> counter{5};
-    auto d_counter = test::upload(counter, s());
-    net.resample_noise(rng()(), d_counter.data(), s());
+    set_up(net, arena);
+    draw_noise(net, 5);
     auto ws = net.make_workspace(B);
     const auto obs = test::random_uniform(static_cast<std::size_t>(B * c.spec.obs_dim), -1.f, 1.f, rng());
     const auto u = test::random_uniform(static_cast<std::size_t>(B * net.outputs()), -1.f, 1.f, rng());
@@ -133,10 +151,6 @@ __global__ void spin_kernel(unsigned ns) {
 // (B > 1024) on cuBLASLt; once with the side stream held back before the backward.
 TEST_F(QNetworkTest, SideLaneBackwardIsBitwiseOneLane) {
   SCOPED_TRACE(seed_note());
-  auto with_act = [](QNetworkSpec s, gpu::Activation a) {
-    s.act = a;
-    return s;
-  };
   const std::vector<Named> cases{
       {"plain relu", with_act(make(6, {16, 12}, 1, 3, 1, false, false), gpu::Activation::relu)},
       {"dueling relu, 3 layers", with_act(make(5, {20, 33, 17}, 1, 4, 1, true, false), gpu::Activation::relu)},
@@ -157,13 +171,8 @@ TEST_F(QNetworkTest, SideLaneBackwardIsBitwiseOneLane) {
       SCOPED_TRACE(std::string(c.what) + ", B " + std::to_string(B));
       QNetwork net(c.spec, "", 40);
       gpu::ParameterArena arena;
-      net.declare(arena);
-      arena.finalize(s());
-      net.init(arena, rng(), s());
-      net.bind(arena);
-      std::vector<std::uint64_t> counter{3};
-      auto d_counter = test::upload(counter, s());
-      net.resample_noise(rng()(), d_counter.data(), s());
+      set_up(net, arena);
+      draw_noise(net, 3);
       auto ws = net.make_workspace(B, true);
       auto d_obs =
           test::upload(test::random_uniform(static_cast<std::size_t>(B * c.spec.obs_dim), -1.f, 1.f, rng()), s());
@@ -214,13 +223,8 @@ TEST_F(QNetworkTest, MlpSideLaneBackwardIsBitwiseOneLane) {
       SCOPED_TRACE(std::string(gpu::activation_name(act)) + (noisy ? ", noisy" : ""));
       Mlp mlp(MlpSpec{"m", in_f, {14, 31, 6}, act, noisy, 0.5f, gpu::LinearMath::fp32}, 7);
       gpu::ParameterArena arena;
-      mlp.declare(arena);
-      arena.finalize(s());
-      mlp.init(arena, rng(), s());
-      mlp.bind(arena);
-      std::vector<std::uint64_t> counter{2};
-      auto d_counter = test::upload(counter, s());
-      mlp.resample_noise(rng()(), d_counter.data(), s());
+      set_up(mlp, arena);
+      draw_noise(mlp, 2);
       const OwnedWorkspace ws(mlp, B, true);
       auto d_x = test::upload(test::random_uniform(static_cast<std::size_t>(B * in_f), -1.f, 1.f, rng()), s());
       auto d_y = test::upload(test::random_uniform(static_cast<std::size_t>(B * 6), -1.f, 1.f, rng()), s());
@@ -264,10 +268,6 @@ TEST_F(QNetworkTest, MlpSideLaneBackwardIsBitwiseOneLane) {
 // plain backward, the GEMM heads); also with the encoder in an arena of its own (EncoderParams::own).
 TEST_F(QNetworkTest, GivenEncoderIsTheSpecNetworkBitwise) {
   SCOPED_TRACE(seed_note());
-  auto with_act = [](QNetworkSpec s, gpu::Activation a) {
-    s.act = a;
-    return s;
-  };
   const std::vector<Named> cases{
       {"dueling relu (fold)", with_act(make(6, {16, 12}, 1, 3, 1, true, false), gpu::Activation::relu)},
       {"bdq gelu", make(4, {13, 10}, 3, 5, 1, true, false)},
@@ -381,10 +381,7 @@ TEST_F(QNetworkTest, DeadUnitsCountedOnDevice) {
   spec.act = gpu::Activation::relu;
   QNetwork net(spec, "", 0);
   gpu::ParameterArena arena;
-  net.declare(arena);
-  arena.finalize(s());
-  net.init(arena, rng(), s());
-  net.bind(arena);
+  set_up(net, arena);
   // Layer 0: bias -100 kills all 40 units for inputs in [-1, 1]. Layer 1 then sees zeros: its
   // pre-activation is its bias, so exactly the units with bias <= 0 are dead.
   arena.upload_param("trunk.0.bias", std::vector<float>(40, -100.f), s());
