@@ -14,7 +14,7 @@
 #include "gpu/check.hpp"
 #include "rl/dqn/replay_hooks.hpp"
 #include "rl/dqn/state.hpp"
-#include "rl/dqn/trainer.hpp"
+#include "rl/envs/bootstrap_obs.hpp"
 
 namespace foxhunt::actors {
 namespace {
@@ -69,7 +69,7 @@ DqnCollectorStage::DqnCollectorStage(std::unique_ptr<rl::VecEnv> env, const rl::
   lane_.make_current();
   const cudaStream_t s = lane_.stream();
   blas_ = std::make_unique<gpu::DeviceContext>(device, 1);
-  policy_ = std::make_unique<rl::DqnLearner>(acting, blas_on(*blas_, s));
+  policy_ = std::make_unique<rl::DqnPolicy>(rl::dqn_policy_config(acting), blas_on(*blas_, s));
   for (int i = 0; i < slots; ++i) {
     slots_.emplace_back(layout_.bytes);
     FH_CHECK(cudaMemsetAsync(slots_.back().data(), 0, layout_.bytes, s));
@@ -85,10 +85,9 @@ DqnCollectorStage::DqnCollectorStage(std::unique_ptr<rl::VecEnv> env, const rl::
 }
 
 void DqnCollectorStage::load_policy(const float* params, std::int64_t floats) {
-  FH_EXPECT(floats == policy_->online_arena().padded_count(), "DqnCollectorStage::load_policy: size mismatch");
+  FH_EXPECT(floats == policy_->floats(), "DqnCollectorStage::load_policy: size mismatch");
   lane_.make_current();
-  FH_CHECK(cudaMemcpyAsync(policy_->online_arena().params(), params, static_cast<std::size_t>(floats) * sizeof(float),
-                           cudaMemcpyDeviceToDevice, lane_.stream()));
+  policy_->load_weights(params, floats);  // on the lane's stream
   lane_.synchronize();
 }
 
@@ -128,7 +127,7 @@ std::function<void(const std::filesystem::path& dir)> DqnCollectorStage::checkpo
       // Every version the learner has produced (or, at a multiple of sync_every, is about to) that
       // the acting network does not hold yet: the resumed run never publishes them again.
       const std::int64_t last = learner_->updates_total() / sync_every_;
-      const std::size_t bytes = static_cast<std::size_t>(policy_->online_arena().padded_count()) * sizeof(float);
+      const std::size_t bytes = static_cast<std::size_t>(policy_->floats()) * sizeof(float);
       std::vector<DeviceSpan> spans;
       std::vector<std::int64_t> versions;
       bool complete = true;
@@ -189,7 +188,7 @@ bool DqnCollectorStage::restore(const std::filesystem::path& dir, bool* env_rest
   if (j.contains("policy_version")) {
     acting_version_ = restored_version_ = j.at("policy_version").get<std::int64_t>();
     if (const auto& pending = j.at("pending_policies"); pending.is_array()) {
-      const auto floats = static_cast<std::size_t>(policy_->online_arena().padded_count());
+      const auto floats = static_cast<std::size_t>(policy_->floats());
       std::vector<DeviceSpan> spans;
       for (const auto& v : pending) {
         const std::int64_t version = v.get<std::int64_t>();
@@ -270,15 +269,14 @@ LocalDeviceHandle DqnCollectorStage::collect(int slot, std::uint64_t generation,
 
 std::uint64_t DqnCollectorStage::use_policy(const LocalDeviceHandle& policy) {
   FH_EXPECT(policy.slot == 0 || policy.slot == 1, "DqnCollectorStage::use_policy: policy buffer must be 0 or 1");
-  const std::int64_t floats = policy_->online_arena().padded_count();
+  const std::int64_t floats = policy_->floats();
   FH_EXPECT(policy.bytes == static_cast<std::uint64_t>(floats) * sizeof(float),
             "DqnCollectorStage::use_policy: policy buffer size differs from the acting network");
   lane_.make_current();
   lane_.wait(policy.event);
   // The acting network keeps its own copy, so the published buffer is read once, here; the event
   // after this copy releases it (later collects never touch it).
-  FH_CHECK(cudaMemcpyAsync(policy_->online_arena().params(), policy.as<const float>(), policy.bytes,
-                           cudaMemcpyDeviceToDevice, lane_.stream()));
+  policy_->load_weights(policy.as<const float>(), floats);  // on the lane's stream
   acting_version_ = static_cast<std::int64_t>(policy.count);
   const gpu::Event& released = released_[policy.slot];
   released.record(lane_.stream());
@@ -288,7 +286,7 @@ std::uint64_t DqnCollectorStage::use_policy(const LocalDeviceHandle& policy) {
 void DqnCollectorStage::attach_learner(std::shared_ptr<DqnLearnerStage> learner, std::int64_t sync_every) {
   FH_EXPECT(learner != nullptr && sync_every >= 1,
             "DqnCollectorStage::attach_learner: needs a learner and sync_every >= 1");
-  FH_EXPECT(learner->learner().online_arena().padded_count() == policy_->online_arena().padded_count(),
+  FH_EXPECT(learner->learner().online_arena().padded_count() == policy_->floats(),
             "DqnCollectorStage::attach_learner: the learner's network differs from the acting network");
   learner_ = std::move(learner);
   sync_every_ = sync_every;
@@ -312,9 +310,7 @@ void DqnCollectorStage::use_restored_policy(std::int64_t version) {
             "DqnCollectorStage::use_restored_policy: version " + std::to_string(version) + " was not restored");
   lane_.make_current();
   // Stream order: collects enqueued before keep the previous weights, later ones read these.
-  FH_CHECK(cudaMemcpyAsync(policy_->online_arena().params(), src,
-                           static_cast<std::size_t>(policy_->online_arena().padded_count()) * sizeof(float),
-                           cudaMemcpyDeviceToDevice, lane_.stream()));
+  policy_->load_weights(src, policy_->floats());
   acting_version_ = version;
 }
 

@@ -2,8 +2,8 @@
 // The GPU stages of a DQN run (CartPole-v1 and other discrete rl::VecEnv environments), built
 // from rl/envs, rl/dqn and GpuReplayStage. Every Stage method only enqueues on the stage's stream.
 //
-//   DqnCollectorStage   act (an acting-only rl::DqnLearner whose online network holds the last
-//                       published policy; epsilon from its own device state) -> env step ->
+//   DqnCollectorStage   act (an rl::DqnPolicy holding the last published policy; epsilon from
+//                       its own device state) -> env step ->
 //                       bootstrap observation, written straight into a TransitionSlotLayout slot.
 //   DqnLearnerStage     rl::DqnLearner's update graph, one graph per replay batch buffer (the
 //                       graph bakes the batch pointers); the graph also copies the priorities
@@ -32,6 +32,7 @@
 #include "gpu/graph.hpp"
 #include "gpu/stream.hpp"
 #include "rl/dqn/learner.hpp"
+#include "rl/dqn/policy.hpp"
 #include "rl/envs/episode_stats.hpp"
 #include "rl/envs/vec_env.hpp"
 
@@ -41,9 +42,10 @@ class DqnLearnerStage;
 
 class DqnCollectorStage final : public CollectorStage {
  public:
-  // `acting`: the learner's config (act_rows >= env->num_envs()); only its network and epsilon
-  // schedule are used. `layout` must hold (steps, num_envs) f32 observations of the env's width
-  // and int32 actions. Episode statistics are exported (and cleared) every `stats_every` env steps.
+  // `acting`: the learner's config (act_rows >= env->num_envs()); the policy is
+  // rl::dqn_policy_config(acting): its network, seed and epsilon schedule. `layout` must hold (steps, num_envs) f32
+  // observations of the env's width and int32 actions. Episode statistics are exported (and cleared) every
+  // `stats_every` env steps.
   DqnCollectorStage(std::unique_ptr<rl::VecEnv> env, const rl::DqnLearnerConfig& acting,
                     const TransitionSlotLayout& layout, int slots, std::uint64_t seed, std::int64_t stats_every,
                     int device = 0);
@@ -94,7 +96,7 @@ class DqnCollectorStage final : public CollectorStage {
   // Returns true; *env_restored says whether the environment continued too (else it restarted).
   bool restore(const std::filesystem::path& dir, bool* env_restored = nullptr);
   rl::VecEnv& env() noexcept { return *env_; }
-  rl::DqnLearner& acting() noexcept { return *policy_; }
+  rl::DqnPolicy& acting() noexcept { return *policy_; }
   // The latest exported window of episode statistics (tests read it after the run).
   const gpu::ExitSlot<rl::EpisodeStats>& episode_stats() const noexcept { return stats_exit_; }
   cudaStream_t stream() const noexcept { return lane_.stream(); }
@@ -104,7 +106,7 @@ class DqnCollectorStage final : public CollectorStage {
   CudaLane lane_;
   std::unique_ptr<gpu::DeviceContext> blas_;  // cuBLASLt handle + workspace for the acting network
   std::unique_ptr<rl::VecEnv> env_;
-  std::unique_ptr<rl::DqnLearner> policy_;
+  std::unique_ptr<rl::DqnPolicy> policy_;
   TransitionSlotLayout layout_;
   std::vector<gpu::DeviceBuffer<std::byte>> slots_;
   std::vector<gpu::Event> filled_;

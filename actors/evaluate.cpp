@@ -13,6 +13,7 @@
 #include "gpu/device.hpp"
 #include "gpu/exit.hpp"
 #include "rl/dqn/learner.hpp"
+#include "rl/dqn/policy.hpp"
 #include "rl/envs/cartpole.hpp"
 #include "rl/envs/market.hpp"
 #include "rl/envs/market_policies.hpp"
@@ -117,9 +118,9 @@ EvalReport evaluate(const EvalPlan& plan) {
   rl::DqnLearnerConfig lc = dqn_learner_config(cfg, env->obs_dim(), space.branches, space.choices);
   lc.act_rows = N;
   rl::validate(lc);
-  rl::DqnLearner policy(lc, lane);
+  rl::DqnPolicy policy(rl::dqn_policy_config(lc), lane);
   try {
-    policy.load(plan.checkpoint / "learner");
+    policy.load_weights(plan.checkpoint / "learner.online.safetensors");  // greedy: the weights are all it reads
   } catch (const std::exception& e) {
     throw std::runtime_error("checkpoint " + plan.checkpoint.string() + " does not load with config " +
                              plan.config_file.string() + ": " + e.what());

@@ -82,7 +82,35 @@ void Dense::resample_noise(std::uint64_t seed, const std::uint64_t* counter, cud
 
 std::size_t Dense::aux_bytes(std::int64_t batch) const { return gpu::linear_aux_bytes(batch, spec_.out, spec_.act); }
 
-void Dense::forward(float* out, void* aux, const float* in, std::int64_t batch, bool eval, gpu::BlasLane lane) {
+std::size_t Dense::workspace_bytes(std::int64_t max_batch, bool) const {
+  WorkspaceCarver c;
+  c.take<std::byte>(aux_bytes(max_batch));
+  c.take<float>(static_cast<std::size_t>(max_batch * spec_.out));
+  return c.bytes();
+}
+
+void Dense::forward(float* out, const float* in, std::int64_t batch, bool eval, const Workspace& ws,
+                    gpu::BlasLane lane) {
+  FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "Dense " + spec_.name + ": batch must be in [1, " +
+                                                     std::to_string(ws.max_batch) + "], got " + std::to_string(batch));
+  WorkspaceCarver c(ws.data);
+  forward_aux(out, c.take<std::byte>(aux_bytes(ws.max_batch)), in, batch, eval, lane);
+}
+
+void Dense::backward(float* d_in, const float* d_out, const float* in, std::int64_t batch, const Workspace& ws,
+                     gpu::BlasLane lane, const SideLane* side) {
+  FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "Dense " + spec_.name + ": batch out of range");
+  WorkspaceCarver c(ws.data);
+  const void* aux = c.take<std::byte>(aux_bytes(ws.max_batch));
+  float* d_pre = c.take<float>(static_cast<std::size_t>(ws.max_batch * spec_.out));
+  backward_aux(d_in, d_pre, d_out, aux, in, batch, lane);
+  if (side != nullptr) {  // Module::backward's contract: the caller's side work is joined too
+    FH_CHECK(cudaEventRecord(side->join, side->lane.stream));
+    FH_CHECK(cudaStreamWaitEvent(lane.stream, side->join, 0));
+  }
+}
+
+void Dense::forward_aux(float* out, void* aux, const float* in, std::int64_t batch, bool eval, gpu::BlasLane lane) {
   FH_EXPECT(bound_, "Dense " + spec_.name + ": forward before bind");
   last_eval_ = eval;
   if (!spec_.noisy || eval) {
@@ -95,8 +123,8 @@ void Dense::forward(float* out, void* aux, const float* in, std::int64_t batch, 
                       lane);
 }
 
-void Dense::backward(float* d_in, float* d_pre_scratch, const float* d_out, const void* aux, const float* in,
-                     std::int64_t batch, gpu::BlasLane lane) {
+void Dense::backward_aux(float* d_in, float* d_pre_scratch, const float* d_out, const void* aux, const float* in,
+                         std::int64_t batch, gpu::BlasLane lane) {
   FH_EXPECT(bound_, "Dense " + spec_.name + ": backward before bind");
   if (!spec_.noisy || last_eval_) {
     gpu::linear_backward(d_in, dw_, db_, d_pre_scratch, d_out, aux, in, w_, batch, spec_.in, spec_.out, spec_.act,

@@ -66,12 +66,12 @@ __global__ void __launch_bounds__(kDeadBlock)
 
 // Starts a side-lane backward: checks the lane and the workspace, and forks the side stream from
 // the main one (everything enqueued so far, e.g. the caller's d_out, is then visible to it).
-void fork_side(const SideLane& side, const Mlp::Workspace& ws, std::size_t layers, gpu::BlasLane lane) {
+void fork_side(const SideLane& side, const Mlp::Buffers& ws, std::size_t layers, gpu::BlasLane lane) {
   FH_EXPECT(side.lane.stream != nullptr && side.lane.stream != lane.stream && side.fork && side.join,
             "SideLane: needs its own created stream (not the main lane's) and both events");
   FH_EXPECT(side.lane.lt != nullptr, "SideLane: needs a cuBLASLt handle");
   FH_EXPECT(ws.split_d_pre.size() == layers && ws.split_d_out.size() == layers,
-            "Mlp backward with a SideLane needs a workspace from make_workspace(max_batch, true)");
+            "Mlp backward with a SideLane needs a side-lane workspace (side_lane = true)");
   FH_CHECK(cudaEventRecord(side.fork, lane.stream));
   FH_CHECK(cudaStreamWaitEvent(side.lane.stream, side.fork, 0));
 }
@@ -122,114 +122,139 @@ void Mlp::resample_noise(std::uint64_t seed, const std::uint64_t* counter, cudaS
   for (auto& l : layers_) l.resample_noise(seed, counter, stream);
 }
 
-Mlp::Workspace Mlp::make_workspace(std::int64_t max_batch, bool side_lane) const {
-  FH_EXPECT(max_batch >= 1, "Mlp::make_workspace: max_batch must be >= 1");
-  Workspace ws;
-  ws.max_batch = max_batch;
+Mlp::Buffers Mlp::carve(WorkspaceCarver& c, std::int64_t max_batch, bool side_lane) const {
+  FH_EXPECT(max_batch >= 1, "Mlp " + spec_.name + ": workspace max_batch must be >= 1");
+  Buffers b;
   std::int64_t widest = spec_.in;
-  for (const auto& l : layers_) {
-    ws.out.emplace_back(static_cast<std::size_t>(max_batch * l.spec().out));
-    ws.aux.emplace_back(l.aux_bytes(max_batch));
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const Dense& l = layers_[i];
+    if (i + 1 < layers_.size()) b.out.push_back(c.take<float>(static_cast<std::size_t>(max_batch * l.spec().out)));
+    b.aux.push_back(c.take<std::byte>(l.aux_bytes(max_batch)));
     widest = std::max(widest, l.spec().out);
   }
   const auto n = static_cast<std::size_t>(max_batch * widest);
-  ws.grad_a = gpu::DeviceBuffer<float>(n);
-  ws.grad_b = gpu::DeviceBuffer<float>(n);
-  ws.d_pre = gpu::DeviceBuffer<float>(n);
+  b.grad_a = c.take<float>(n);
+  b.grad_b = c.take<float>(n);
+  b.d_pre = c.take<float>(n);
   if (side_lane)
     for (const auto& l : layers_) {
-      ws.split_d_pre.emplace_back(static_cast<std::size_t>(max_batch * l.spec().out));
-      ws.split_d_out.emplace_back(static_cast<std::size_t>(max_batch * l.spec().out));
+      b.split_d_pre.push_back(c.take<float>(static_cast<std::size_t>(max_batch * l.spec().out)));
+      b.split_d_out.push_back(c.take<float>(static_cast<std::size_t>(max_batch * l.spec().out)));
     }
-  return ws;
+  return b;
 }
 
-void Mlp::forward(Workspace& ws, const float* in, std::int64_t batch, bool eval, gpu::BlasLane lane) {
+std::size_t Mlp::workspace_bytes(std::int64_t max_batch, bool side_lane) const {
+  WorkspaceCarver c;
+  carve(c, max_batch, side_lane);
+  return c.bytes();
+}
+
+Mlp::Buffers Mlp::buffers(const Workspace& ws) const {
+  FH_EXPECT(ws.data != nullptr, "Mlp " + spec_.name + ": the workspace has no memory");
+  WorkspaceCarver c(ws.data);
+  return carve(c, ws.max_batch, ws.side_lane);
+}
+
+void Mlp::forward(float* out, const float* in, std::int64_t batch, bool eval, const Workspace& ws, gpu::BlasLane lane) {
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "Mlp " + spec_.name + ": batch must be in [1, " +
                                                      std::to_string(ws.max_batch) + "], got " + std::to_string(batch));
+  const Buffers b = buffers(ws);
   const float* x = in;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i].forward(ws.out[i].data(), ws.aux[i].data(), x, batch, eval, lane);
-    x = ws.out[i].data();
+    float* y = i + 1 < layers_.size() ? b.out[i] : out;
+    layers_[i].forward_aux(y, b.aux[i], x, batch, eval, lane);
+    x = y;
   }
 }
 
-void Mlp::backward(float* d_in, Workspace& ws, const float* d_out, const float* in, std::int64_t batch,
+void Mlp::backward(float* d_in, const float* d_out, const float* in, std::int64_t batch, const Workspace& ws,
                    gpu::BlasLane lane, const SideLane* side) {
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "Mlp " + spec_.name + ": batch out of range");
+  const Buffers b = buffers(ws);
   if (side != nullptr) {
-    fork_side(*side, ws, layers_.size(), lane);
-    backward_split(d_in, ws, d_out, in, batch, layers_.size(), lane, *side);
+    fork_side(*side, b, layers_.size(), lane);
+    backward_split(d_in, b, d_out, in, batch, layers_.size(), lane, *side);
     join_side(*side, lane);
     return;
   }
   const float* g = d_out;
-  float* ping = ws.grad_a.data();
-  float* pong = ws.grad_b.data();
+  float* ping = b.grad_a;
+  float* pong = b.grad_b;
   for (std::size_t k = layers_.size(); k-- > 0;) {
-    const float* x = k == 0 ? in : ws.out[k - 1].data();
+    const float* x = k == 0 ? in : b.out[k - 1];
     float* dx = k == 0 ? d_in : ping;  // layer 0's input gradient only when asked for
-    layers_[k].backward(dx, ws.d_pre.data(), g, ws.aux[k].data(), x, batch, lane);
+    layers_[k].backward_aux(dx, b.d_pre, g, b.aux[k], x, batch, lane);
     g = ping;
     std::swap(ping, pong);
   }
 }
 
-void Mlp::backward_from_last_pre(float* d_in, Workspace& ws, const float* d_last_pre, const float* in,
-                                 std::int64_t batch, gpu::BlasLane lane, const SideLane* side) {
+Module::LastPreBackward* Mlp::last_pre_backward() {
+  const bool folds = spec_.act == gpu::Activation::relu || spec_.act == gpu::Activation::identity;
+  return !spec_.noisy && folds ? this : nullptr;
+}
+
+const void* Mlp::last_relu_mask(const Workspace& ws) const {
+  return spec_.act == gpu::Activation::relu ? buffers(ws).aux.back() : nullptr;
+}
+
+void Mlp::backward_from_last_pre(float* d_in, const float* d_last_pre, const float* in, std::int64_t batch,
+                                 const Workspace& ws, gpu::BlasLane lane, const SideLane* side) {
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "Mlp " + spec_.name + ": batch out of range");
   FH_EXPECT(!spec_.noisy, "Mlp " + spec_.name + ": backward_from_last_pre needs a deterministic last layer");
+  const Buffers b = buffers(ws);
   const std::size_t last = layers_.size() - 1;
   Dense& l = layers_[last];
   if (side != nullptr) {
     // d_last_pre is ready now: the side lane takes the last layer's weight gradient at once, the
     // main stream its input gradient (the two GEMMs of the one-lane path, same arguments).
-    fork_side(*side, ws, layers_.size(), lane);
-    const float* x = last == 0 ? in : ws.out[last - 1].data();
+    fork_side(*side, b, layers_.size(), lane);
+    const float* x = last == 0 ? in : b.out[last - 1];
     gpu::linear_backward(nullptr, l.weight_grad(), nullptr, nullptr, d_last_pre, nullptr, x, nullptr, batch,
                          l.spec().in, l.spec().out, gpu::Activation::identity, false, l.spec().math, side->lane);
-    float* dx = last == 0 ? d_in : ws.split_d_out[last - 1].data();
+    float* dx = last == 0 ? d_in : b.split_d_out[last - 1];
     if (dx != nullptr)
       gpu::linear_backward(dx, nullptr, nullptr, nullptr, d_last_pre, nullptr, nullptr, l.weight(), batch, l.spec().in,
                            l.spec().out, gpu::Activation::identity, false, l.spec().math, lane);
-    backward_split(d_in, ws, dx, in, batch, last, lane, *side);
+    backward_split(d_in, b, dx, in, batch, last, lane, *side);
     join_side(*side, lane);
     return;
   }
   // Identity epilogue and no bias: just d_weight = d_pre^T x and d_in = d_pre W (no ReLU/bias pass).
-  gpu::linear_backward(last == 0 ? d_in : ws.grad_a.data(), l.weight_grad(), nullptr, nullptr, d_last_pre, nullptr,
-                       last == 0 ? in : ws.out[last - 1].data(), l.weight(), batch, l.spec().in, l.spec().out,
+  gpu::linear_backward(last == 0 ? d_in : b.grad_a, l.weight_grad(), nullptr, nullptr, d_last_pre, nullptr,
+                       last == 0 ? in : b.out[last - 1], l.weight(), batch, l.spec().in, l.spec().out,
                        gpu::Activation::identity, false, l.spec().math, lane);
-  const float* g = ws.grad_a.data();
-  float* ping = ws.grad_b.data();
-  float* pong = ws.grad_a.data();
+  const float* g = b.grad_a;
+  float* ping = b.grad_b;
+  float* pong = b.grad_a;
   for (std::size_t k = last; k-- > 0;) {  // as backward() from layer last - 1 down
-    const float* x = k == 0 ? in : ws.out[k - 1].data();
+    const float* x = k == 0 ? in : b.out[k - 1];
     float* dx = k == 0 ? d_in : ping;
-    layers_[k].backward(dx, ws.d_pre.data(), g, ws.aux[k].data(), x, batch, lane);
+    layers_[k].backward_aux(dx, b.d_pre, g, b.aux[k], x, batch, lane);
     g = ping;
     std::swap(ping, pong);
   }
 }
 
-void Mlp::backward_split(float* d_in, Workspace& ws, const float* g, const float* in, std::int64_t batch,
+void Mlp::backward_split(float* d_in, const Buffers& ws, const float* g, const float* in, std::int64_t batch,
                          std::size_t count, gpu::BlasLane lane, const SideLane& side) {
   for (std::size_t k = count; k-- > 0;) {
     Dense& l = layers_[k];
     const DenseSpec& sp = l.spec();
-    const float* x = k == 0 ? in : ws.out[k - 1].data();
-    float* dx = k == 0 ? d_in : ws.split_d_out[k - 1].data();  // per layer: the side may still read g
-    float* d_pre = ws.split_d_pre[k].data();                   // per layer: likewise
+    const float* x = k == 0 ? in : ws.out[k - 1];
+    float* dx = k == 0 ? d_in : ws.split_d_out[k - 1];  // per layer: the side may still read g
+    float* d_pre = ws.split_d_pre[k];                   // per layer: likewise
     if (sp.noisy || dx == nullptr) {
       // Noisy layers compose their gradients after the GEMMs, and without d_in linear_backward would
       // not write d_pre: the whole layer stays on the main stream (layer 0: its weight gradient is
       // the chain's last step anyway).
-      l.backward(dx, d_pre, g, ws.aux[k].data(), x, batch, lane);
+      l.backward_aux(dx, d_pre, g, ws.aux[k], x, batch, lane);
     } else {
       // Main: d_pre (masked) and the bias gradient in one kernel, then d_in. Side, once they are
       // written: d_weight = d_pre^T x, the same GEMM the one-lane call runs (identity: d_pre is g).
-      gpu::linear_backward(dx, nullptr, l.bias_grad(), d_pre, g, ws.aux[k].data(), nullptr, l.weight(), batch, sp.in,
-                           sp.out, sp.act, false, sp.math, lane);
+      gpu::linear_backward(dx, nullptr, l.bias_grad(), d_pre, g, ws.aux[k], nullptr, l.weight(), batch, sp.in, sp.out,
+                           sp.act, false, sp.math, lane);
       const float* dw_src = sp.act == gpu::Activation::identity ? g : d_pre;
       FH_CHECK(cudaEventRecord(side.fork, lane.stream));
       FH_CHECK(cudaStreamWaitEvent(side.lane.stream, side.fork, 0));
@@ -249,9 +274,10 @@ std::int64_t Mlp::relu_units() const {
 
 void Mlp::count_dead_units(std::uint32_t* dead, const Workspace& ws, std::int64_t batch, cudaStream_t stream) const {
   if (spec_.act != gpu::Activation::relu) return;
+  const Buffers b = buffers(ws);
   if (layers_.size() > static_cast<std::size_t>(kMaxDeadLayers) || batch == 0) {
     for (std::size_t i = 0; i < layers_.size(); ++i)
-      count_dead_relu_units(dead, ws.aux[i].data(), batch, layers_[i].spec().out, stream);
+      count_dead_relu_units(dead, b.aux[i], batch, layers_[i].spec().out, stream);
     return;
   }
   FH_EXPECT(dead != nullptr && batch >= 1 && batch <= ws.max_batch, "Mlp::count_dead_units: bad dead or batch");
@@ -259,7 +285,7 @@ void Mlp::count_dead_units(std::uint32_t* dead, const Workspace& ws, std::int64_
   layers.count = static_cast<int>(layers_.size());
   std::int64_t columns = 0;  // 32-unit mask word columns over all layers: one block each
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    layers.mask[i] = static_cast<const std::uint32_t*>(static_cast<const void*>(ws.aux[i].data()));
+    layers.mask[i] = static_cast<const std::uint32_t*>(static_cast<const void*>(b.aux[i]));
     layers.units[i] = layers_[i].spec().out;
     columns += (layers.units[i] + 31) / 32;
   }

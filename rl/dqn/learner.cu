@@ -18,9 +18,7 @@
 namespace foxhunt::rl {
 namespace {
 
-constexpr std::uint32_t kOnlineNoiseStreams = 0x100;
-constexpr std::uint32_t kTargetNoiseStreams = 0x200;
-constexpr std::uint32_t kActStream = 0x300;
+constexpr std::uint32_t kTargetNoiseStreams = 0x200;  // kOnlineNoiseStreams, kActStream: rl/dqn/policy.hpp
 
 bool finite_in(float x, float lo, float hi) { return std::isfinite(x) && x >= lo && x <= hi; }
 
@@ -50,6 +48,10 @@ void validate(const DqnLearnerConfig& c) {
   FH_EXPECT(c.target_period >= 1, "dqn.target_period must be >= 1, got " + std::to_string(c.target_period));
   FH_EXPECT(finite_in(c.priority_eps, 0.f, 1.f), "dqn.priority_eps must be in [0, 1]");
   FH_EXPECT(std::isfinite(c.skip_priority) && c.skip_priority > 0.f, "dqn.skip_priority must be finite and > 0");
+}
+
+DqnPolicyConfig dqn_policy_config(const DqnLearnerConfig& c) {
+  return DqnPolicyConfig{c.net, c.schedule, c.seed, c.act_rows};
 }
 
 DqnLearner::DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane) : config_(config), lane_(lane) {
@@ -234,13 +236,7 @@ void DqnLearner::act(std::int32_t* actions, const float* obs, std::int64_t rows,
   FH_EXPECT(rows >= 1 && rows <= config_.act_rows,
             "DqnLearner::act: rows must be in [1, act_rows = " + std::to_string(config_.act_rows) + "], got " +
                 std::to_string(rows));
-  DqnState* st = state_.data();
-  // Noisy nets explore through fresh noise per environment step (the update resamples its own).
-  if (config_.net.noisy && !eval) online_->resample_noise(config_.seed, &st->act_noise_counter, lane_.stream);
-  online_->forward(act_ws_, obs, rows, eval, lane_);
-  const bool greedy = eval || config_.net.noisy;
-  select_actions(actions, online_->q(act_ws_), greedy ? nullptr : &st->epsilon, config_.seed, kActStream,
-                 &st->act_counter, rows, config_.net.branches, config_.net.actions, lane_.stream);
+  dqn_act(actions, *online_, act_ws_, state_.data(), obs, rows, eval, config_.seed, lane_);
 }
 
 void DqnLearner::after_env_step(std::int64_t num_envs) {

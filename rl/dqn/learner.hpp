@@ -33,6 +33,7 @@
 #include "gpu/stream.hpp"
 #include "models/q_network.hpp"
 #include "rl/dqn/batch.hpp"
+#include "rl/dqn/policy.hpp"
 #include "rl/dqn/state.hpp"
 #include "rl/dqn/targets.hpp"
 
@@ -57,6 +58,9 @@ struct DqnLearnerConfig {
 
 // std::invalid_argument naming the field and the allowed range.
 void validate(const DqnLearnerConfig& config);
+// The acting policy of a learner of this config (same network, initial weights, noise and
+// exploration streams and epsilon schedule; act_rows rows).
+DqnPolicyConfig dqn_policy_config(const DqnLearnerConfig& config);
 
 class DqnLearner {
  public:
@@ -81,11 +85,10 @@ class DqnLearner {
   void capture(gpu::CudaGraph& graph, const DqnBatch& batch, const std::function<void(cudaStream_t)>& before = {},
                const std::function<void(cudaStream_t)>& after = {});
 
-  // Acting: Q of obs (rows, obs_dim) with the online network (noisy nets: fresh noise for this
-  // environment step, keyed by the state's act_noise_counter; eval uses mu only), then per branch
-  // epsilon-greedy with epsilon from the state (greedy when eval or when the net is noisy) into
-  // actions (rows, D), a device buffer (e.g. the envs' action buffer).
-  // rows <= config.act_rows. Capturable (no host values change).
+  // Acting with the online network and the learner's own state (the synchronous DqnTrainer):
+  // dqn_act (rl/dqn/policy.hpp) into actions (rows, D), a device buffer (e.g. the envs' action
+  // buffer). rows <= config.act_rows. Capturable (no host values change). A collector apart from
+  // the learner acts through a DqnPolicy instead.
   void act(std::int32_t* actions, const float* obs, std::int64_t rows, bool eval);
   const float* act_q() const { return online_->q(act_ws_); }  // (rows, D, A) of the last act()
   // After an environment step of num_envs transitions (epsilon schedule, act counter).

@@ -53,11 +53,6 @@ struct DqnTrainSchedule {
   std::int64_t updates_per_train = 1;    // updates per round
 };
 
-// bootstrap[i, :] = (terminated[i] | truncated[i]) ? final_obs[i, :] : next_obs[i, :]   (N, obs_dim)
-void select_bootstrap_obs(float* bootstrap, const float* next_obs, const float* final_obs,
-                          const std::uint8_t* terminated, const std::uint8_t* truncated, std::int64_t num_envs,
-                          std::int64_t obs_dim, cudaStream_t stream);
-
 class DqnTrainer {
  public:
   // learner.config().act_rows must be >= env.num_envs; the learner's stream is used throughout.

@@ -82,8 +82,8 @@ void run_case(const Case& c, std::mt19937_64& rng, gpu::BlasLane lane, cudaStrea
   const auto x = test::random_uniform(static_cast<std::size_t>(c.batch * c.in), -1.f, 1.f, rng);
   const auto u = test::random_uniform(static_cast<std::size_t>(c.batch * c.out), -1.f, 1.f, rng);
   auto d_x = test::upload(x, s), d_u = test::upload(u, s);
-  gpu::DeviceBuffer<float> d_y(static_cast<std::size_t>(c.batch * c.out)), d_dx(x.size()), d_pre(u.size());
-  gpu::DeviceBuffer<std::byte> d_aux(std::max<std::size_t>(layer.aux_bytes(c.batch), 16));
+  gpu::DeviceBuffer<float> d_y(static_cast<std::size_t>(c.batch * c.out)), d_dx(x.size());
+  const OwnedWorkspace work(layer, c.batch);  // the Module form: aux and d_pre carved from one buffer
 
   // Host copies of the effective weights.
   const auto mu = test::download(arena.param(wname).as<float>(), static_cast<std::size_t>(c.in * c.out), s);
@@ -114,7 +114,7 @@ void run_case(const Case& c, std::mt19937_64& rng, gpu::BlasLane lane, cudaStrea
   for (bool eval : {true, false}) {
     if (eval && !c.noisy) continue;
     test::poison(d_y, s);
-    layer.forward(d_y.data(), d_aux.data(), d_x.data(), c.batch, eval, lane);
+    layer.forward(d_y.data(), d_x.data(), c.batch, eval, work.view, lane);
     std::vector<double> pre;
     reference(eval, pre);
     std::vector<double> want(pre.size());
@@ -123,9 +123,9 @@ void run_case(const Case& c, std::mt19937_64& rng, gpu::BlasLane lane, cudaStrea
   }
 
   // Backward (training mode) against float64.
-  layer.forward(d_y.data(), d_aux.data(), d_x.data(), c.batch, false, lane);
+  layer.forward(d_y.data(), d_x.data(), c.batch, false, work.view, lane);
   test::poison(d_dx, s);
-  layer.backward(d_dx.data(), d_pre.data(), d_u.data(), d_aux.data(), d_x.data(), c.batch, lane);
+  layer.backward(d_dx.data(), d_u.data(), d_x.data(), c.batch, work.view, lane, nullptr);
   std::vector<double> pre;
   reference(false, pre);
   std::vector<double> g(pre.size());
@@ -160,7 +160,7 @@ void run_case(const Case& c, std::mt19937_64& rng, gpu::BlasLane lane, cudaStrea
   const auto gb = test::download(arena.grad(bname).as<float>(), bmu.size(), s);
   const auto gx = test::download(d_dx, s);
   auto loss = [&] {
-    return test::weighted_sum([&] { layer.forward(d_y.data(), d_aux.data(), d_x.data(), c.batch, false, lane); },
+    return test::weighted_sum([&] { layer.forward(d_y.data(), d_x.data(), c.batch, false, work.view, lane); },
                               d_y.data(), u, s);
   };
   struct Target {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -22,7 +23,25 @@
 namespace foxhunt::models {
 namespace {
 
-class QNetworkTest : public test::LaneTest {};
+class QNetworkTest : public test::LaneTest {
+ protected:
+  // The set-up every network here starts from: its parameters in an arena of its own, declared,
+  // finalized, initialised from the fixture's RNG and bound.
+  template <class Net>
+  void set_up(Net& net, gpu::ParameterArena& arena) {
+    net.declare(arena);
+    arena.finalize(s());
+    net.init(arena, rng(), s());
+    net.bind(arena);
+  }
+  // Fresh noise (noisy layers) at Philox counter `counter`, with a seed from the fixture's RNG.
+  template <class Net>
+  void draw_noise(Net& net, std::uint64_t counter) {
+    counter_ = test::upload(std::vector<std::uint64_t>{counter}, s());
+    net.resample_noise(rng()(), counter_.data(), s());
+  }
+  gpu::DeviceBuffer<std::uint64_t> counter_;
+};
 
 struct Named {
   const char* what;
@@ -51,6 +70,11 @@ QNetworkSpec gemm_heads(QNetworkSpec s) {
   return s;
 }
 
+QNetworkSpec with_act(QNetworkSpec s, gpu::Activation a) {
+  s.act = a;
+  return s;
+}
+
 TEST_F(QNetworkTest, GradientsMatchFiniteDifferences) {
   SCOPED_TRACE(seed_note());
   const std::vector<Named> cases{
@@ -67,13 +91,8 @@ TEST_F(QNetworkTest, GradientsMatchFiniteDifferences) {
     const std::int64_t B = 6;
     QNetwork net(c.spec, "", 40);
     gpu::ParameterArena arena;
-    net.declare(arena);
-    arena.finalize(s());
-    net.init(arena, rng(), s());
-    net.bind(arena);
-    std::vector<std::uint64_t> counter{5};
-    auto d_counter = test::upload(counter, s());
-    net.resample_noise(rng()(), d_counter.data(), s());
+    set_up(net, arena);
+    draw_noise(net, 5);
     auto ws = net.make_workspace(B);
     const auto obs = test::random_uniform(static_cast<std::size_t>(B * c.spec.obs_dim), -1.f, 1.f, rng());
     const auto u = test::random_uniform(static_cast<std::size_t>(B * net.outputs()), -1.f, 1.f, rng());
@@ -132,10 +151,6 @@ __global__ void spin_kernel(unsigned ns) {
 // (B > 1024) on cuBLASLt; once with the side stream held back before the backward.
 TEST_F(QNetworkTest, SideLaneBackwardIsBitwiseOneLane) {
   SCOPED_TRACE(seed_note());
-  auto with_act = [](QNetworkSpec s, gpu::Activation a) {
-    s.act = a;
-    return s;
-  };
   const std::vector<Named> cases{
       {"plain relu", with_act(make(6, {16, 12}, 1, 3, 1, false, false), gpu::Activation::relu)},
       {"dueling relu, 3 layers", with_act(make(5, {20, 33, 17}, 1, 4, 1, true, false), gpu::Activation::relu)},
@@ -156,13 +171,8 @@ TEST_F(QNetworkTest, SideLaneBackwardIsBitwiseOneLane) {
       SCOPED_TRACE(std::string(c.what) + ", B " + std::to_string(B));
       QNetwork net(c.spec, "", 40);
       gpu::ParameterArena arena;
-      net.declare(arena);
-      arena.finalize(s());
-      net.init(arena, rng(), s());
-      net.bind(arena);
-      std::vector<std::uint64_t> counter{3};
-      auto d_counter = test::upload(counter, s());
-      net.resample_noise(rng()(), d_counter.data(), s());
+      set_up(net, arena);
+      draw_noise(net, 3);
       auto ws = net.make_workspace(B, true);
       auto d_obs =
           test::upload(test::random_uniform(static_cast<std::size_t>(B * c.spec.obs_dim), -1.f, 1.f, rng()), s());
@@ -213,19 +223,14 @@ TEST_F(QNetworkTest, MlpSideLaneBackwardIsBitwiseOneLane) {
       SCOPED_TRACE(std::string(gpu::activation_name(act)) + (noisy ? ", noisy" : ""));
       Mlp mlp(MlpSpec{"m", in_f, {14, 31, 6}, act, noisy, 0.5f, gpu::LinearMath::fp32}, 7);
       gpu::ParameterArena arena;
-      mlp.declare(arena);
-      arena.finalize(s());
-      mlp.init(arena, rng(), s());
-      mlp.bind(arena);
-      std::vector<std::uint64_t> counter{2};
-      auto d_counter = test::upload(counter, s());
-      mlp.resample_noise(rng()(), d_counter.data(), s());
-      auto ws = mlp.make_workspace(B, true);
+      set_up(mlp, arena);
+      draw_noise(mlp, 2);
+      const OwnedWorkspace ws(mlp, B, true);
       auto d_x = test::upload(test::random_uniform(static_cast<std::size_t>(B * in_f), -1.f, 1.f, rng()), s());
       auto d_y = test::upload(test::random_uniform(static_cast<std::size_t>(B * 6), -1.f, 1.f, rng()), s());
-      gpu::DeviceBuffer<float> d_in(static_cast<std::size_t>(B * in_f));
+      gpu::DeviceBuffer<float> d_in(static_cast<std::size_t>(B * in_f)), y(static_cast<std::size_t>(B * 6));
       const auto n = static_cast<std::size_t>(arena.padded_count());
-      mlp.forward(ws, d_x.data(), B, false, lane());
+      mlp.forward(y.data(), d_x.data(), B, false, ws.view, lane());
       auto run = [&](const SideLane* sl) {
         FH_CHECK(cudaMemsetAsync(arena.grads(), 0xFF, n * 4, s()));
         FH_CHECK(cudaMemsetAsync(d_in.data(), 0xFF, d_in.bytes(), s()));
@@ -233,7 +238,7 @@ TEST_F(QNetworkTest, MlpSideLaneBackwardIsBitwiseOneLane) {
           spin_kernel<<<1, 1, 0, side_ctx.stream()>>>(200000u);  // the side starts late
           FH_CHECK_LAUNCH();
         }
-        mlp.backward(d_in.data(), ws, d_y.data(), d_x.data(), B, lane(), sl);
+        mlp.backward(d_in.data(), d_y.data(), d_x.data(), B, ws.view, lane(), sl);
         auto g = test::download(arena.grads(), n, s());
         const auto di = test::download(d_in.data(), d_in.size(), s());
         g.insert(g.end(), di.begin(), di.end());
@@ -255,6 +260,79 @@ TEST_F(QNetworkTest, MlpSideLaneBackwardIsBitwiseOneLane) {
     }
   }
   FH_CHECK(cudaStreamSynchronize(side_ctx.stream()));
+}
+
+// A network given its encoder (the spec's Mlp built by the caller) is the spec-built network bit
+// for bit: the same parameter names and initial values, forward and backward through the Module
+// interface (fused heads folding into the encoder's last layer on the ReLU trunk, the GELU trunk's
+// plain backward, the GEMM heads); also with the encoder in an arena of its own (EncoderParams::own).
+TEST_F(QNetworkTest, GivenEncoderIsTheSpecNetworkBitwise) {
+  SCOPED_TRACE(seed_note());
+  const std::vector<Named> cases{
+      {"dueling relu (fold)", with_act(make(6, {16, 12}, 1, 3, 1, true, false), gpu::Activation::relu)},
+      {"bdq gelu", make(4, {13, 10}, 3, 5, 1, true, false)},
+      {"plain relu, GEMM heads", with_act(gemm_heads(make(5, {9}, 1, 4, 1, false, false)), gpu::Activation::relu)},
+  };
+  const std::int64_t B = 11;
+  for (const auto& c : cases) {
+    for (const EncoderParams params : {EncoderParams::shared, EncoderParams::own}) {
+      SCOPED_TRACE(std::string(c.what) + (params == EncoderParams::own ? ", own arena" : ", shared arena"));
+      const std::uint64_t seed = rng()();
+      QNetwork ref(c.spec, "", 40);
+      gpu::ParameterArena ref_arena;
+      ref.declare(ref_arena);
+      ref_arena.finalize(s());
+      std::mt19937_64 ref_rng(seed);
+      ref.init(ref_arena, ref_rng, s());
+      ref.bind(ref_arena);
+
+      auto encoder = std::make_unique<Mlp>(
+          MlpSpec{"trunk", c.spec.obs_dim, c.spec.hidden, c.spec.act, false, c.spec.sigma0, c.spec.math}, 40 + 16);
+      Mlp& enc = *encoder;
+      QNetwork net(c.spec, std::move(encoder), params, "", 40);
+      gpu::ParameterArena arena, enc_arena;
+      gpu::ParameterArena& ea = params == EncoderParams::own ? enc_arena : arena;
+      if (params == EncoderParams::own) enc.declare(enc_arena);
+      net.declare(arena);
+      if (params == EncoderParams::own) enc_arena.finalize(s());
+      arena.finalize(s());
+      std::mt19937_64 net_rng(seed);  // the encoder first, as the shared network initialises it
+      if (params == EncoderParams::own) enc.init(enc_arena, net_rng, s());
+      net.init(arena, net_rng, s());
+      if (params == EncoderParams::own) enc.bind(enc_arena);
+      net.bind(arena);
+
+      auto ref_ws = ref.make_workspace(B), ws = net.make_workspace(B);
+      auto d_obs =
+          test::upload(test::random_uniform(static_cast<std::size_t>(B * c.spec.obs_dim), -1.f, 1.f, rng()), s());
+      auto d_u = test::upload(test::random_uniform(static_cast<std::size_t>(B * net.outputs()), -1.f, 1.f, rng()), s());
+      for (auto* a : {&ref_arena, &arena, &enc_arena})
+        if (a->padded_count() > 0)
+          FH_CHECK(cudaMemsetAsync(a->grads(), 0xFF, static_cast<std::size_t>(a->padded_count()) * 4, s()));
+      ref.forward(ref_ws, d_obs.data(), B, false, lane());
+      ref.backward(ref_ws, d_u.data(), d_obs.data(), B, lane());
+      net.forward(ws, d_obs.data(), B, false, lane());
+      net.backward(ws, d_u.data(), d_obs.data(), B, lane());
+      const auto bits = [&](const float* p, std::size_t n) {
+        const auto h = test::download(p, n, s());
+        std::vector<std::uint32_t> b(n);
+        std::memcpy(b.data(), h.data(), n * 4);
+        return b;
+      };
+      const auto rows = static_cast<std::size_t>(B * net.outputs());
+      EXPECT_EQ(bits(net.q(ws), rows), bits(ref.q(ref_ws), rows)) << "Q";
+      for (const auto& e : ref_arena.entries()) {
+        SCOPED_TRACE(e.name);
+        const gpu::ParameterArena& a = e.name.rfind("trunk.", 0) == 0 ? ea : arena;
+        ASSERT_TRUE(a.contains(e.name));
+        const auto n = static_cast<std::size_t>(e.numel);
+        EXPECT_EQ(bits(a.param(e.name).as<float>(), n), bits(ref_arena.param(e.name).as<float>(), n)) << "init";
+        const auto g = bits(a.grad(e.name).as<float>(), n);
+        EXPECT_EQ(g, bits(ref_arena.grad(e.name).as<float>(), n)) << "gradient";
+        for (const auto x : g) ASSERT_NE(x, 0xFFFFFFFFu) << "gradient not written";
+      }
+    }
+  }
 }
 
 TEST_F(QNetworkTest, EvalUsesMuOnly) {
@@ -303,10 +381,7 @@ TEST_F(QNetworkTest, DeadUnitsCountedOnDevice) {
   spec.act = gpu::Activation::relu;
   QNetwork net(spec, "", 0);
   gpu::ParameterArena arena;
-  net.declare(arena);
-  arena.finalize(s());
-  net.init(arena, rng(), s());
-  net.bind(arena);
+  set_up(net, arena);
   // Layer 0: bias -100 kills all 40 units for inputs in [-1, 1]. Layer 1 then sees zeros: its
   // pre-activation is its bias, so exactly the units with bias <= 0 are dead.
   arena.upload_param("trunk.0.bias", std::vector<float>(40, -100.f), s());
