@@ -127,6 +127,19 @@ class Checker {
   void learner_files(const std::string& stem) {
     arena_file(stem + ".online.safetensors", true);
     arena_file(stem + ".target.safetensors", false);
+    state_file(stem);
+  }
+
+  // The collector's acting policy (rl::DqnPolicy::save): weights without optimizer moments and the
+  // state record. A checkpoint written by an acting learner also has Adam moments and a target
+  // arena; both are accepted, since DqnPolicy::load_weights ignores them.
+  void policy_files(const std::string& stem) {
+    arena_file(stem + ".online.safetensors", false);
+    if (fs::exists(dir_ / (stem + ".target.safetensors"))) arena_file(stem + ".target.safetensors", false);
+    state_file(stem);
+  }
+
+  void state_file(const std::string& stem) {
     const fs::path state = dir_ / (stem + ".state.bin");
     std::error_code ec;
     const auto size = fs::file_size(state, ec);
@@ -174,7 +187,7 @@ class Checker {
             std::to_string(shape_.obs_dim));
         return;
       }
-      learner_files("collector.policy");
+      policy_files("collector.policy");
       if (j.at("env_state").get<bool>()) {
         spans_file("collector.env.bin", shape_.state_arrays);
         const std::size_t obs = static_cast<std::size_t>(n * o) * sizeof(float);

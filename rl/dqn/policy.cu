@@ -9,6 +9,7 @@
 
 #include "gpu/atomic_file.hpp"
 #include "gpu/check.hpp"
+#include "gpu/checkpoint_io.hpp"
 
 namespace foxhunt::rl {
 
@@ -73,10 +74,8 @@ void DqnPolicy::load_weights(const std::filesystem::path& file) { arena_.load(fi
 void DqnPolicy::save(const std::filesystem::path& stem) {
   const cudaStream_t s = lane_.stream;
   arena_.save(stem.string() + ".online.safetensors", s);
-  // Checkpoint I/O: the one sanctioned device-to-host copy besides the exit.
   DqnState host{};
-  FH_CHECK(cudaStreamSynchronize(s));
-  FH_CHECK(cudaMemcpy(&host, state_.data(), sizeof host, cudaMemcpyDeviceToHost));
+  gpu::checkpoint_read(&host, state_.data(), sizeof host, s);
   gpu::write_file_atomically(stem.string() + ".state.bin", {std::as_bytes(std::span<const DqnState>(&host, 1))},
                              "DqnPolicy state");
 }

@@ -90,8 +90,7 @@ TEST_F(CheckpointCheck, CollectorStateAgainstTheEnvironment) {
   EXPECT_NE(p.find("collector state of num_envs 8 x obs_dim 4, the config implies env.num_envs = 4"), std::string::npos)
       << p;
   std::ofstream(dir_ / "collector.json") << "{\"num_envs\": 4, \"obs_dim\": 4, \"env_state\": true}";
-  test::write_arena_file(dir_ / "collector.policy.online.safetensors", config_, true);
-  test::write_arena_file(dir_ / "collector.policy.target.safetensors", config_, false);
+  test::write_arena_file(dir_ / "collector.policy.online.safetensors", config_, false);  // rl::DqnPolicy::save
   fs::copy_file(dir_ / "learner.state.bin", dir_ / "collector.policy.state.bin");
   // An env state file of another num_envs (8 CartPoles: the float4 state is 128 bytes, not 64).
   {

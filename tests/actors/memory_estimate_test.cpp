@@ -16,7 +16,7 @@ TEST(MemoryEstimate, SmallCartPoleByHand) {
       "[run]\ntotal_env_steps = 10000\n"
       "[env]\nkind = \"cartpole\"\nnum_envs = 4\n"
       "[replay]\ncapacity = 100\nbatch_size = 16\nprioritized = false\n"
-      "[learner]\nhidden = [8]\ndueling = false\ndouble_dqn = false\n"
+      "[learner]\nkind = \"dqn\"\nhidden = [8]\ndueling = false\ndouble_dqn = false\n"
       "[pipeline]\nslots = 2\nbatches = 1\nlearning_starts = 100\n"
       "[checkpoint]\nevery_env_steps = 0\n[logging]\nlevel = \"info\"\n",
       "memory_test");

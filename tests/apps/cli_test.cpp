@@ -39,7 +39,7 @@ std::string config_text(const std::string& hidden = "[16, 16]") {
   return "[run]\nname = \"cli_test\"\ntotal_env_steps = 20000\n"
          "[env]\nkind = \"cartpole\"\nnum_envs = 4\n"
          "[replay]\ncapacity = 1000\nbatch_size = 32\n"
-         "[learner]\nhidden = " +
+         "[learner]\nkind = \"dqn\"\nhidden = " +
          hidden +
          "\n"
          "[pipeline]\nlearning_starts = 100\n"
