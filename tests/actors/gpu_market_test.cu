@@ -22,6 +22,7 @@
 #include "actors/train_run.hpp"
 #include "gpu/transfer_audit.hpp"
 #include "tests/support/gpu_test.hpp"
+#include "tests/support/paths.hpp"
 
 using namespace foxhunt;
 using namespace foxhunt::actors;
@@ -29,7 +30,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kMarkets = fs::path(__FILE__).parent_path() / ".." / ".." / "configs" / "markets";
+const fs::path kMarkets = foxhunt::test::configs_dir() / "markets";
 
 std::string market_run_config(const std::string& name) {
   return R"(

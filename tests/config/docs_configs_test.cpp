@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 // The keys of one part of the page ("## Run config" or "## Market config"): each "### [table]"
 // heading, then its rows "| `key` | ...".
 std::set<std::string> documented(const std::string& part) {
-  std::ifstream in(fs::path(__FILE__).parent_path() / ".." / ".." / "docs" / "configs.md");
+  std::ifstream in(fs::path(FOXHUNT_SOURCE_DIR) / "docs" / "configs.md");
   EXPECT_TRUE(in.good()) << "docs/configs.md is missing";
   std::set<std::string> keys;
   bool inside = false;

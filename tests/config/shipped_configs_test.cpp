@@ -12,13 +12,14 @@
 
 #include "actors/run_config.hpp"
 #include "rl/envs/market_config.hpp"
+#include "tests/support/paths.hpp"
 
 namespace foxhunt::actors {
 namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kConfigs = fs::absolute(fs::path(__FILE__).parent_path() / ".." / ".." / "configs").lexically_normal();
+const fs::path kConfigs = fs::absolute(foxhunt::test::configs_dir()).lexically_normal();
 
 // Every field of a RunConfig as text (doubles to 17 digits), so two configs compare key by key.
 std::map<std::string, std::string> fields(const RunConfig& c) {

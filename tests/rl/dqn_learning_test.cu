@@ -28,6 +28,7 @@
 #include "rl/envs/market_config.hpp"
 #include "rl/envs/market_policies.hpp"
 #include "rl/replay/replay_buffer.hpp"
+#include "tests/support/paths.hpp"
 
 namespace foxhunt::rl {
 namespace {
@@ -202,7 +203,7 @@ std::filesystem::path market_config_path(const std::string& name) {
     const auto p = exe.parent_path() / ".." / "share" / "foxhunt" / "configs" / "markets" / name;
     if (std::filesystem::exists(p)) return p;
   }
-  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "configs" / "markets" / name;
+  return foxhunt::test::configs_dir() / "markets" / name;
 }
 
 // A learning recipe for a market (bench/learning_sweep.cu trains these and others side by side):

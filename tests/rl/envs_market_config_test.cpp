@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "rl/envs/market_config.hpp"
+#include "tests/support/paths.hpp"
 
 namespace foxhunt::rl {
 namespace {
 
-const std::filesystem::path kConfigs =
-    std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "configs" / "markets";
+const std::filesystem::path kConfigs = foxhunt::test::configs_dir() / "markets";
 
 // Expects parse_market_config(text) to throw a ConfigError whose message contains every part.
 ::testing::AssertionResult rejects(const std::string& text, const std::vector<std::string>& parts) {

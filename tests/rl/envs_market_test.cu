@@ -20,6 +20,7 @@
 #include "rl/envs/market_policies.hpp"
 #include "tests/rl/envs_stationary.hpp"
 #include "tests/support/gpu_test.hpp"
+#include "tests/support/paths.hpp"
 
 namespace foxhunt::rl {
 namespace {
@@ -532,9 +533,7 @@ TEST_F(MarketTest, SameSeedSameTrajectoryOtherSeedDiffers) {
 // flags and final observations (the bench times T-step calls).
 TEST_F(MarketTest, BenchOuMarketTruncatesEvery256StepsAndMultiStepCallsAgree) {
   SCOPED_TRACE(seed_note());
-  const std::filesystem::path file =
-      (std::filesystem::path(__FILE__).parent_path() / ".." / ".." / "configs" / "markets" / "bench_ou.toml")
-          .lexically_normal();
+  const std::filesystem::path file = (foxhunt::test::configs_dir() / "markets" / "bench_ou.toml").lexically_normal();
   if (!std::filesystem::exists(file)) GTEST_SKIP() << file << " not found (a test binary without the source tree)";
   const MarketConfig c = load_market_config(file);
   ASSERT_EQ(c.assets, 1);
