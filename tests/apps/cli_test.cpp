@@ -13,6 +13,7 @@
 #include "apps/cli.hpp"
 #include "gpu/device.hpp"
 #include "tests/support/host_checkpoint.hpp"
+#include "tests/support/paths.hpp"
 
 namespace fs = std::filesystem;
 using foxhunt::apps::run_cli;
@@ -150,6 +151,21 @@ TEST_F(Cli, CheckPrintsTheResolvedConfigAndTheMemoryEstimate) {
   EXPECT_NE(r.out.find("run.device = 0"), std::string::npos) << r.out;
   for (const char* row : {"replay", "learner", "collector", "total"})
     EXPECT_NE(r.out.find(std::string("  ") + row), std::string::npos) << row << "\n" << r.out;
+}
+
+// Every run config the project ships passes `foxhunt check` as shipped (configs/markets/ holds
+// market files, which a run config names).
+TEST_F(Cli, CheckAcceptsEveryShippedConfig) {
+  const fs::path dir = foxhunt::test::configs_dir();
+  ASSERT_TRUE(fs::is_directory(dir)) << dir;
+  int checked = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".toml") continue;
+    const Result r = cli({"check", "--config", e.path().string()});
+    EXPECT_EQ(r.code, 0) << e.path() << "\n" << r.err;
+    ++checked;
+  }
+  EXPECT_GE(checked, 6) << "run configs in " << dir;
 }
 
 TEST_F(Cli, CheckListsTheConfigsErrors) {
