@@ -4,6 +4,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 build_foxhunt
 prefix=${1:-$FOXHUNT_ROOT/dist}
+mkdir -p "$prefix" && prefix=$(cd "$prefix" && pwd)  # absolute: the checks below run from /
 rm -rf "$prefix"
 cmake --install "$FOXHUNT_BUILD" --prefix "$prefix" --strip >&2  # symbols stripped: the folder must stay under 64 MiB
 log "packaged $(du -sh "$prefix" | cut -f1) into $prefix"
