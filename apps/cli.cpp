@@ -8,27 +8,11 @@
 #include <utility>
 
 #include "apps/commands.hpp"
+#include "config/reader.hpp"
 
 namespace foxhunt::apps {
 
 namespace {
-
-// Optimal string alignment distance: insertions, deletions, substitutions and adjacent
-// transpositions each cost 1 ("trian" is 1 from "train").
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  const std::size_t n = a.size(), m = b.size();
-  std::vector<std::vector<std::size_t>> d(n + 1, std::vector<std::size_t>(m + 1));
-  for (std::size_t i = 0; i <= n; ++i) d[i][0] = i;
-  for (std::size_t j = 0; j <= m; ++j) d[0][j] = j;
-  for (std::size_t i = 1; i <= n; ++i)
-    for (std::size_t j = 1; j <= m; ++j) {
-      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-    }
-  return d[n][m];
-}
 
 std::string join(const std::vector<std::string>& items) {
   std::string s;
@@ -50,7 +34,7 @@ std::string closest_match(const std::string& word, const std::vector<std::string
   std::string best;
   std::size_t best_distance = 3;
   for (const std::string& c : candidates) {
-    const std::size_t d = c.starts_with(word) && word.size() >= 2 ? 1 : edit_distance(word, c);
+    const std::size_t d = c.starts_with(word) && word.size() >= 2 ? 1 : config::edit_distance(word, c);
     if (d < best_distance) {
       best_distance = d;
       best = c;
