@@ -26,13 +26,14 @@ constexpr std::int64_t round_up(std::int64_t a, std::int64_t b) { return (a + b 
 // floats for the GELU input (cuBLASLt: multiple of 8).
 std::int64_t aux_ld(std::int64_t out_features, Activation act) {
   if (act == Activation::relu) return round_up(out_features, 128);
-  if (act == Activation::gelu) return round_up(out_features, 8);
+  if (act == Activation::gelu || act == Activation::tanh) return round_up(out_features, 8);
   return 0;
 }
 
 void expect_supported(Activation act, const char* op) {
-  FH_EXPECT(act == Activation::identity || act == Activation::relu || act == Activation::gelu,
-            std::string(op) + ": act must be identity, relu or gelu (the cuBLASLt epilogues), got " +
+  FH_EXPECT(act == Activation::identity || act == Activation::relu || act == Activation::gelu ||
+                act == Activation::tanh,
+            std::string(op) + ": act must be identity, relu, gelu or tanh, got " +
                 std::string(activation_name(act)) + "; compose other activations with a separate kernel");
 }
 
@@ -282,7 +283,14 @@ bool run_gemm(const GemmSpec& g, const BlasLane& lane) {
 }
 
 cublasComputeType_t compute_type(LinearMath math) {
-  return math == LinearMath::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  switch (math) {
+    case LinearMath::tf32:
+      return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case LinearMath::bf16:
+      return CUBLAS_COMPUTE_32F_FAST_16BF;
+    default:
+      return CUBLAS_COMPUTE_32F;
+  }
 }
 
 void run_gemm_or_throw(const GemmSpec& g, const BlasLane& lane, const char* what) {
@@ -333,6 +341,9 @@ __global__ void epilogue_kernel(float* __restrict__ out, void* __restrict__ aux,
     } else if constexpr (A == Activation::gelu) {
       if (aux && in_range) static_cast<float*>(aux)[row * ld + col] = x;
       x = gelu(x);
+    } else if constexpr (A == Activation::tanh) {
+      if (aux && in_range) static_cast<float*>(aux)[row * ld + col] = x;
+      x = tanhf(x);
     }
     if (in_range) out[row * out_f + col] = x;
   }
@@ -384,6 +395,9 @@ __global__ void epilogue_vec4_kernel(float* __restrict__ out, void* __restrict__
     } else if constexpr (A == Activation::gelu) {
       if (aux && in_range) *reinterpret_cast<float4*>(static_cast<float*>(aux) + row * ld + col) = x;
       x = make_float4(gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w));
+    } else if constexpr (A == Activation::tanh) {
+      if (aux && in_range) *reinterpret_cast<float4*>(static_cast<float*>(aux) + row * ld + col) = x;
+      x = make_float4(tanhf(x.x), tanhf(x.y), tanhf(x.z), tanhf(x.w));
     }
     if (in_range) *reinterpret_cast<float4*>(out + row * out_f + col) = x;
   }
@@ -417,6 +431,9 @@ __global__ void __launch_bounds__(kTileCols* kDpreRows)
         if (((word >> (col & 31)) & 1u) == 0u) g = 0.f;
       } else if constexpr (A == Activation::gelu) {
         g *= gelu_grad(static_cast<const float*>(aux)[row * ld + col]);
+      } else if constexpr (A == Activation::tanh) {
+        const float t = tanhf(static_cast<const float*>(aux)[row * ld + col]);
+        g *= 1.f - t * t;
       }
       if (d_pre) d_pre[row * out_f + col] = g;
       acc += g;
@@ -659,6 +676,9 @@ __global__ void __launch_bounds__(2 * BM * kSgKS, 1)
     } else if constexpr (A == Activation::gelu) {
       if (aux && in_range) static_cast<float*>(aux)[row * aux_ld + col] = x;
       x = gelu(x);
+    } else if constexpr (A == Activation::tanh) {
+      if (aux && in_range) static_cast<float*>(aux)[row * aux_ld + col] = x;
+      x = tanhf(x);
     }
     if (in_range) {
       float* dst = c + row * ldc + col;
@@ -727,6 +747,10 @@ void small_linear_forward(float* out, void* aux, const float* in, const float* w
       launch_small_gemm<Activation::gelu, true, true>(out, out_f, aux, ld, in, in_f, w, in_f, bias, batch, out_f, in_f,
                                                       0.f, stream);
       break;
+    case Activation::tanh:
+      launch_small_gemm<Activation::tanh, true, true>(out, out_f, aux, ld, in, in_f, w, in_f, bias, batch, out_f, in_f,
+                                                      0.f, stream);
+      break;
     default:
       launch_small_gemm<Activation::identity, true, true>(out, out_f, nullptr, 0, in, in_f, w, in_f, bias, batch, out_f,
                                                           in_f, 0.f, stream);
@@ -750,6 +774,9 @@ void launch_epilogue(float* out, void* aux, const float* bias, std::int64_t batc
       case Activation::gelu:
         epilogue_vec4_kernel<Activation::gelu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
         break;
+      case Activation::tanh:
+        epilogue_vec4_kernel<Activation::tanh><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
+        break;
       default:
         epilogue_vec4_kernel<Activation::identity><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
         break;
@@ -764,6 +791,9 @@ void launch_epilogue(float* out, void* aux, const float* bias, std::int64_t batc
       break;
     case Activation::gelu:
       epilogue_kernel<Activation::gelu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
+      break;
+    case Activation::tanh:
+      epilogue_kernel<Activation::tanh><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
       break;
     default:
       epilogue_kernel<Activation::identity><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
@@ -805,7 +835,7 @@ std::size_t linear_aux_bytes(std::int64_t batch, std::int64_t out_features, Acti
   FH_EXPECT(batch >= 0 && out_features >= 1, "linear_aux_bytes: batch must be >= 0 and out_features >= 1");
   const std::int64_t ld = aux_ld(out_features, act);
   if (act == Activation::relu) return static_cast<std::size_t>(batch * ld / 8);
-  if (act == Activation::gelu) return static_cast<std::size_t>(batch * ld) * sizeof(float);
+  if (act == Activation::gelu || act == Activation::tanh) return static_cast<std::size_t>(batch * ld) * sizeof(float);
   return 0;
 }
 
@@ -841,7 +871,8 @@ void linear_forward(float* out, void* aux, const float* in, const float* weight,
   g.aux_ld = aux ? aux_ld(out_features, act) : 0;
   g.epilogue = fused_epilogue(act, bias != nullptr, aux != nullptr);
   g.compute = compute_type(math);
-  if (!g_force_unfused.load(std::memory_order_relaxed) && run_gemm(g, lane)) return;
+  // cuBLASLt has no tanh epilogue: tanh always takes the two-pass path below.
+  if (act != Activation::tanh && !g_force_unfused.load(std::memory_order_relaxed) && run_gemm(g, lane)) return;
 
   // Fallback: plain GEMM, then bias + activation + aux in one pass over out.
   GemmSpec plain = g;
@@ -879,7 +910,7 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
                                   " needs the aux buffer its linear_forward wrote");
     FH_EXPECT(aligned16(aux), "linear_backward: aux must be 16-byte aligned");
     FH_EXPECT(!need_d_pre || d_pre_scratch != nullptr,
-              "linear_backward: relu/gelu need d_pre_scratch (batch * out_features floats)");
+              "linear_backward: relu/gelu/tanh need d_pre_scratch (batch * out_features floats)");
   }
 
   const float* d_pre = d_out;
@@ -913,6 +944,10 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
         break;
       case Activation::gelu:
         dpre_bias_kernel<Activation::gelu><<<grid, block, 0, lane.stream>>>(
+            pre_out, bias_out, d_out, aux, batch, out_features, ld, rows_per_split, accumulate_param_grads);
+        break;
+      case Activation::tanh:
+        dpre_bias_kernel<Activation::tanh><<<grid, block, 0, lane.stream>>>(
             pre_out, bias_out, d_out, aux, batch, out_features, ld, rows_per_split, accumulate_param_grads);
         break;
       default:

@@ -14,7 +14,7 @@
 //   relu:     cuBLASLt's ReLU bit-mask. Row b of the batch owns ld = round_up(out_f, 128) bits;
 //             bit (b * ld + j) (32-bit words, least significant bit first) is 1 where the
 //             pre-activation of output j was > 0.  B * ld / 8 bytes.
-//   gelu:     the pre-activation x W^T + b (f32), row stride ld = round_up(out_f, 8) floats.
+//   gelu, tanh: the pre-activation x W^T + b (f32), row stride ld = round_up(out_f, 8) floats.
 //             B * ld * 4 bytes.
 // aux may be nullptr for relu/gelu too when no backward follows (inference).
 // GELU is the tanh approximation (PyTorch approximate="tanh"), which is cuBLASLt's.
@@ -32,14 +32,18 @@ namespace foxhunt::gpu {
 
 // GEMM arithmetic. fp32: CUBLAS_COMPUTE_32F (the default everywhere; matches float64 to ~1e-5).
 // tf32: CUBLAS_COMPUTE_32F_FAST_TF32, tensor cores with 10-bit-mantissa inputs and f32 accumulation
-// (~1e-3 relative): opt-in per call, e.g. from a learner's config. Storage stays f32 either way.
-enum class LinearMath : std::uint8_t { fp32, tf32 };
+// (~1e-3 relative): opt-in per call, e.g. from a learner's config. bf16: CUBLAS_COMPUTE_32F_FAST_16BF,
+// tensor cores with the inputs rounded to bf16 (8-bit mantissa) and f32 accumulation (~1e-2
+// relative). Storage (weights, activations, gradients, optimizer state) stays f32 in every mode:
+// the f32 weights are the master copy.
+enum class LinearMath : std::uint8_t { fp32, tf32, bf16 };
 
 // Bytes of the aux buffer linear_forward writes for `act` (0 for identity).
 std::size_t linear_aux_bytes(std::int64_t batch, std::int64_t out_features, Activation act);
 
-// out (B, out_f) = act(in (B, in_f) · weight^T + bias).  act: identity, relu or gelu (anything
-// else is rejected: compose other activations with a separate kernel after an identity layer).
+// out (B, out_f) = act(in (B, in_f) · weight^T + bias).  act: identity, relu, gelu or tanh (tanh
+// always runs as GEMM + epilogue pass: cuBLASLt has no tanh epilogue; anything else is rejected:
+// compose other activations with a separate kernel after an identity layer).
 // bias (out_f) may be nullptr. aux: see above. out must not alias in, weight, bias or aux.
 void linear_forward(float* out, void* aux, const float* in, const float* weight, const float* bias, std::int64_t batch,
                     std::int64_t in_features, std::int64_t out_features, Activation act, LinearMath math,

@@ -14,8 +14,8 @@ Dense::Dense(DenseSpec spec, std::uint32_t noise_stream_id) : spec_(std::move(sp
   FH_EXPECT(spec_.in >= 1 && spec_.out >= 1, "Dense " + spec_.name + ": in and out must be >= 1, got " +
                                                  std::to_string(spec_.in) + ", " + std::to_string(spec_.out));
   FH_EXPECT(spec_.act == gpu::Activation::identity || spec_.act == gpu::Activation::relu ||
-                spec_.act == gpu::Activation::gelu,
-            "Dense " + spec_.name + ": act must be identity, relu or gelu");
+                spec_.act == gpu::Activation::gelu || spec_.act == gpu::Activation::tanh,
+            "Dense " + spec_.name + ": act must be identity, relu, gelu or tanh");
   FH_EXPECT(!spec_.noisy || (spec_.sigma0 >= 0.f && std::isfinite(spec_.sigma0)),
             "Dense " + spec_.name + ": sigma0 must be finite and >= 0");
 }

@@ -42,6 +42,7 @@ constexpr double kC0 = 0.7978845608028654, kC1 = 0.044715;
 double act_ref(Activation a, double x) {
   if (a == Activation::relu) return x > 0 ? x : 0;
   if (a == Activation::gelu) return 0.5 * x * (1 + std::tanh(kC0 * (x + kC1 * x * x * x)));
+  if (a == Activation::tanh) return std::tanh(x);
   return x;
 }
 double act_grad_ref(Activation a, double x) {
@@ -50,6 +51,7 @@ double act_grad_ref(Activation a, double x) {
     const double t = std::tanh(kC0 * (x + kC1 * x * x * x));
     return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kC0 * (1 + 3 * kC1 * x * x);
   }
+  if (a == Activation::tanh) return 1 - std::tanh(x) * std::tanh(x);
   return 1;
 }
 
@@ -111,7 +113,7 @@ struct DeviceProblem {
 };
 
 const Shape3 kShapes[] = {{37, 129, 65}, {1, 129, 65}, {1, 1, 1}, {64, 32, 128}, {300, 17, 200}, {5, 64, 3}};
-const Activation kActs[] = {Activation::identity, Activation::relu, Activation::gelu};
+const Activation kActs[] = {Activation::identity, Activation::relu, Activation::gelu, Activation::tanh};
 
 // ---- forward ------------------------------------------------------------------------------
 
@@ -149,7 +151,7 @@ void check_forward(Shape3 sh, Activation act, bool bias, bool unfused, std::mt19
       << "y without aux";
 
   const std::int64_t out = sh.out;
-  if (act == Activation::gelu) {  // aux: pre-activation, row stride round_up(out, 8)
+  if (act == Activation::gelu || act == Activation::tanh) {  // aux: pre-activation, stride round_up(out, 8)
     const std::int64_t ld = (out + 7) / 8 * 8;
     ASSERT_EQ(aux.size(), static_cast<std::size_t>(sh.batch * ld) * sizeof(float));
     const auto raw =
@@ -157,7 +159,7 @@ void check_forward(Shape3 sh, Activation act, bool bias, bool unfused, std::mt19
     std::vector<float> pre_got;
     for (std::int64_t r = 0; r < sh.batch; ++r)
       for (std::int64_t j = 0; j < out; ++j) pre_got.push_back(raw[r * ld + j]);
-    EXPECT_TRUE(close_by_magnitude(pre_got, p.pre, p.pre_mag, 1e-5)) << "gelu aux (pre-activation)";
+    EXPECT_TRUE(close_by_magnitude(pre_got, p.pre, p.pre_mag, 1e-5)) << "aux (pre-activation)";
   }
   if (act == Activation::relu) {  // aux: bit (r * ld + j), ld = round_up(out, 128), LSB first
     const std::int64_t ld = (out + 127) / 128 * 128;
@@ -208,14 +210,14 @@ TEST_F(LinearTest, EmptyBatchIsANoOp) {
 
 TEST_F(LinearTest, RejectsOtherActivations) {
   DeviceBuffer<float> x(8), w(8), y(4);
-  for (Activation act : {Activation::tanh, Activation::sigmoid, Activation::silu, Activation::leaky_relu,
-                         Activation::elu, Activation::softplus}) {
+  for (Activation act : {Activation::sigmoid, Activation::silu, Activation::leaky_relu, Activation::elu,
+                         Activation::softplus}) {
     try {
       linear_forward(y.data(), nullptr, x.data(), w.data(), nullptr, 2, 4, 2, act, lane());
       ADD_FAILURE() << activation_name(act) << " was accepted";
     } catch (const std::invalid_argument& e) {
       const std::string what = e.what();
-      EXPECT_NE(what.find("identity, relu or gelu"), std::string::npos) << what;
+      EXPECT_NE(what.find("identity, relu, gelu or tanh"), std::string::npos) << what;
       EXPECT_NE(what.find(std::string(activation_name(act))), std::string::npos) << what;
     }
     EXPECT_THROW(linear_backward(nullptr, nullptr, nullptr, nullptr, y.data(), nullptr, x.data(), w.data(), 2, 4, 2,
@@ -609,7 +611,7 @@ ForwardResult run_forward_view(const Problem& p, Activation act, bool bias, std:
   if (act == Activation::relu)
     r.mask = mask_bits(test::download(reinterpret_cast<const std::uint32_t*>(aux.data()), aux.size() / 4, lane.stream),
                        B, out);
-  if (act == Activation::gelu)
+  if (act == Activation::gelu || act == Activation::tanh)
     r.pre = gelu_aux_values(
         test::download(reinterpret_cast<const float*>(aux.data()), aux.size() / sizeof(float), lane.stream), B, out);
   return r;
@@ -676,7 +678,14 @@ TEST_F(LinearTest, LargeEpilogueFallbackIsBitwiseExact) {
         detail::linear_force_unfused_epilogue(false);
         const ForwardResult fused = run_forward_view(p, act, bias, 4, 4, lane());
         EXPECT_EQ(vec.y, scalar.y) << "float4 and scalar fallback kernels differ";
-        if (act != Activation::gelu) {
+        if (act == Activation::tanh) {  // no cuBLASLt epilogue: the "fused" call takes the fallback too
+          EXPECT_EQ(fused.y, vec.y) << "tanh y";
+          EXPECT_EQ(vec.pre, pre) << "fallback tanh aux";
+          std::vector<double> ref(pre.size()), one(pre.size(), 1.0);
+          for (std::size_t i = 0; i < pre.size(); ++i) ref[i] = std::tanh(static_cast<double>(pre[i]));
+          EXPECT_TRUE(close_by_magnitude(vec.y, ref, one, 1e-6)) << "tanh y";
+        }
+        if (act != Activation::gelu && act != Activation::tanh) {
           std::vector<float> want(pre.size());
           for (std::size_t i = 0; i < pre.size(); ++i)
             want[i] = act == Activation::relu ? (pre[i] > 0.f ? pre[i] : 0.f) : pre[i];
@@ -703,6 +712,33 @@ TEST_F(LinearTest, LargeEpilogueFallbackIsBitwiseExact) {
           EXPECT_TRUE(close_by_magnitude(fused.y, ref, mag, 2e-3)) << "fused gelu y";
         }
       }
+}
+
+// Reduced-precision math (tensor cores, f32 storage and accumulation): inputs rounded to tf32
+// (10-bit mantissa, 2^-11 relative) or bf16 (7-bit mantissa, 2^-8 relative) before the products,
+// so each product carries up to ~2 such roundings: bounded by 2 u sum |x_k w_k| plus slack.
+TEST_F(LinearTest, ReducedPrecisionMathMatchesReferenceWithinRounding) {
+  SCOPED_TRACE(seed_note());
+  for (LinearMath math : {LinearMath::tf32, LinearMath::bf16}) {
+    const double u = math == LinearMath::tf32 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+    for (Shape3 sh : {Shape3{256, 64, 64}, Shape3{4096, 256, 256}, Shape3{37, 129, 65}})
+      for (Activation act : {Activation::identity, Activation::relu, Activation::tanh}) {
+        SCOPED_TRACE(describe(sh, act, true) + (math == LinearMath::tf32 ? " tf32" : " bf16"));
+        const Problem p = make_problem(sh, true, rng());
+        DeviceProblem d(p, s());
+        DeviceBuffer<float> y(static_cast<std::size_t>(sh.batch * sh.out));
+        DeviceBuffer<std::byte> aux(linear_aux_bytes(sh.batch, sh.out, act));
+        test::poison(y, s());
+        linear_forward(y.data(), aux.data(), d.x.data(), d.w.data(), d.bias(), sh.batch, sh.in, sh.out, act, math,
+                       lane());
+        std::vector<double> ref(p.pre.size()), mag(p.pre.size());
+        for (std::size_t i = 0; i < ref.size(); ++i) {
+          ref[i] = act_ref(act, p.pre[i]);
+          mag[i] = p.pre_mag[i] * std::max(1.0, std::abs(act_grad_ref(act, p.pre[i])));
+        }
+        EXPECT_TRUE(close_by_magnitude(test::download(y, s()), ref, mag, 3 * u, 1e-6)) << "y";
+      }
+  }
 }
 
 }  // namespace
