@@ -145,8 +145,6 @@ void read_all(config::Reader& r, RunConfig& c) {
 std::string pipeline_market_problem(const rl::MarketConfig& m) {
   if (m.action != rl::ActionMode::discrete)
     return "action.kind = \"continuous\" cannot run in the DQN pipeline (needs discrete levels)";
-  if (m.process == rl::PriceProcess::replay)
-    return "process.kind = \"replay\" is not wired into the actor pipeline yet (OHLCV loading)";
   if (m.extra_features != 0) return "market.extra_features must be 0 (nothing fills the extra block in the pipeline)";
   return {};
 }
