@@ -399,9 +399,12 @@ void read_file(config::Reader& r, MarketConfig& cfg, const fs::path* base) {
   if (data_ok) {
     try {
       const OhlcvData data = load_ohlcv_all(cfg);
-      MarketConfig resolved;
-      check_split(cfg, data.timestamps, complain, &resolved);
-      cfg.split = resolved.split;
+      // A missing or bad boundary is reported above.
+      if (!cfg.split.given || (cfg.split.train_end.set() && !r.has_error("split.validation_end"))) {
+        MarketConfig resolved;
+        check_split(cfg, data.timestamps, complain, &resolved);
+        cfg.split = resolved.split;
+      }
     } catch (const CsvError& e) {
       r.fail("replay.files", e.what());
     }
