@@ -257,6 +257,14 @@ std::string resolved_toml(const RunConfig& c) {
          r.resolved_toml();
 }
 
+std::vector<std::pair<std::string, std::string>> kept_config_files(const RunConfig& c) {
+  if (c.env.kind != "market") return {{"config.resolved.toml", resolved_toml(c)}};
+  const rl::MarketConfig m = market_config(c);
+  RunConfig kept = c;
+  kept.env.market = kKeptMarketFile;  // relative: beside the kept run config
+  return {{"config.resolved.toml", resolved_toml(kept)}, {kKeptMarketFile, rl::market_config_toml(m)}};
+}
+
 std::vector<std::string> run_config_keys() {
   RunConfig c;
   config::Reader r("", "keys");

@@ -122,6 +122,11 @@ const char* to_string(Split s);
 // "train" | "validation" | "test"; std::invalid_argument listing them otherwise.
 Split parse_split(const std::string& name);
 
+// The config as a market file that reads back to it (numbers to 17 digits, replay paths as they
+// are in the config, [split] boundaries as resolved bar indices, with the date as a comment):
+// what a run directory keeps of its market (market.resolved.toml).
+std::string market_config_toml(const MarketConfig& config);
+
 // Every key the market config reader accepts ("execution.fee_bps"), sorted (docs/configs.md's test).
 std::vector<std::string> market_config_keys();
 

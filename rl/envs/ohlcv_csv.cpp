@@ -358,8 +358,7 @@ OhlcvData slice_bars(const OhlcvData& data, std::int64_t begin, std::int64_t end
   out.first_bar = data.first_bar + begin;
   out.symbols = data.symbols;
   out.timestamps.assign(data.timestamps.begin() + begin, data.timestamps.begin() + end);
-  const std::array<const std::vector<double>*, 5> from = {&data.open, &data.high, &data.low, &data.close,
-                                                           &data.volume};
+  const std::array<const std::vector<double>*, 5> from = {&data.open, &data.high, &data.low, &data.close, &data.volume};
   const std::array<std::vector<double>*, 5> to = {&out.open, &out.high, &out.low, &out.close, &out.volume};
   for (std::size_t c = 0; c < from.size(); ++c) {
     to[c]->reserve(static_cast<std::size_t>(out.assets * out.bars));
@@ -425,18 +424,18 @@ void check_split(const MarketConfig& c, const std::vector<std::int64_t>& ts,
     ok = false;
   }
   if (val && v <= t) {
-    bad("split.validation_end", "must be after split.train_end (bar " + std::to_string(v) + " is not after bar " +
-                                    std::to_string(t) + ")");
+    bad("split.validation_end",
+        "must be after split.train_end (bar " + std::to_string(v) + " is not after bar " + std::to_string(t) + ")");
     return;
   }
   if (val && v - t < L + 1) {
-    bad("split.validation_end", "the validation part " + bars_of(t, v) + ", needs at least " +
-                                    std::to_string(L + 1) + " (market.episode_length + 1)");
+    bad("split.validation_end", "the validation part " + bars_of(t, v) + ", needs at least " + std::to_string(L + 1) +
+                                    " (market.episode_length + 1)");
     ok = false;
   }
   if (B - v < L + 1) {
     bad(val ? "split.validation_end" : "split.train_end", "the test part " + bars_of(v, B) + ", needs at least " +
-                                                             std::to_string(L + 1) + " (market.episode_length + 1)");
+                                                              std::to_string(L + 1) + " (market.episode_length + 1)");
     ok = false;
   }
   if (ok && resolved != nullptr) {
@@ -460,8 +459,8 @@ SplitBars split_bars(const MarketConfig& c, const std::vector<std::int64_t>& ts,
     throw ConfigError("split.validation_end: the market's [split] has no validation part (give validation_end)");
   std::vector<std::string> problems;
   MarketConfig r;
-  check_split(c, ts, [&](const std::string& key, const std::string& what) { problems.push_back(key + ": " + what); },
-              &r);
+  check_split(
+      c, ts, [&](const std::string& key, const std::string& what) { problems.push_back(key + ": " + what); }, &r);
   if (!problems.empty()) throw ConfigError("market config [split]", problems);
   const std::int64_t t = r.split.train_end.bar;
   const std::int64_t v = c.split.has_validation() ? r.split.validation_end.bar : t;

@@ -50,8 +50,8 @@ std::string daily_bars(int perturb_from) {
     const double f = k >= perturb_from ? factor(other) : 1.0;
     char line[160];
     std::snprintf(line, sizeof line, "%s,%.6f,%.6f,%.6f,%.6f,1000\n",
-                  rl::format_timestamp(978307200 + std::int64_t{86400} * k).c_str(), c * f, c * 1.01 * f,
-                  c * 0.99 * f, c * f);
+                  rl::format_timestamp(978307200 + std::int64_t{86400} * k).c_str(), c * f, c * 1.01 * f, c * 0.99 * f,
+                  c * f);
     s += line;
   }
   return s;
@@ -66,7 +66,8 @@ kind = "replay"
 [replay]
 files = ["prices.csv"]
 [split]
-train_end = )" + std::to_string(kTrainEnd) + "\nvalidation_end = " + std::to_string(kValidationEnd) + R"(
+train_end = )" + std::to_string(kTrainEnd) +
+                            "\nvalidation_end = " + std::to_string(kValidationEnd) + R"(
 [execution]
 fee_bps = 5.0
 half_spread_bps = 1.0

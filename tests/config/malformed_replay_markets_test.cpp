@@ -37,8 +37,7 @@ std::string csv(int line = 0, const std::string& replacement = "") {
   for (int k = 0; k < 40; ++k) {
     const int day = 1 + k % 28, month = 1 + k / 28;
     char row[96];
-    std::snprintf(row, sizeof row, "2020-%02d-%02d,%d.5,%d,%d,%d,100\n", month, day, 100 + k, 102 + k, 99 + k,
-                  101 + k);
+    std::snprintf(row, sizeof row, "2020-%02d-%02d,%d.5,%d,%d,%d,100\n", month, day, 100 + k, 102 + k, 99 + k, 101 + k);
     s += k + 2 == line ? replacement + "\n" : std::string(row);
   }
   if (line == 1) s = replacement + "\n" + s.substr(s.find('\n') + 1);
@@ -55,26 +54,55 @@ struct Case {
 
 std::vector<Case> cases() {
   return {
-      {"non_numeric_field", market(), csv(5, "2020-01-04,1,x,1,1,1"), "files", {"data.csv:5: non-numeric field in column 'high': 'x'"}},
+      {"non_numeric_field",
+       market(),
+       csv(5, "2020-01-04,1,x,1,1,1"),
+       "files",
+       {"data.csv:5: non-numeric field in column 'high': 'x'"}},
       {"nan_close", market(), csv(3, "2020-01-02,1,2,1,nan,1"), "files", {"data.csv:3: NaN in column 'close'"}},
-      {"missing_column", market(), csv(1, "date,open,high,low,volume"), "files",
+      {"missing_column",
+       market(),
+       csv(1, "date,open,high,low,volume"),
+       "files",
        {"data.csv:1: missing column 'close'"}},
       {"wrong_field_count", market(), csv(7, "2020-01-06,1,2,1"), "files", {"data.csv:7: expected 6 fields, got 4"}},
-      {"bad_timestamp", market(), csv(4, "2020-02-30x,1,2,1,1,1"), "files", {"data.csv:4: bad timestamp '2020-02-30x'"}},
-      {"timestamps_not_increasing", market(), csv(6, "2020-01-01,1,2,1,1,1"), "files",
+      {"bad_timestamp",
+       market(),
+       csv(4, "2020-02-30x,1,2,1,1,1"),
+       "files",
+       {"data.csv:4: bad timestamp '2020-02-30x'"}},
+      {"timestamps_not_increasing",
+       market(),
+       csv(6, "2020-01-01,1,2,1,1,1"),
+       "files",
        {"data.csv:6: timestamps must increase strictly"}},
       {"high_below_low", market(), csv(8, "2020-01-07,1,1,2,1,1"), "files", {"data.csv:8: high is below low"}},
       {"negative_price", market(), csv(9, "2020-01-08,-1,2,1,1,1"), "files", {"data.csv:9: column 'open' must be > 0"}},
-      {"too_few_rows", market(), "date,open,high,low,close,volume\n2020-01-01,1,2,1,1,1\n", "files",
+      {"too_few_rows",
+       market(),
+       "date,open,high,low,close,volume\n2020-01-01,1,2,1,1,1\n",
+       "files",
        {"data.csv:2: too few rows for one episode: 1 bars, need at least 15"}},
       {"empty_file", market(), "", "files", {"data.csv:1: empty file"}},
-      {"split_train_too_short", market("[split]\ntrain_end = 10\n"), csv(), "train_end",
+      {"split_train_too_short",
+       market("[split]\ntrain_end = 10\n"),
+       csv(),
+       "train_end",
        {"split.train_end = 10: the train part [0, 10) has 10 bars, needs at least 15"}},
-      {"split_test_too_short", market("[split]\ntrain_end = 35\n"), csv(), "train_end",
+      {"split_test_too_short",
+       market("[split]\ntrain_end = 35\n"),
+       csv(),
+       "train_end",
        {"split.train_end = 35: the test part [35, 40) has 5 bars, needs at least 11"}},
-      {"split_date_outside", market("[split]\ntrain_end = 2021-01-01\n"), csv(), "train_end",
+      {"split_date_outside",
+       market("[split]\ntrain_end = 2021-01-01\n"),
+       csv(),
+       "train_end",
        {"split.train_end = 2021-01-01: no bar of the data is on both sides of it"}},
-      {"split_misspelled", market("[split]\ntrain_end = 20\nvalidaton_end = 30\n"), csv(), "validaton_end",
+      {"split_misspelled",
+       market("[split]\ntrain_end = 20\nvalidaton_end = 30\n"),
+       csv(),
+       "validaton_end",
        {"split.validaton_end: unknown key; did you mean 'validation_end'?"}},
   };
 }

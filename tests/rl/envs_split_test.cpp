@@ -47,16 +47,16 @@ std::string daily_bars(int rows, int perturb_from = kBars + 1, std::uint64_t per
     const double f = k >= perturb_from ? factor(other) : 1.0;
     char line[160];
     std::snprintf(line, sizeof line, "%s,%.6f,%.6f,%.6f,%.6f,1000\n",
-                  format_timestamp(day0 + std::int64_t{86400} * k).c_str(), c * f, c * 1.01 * f, c * 0.99 * f,
-                  c * f);
+                  format_timestamp(day0 + std::int64_t{86400} * k).c_str(), c * f, c * 1.01 * f, c * 0.99 * f, c * f);
     s += line;
   }
   return s;
 }
 
 std::string market_toml(const std::string& split) {
-  return "[market]\nassets = 1\nwindow = " + std::to_string(kWindow) + "\nepisode_length = " +
-         std::to_string(kEpisode) + "\n[process]\nkind = \"replay\"\n[replay]\nfiles = [\"prices.csv\"]\n" + split;
+  return "[market]\nassets = 1\nwindow = " + std::to_string(kWindow) +
+         "\nepisode_length = " + std::to_string(kEpisode) +
+         "\n[process]\nkind = \"replay\"\n[replay]\nfiles = [\"prices.csv\"]\n" + split;
 }
 
 class MarketSplitTest : public ::testing::Test {
@@ -184,8 +184,7 @@ TEST_F(MarketSplitTest, DescribesTheBarsOfEachPart) {
   const std::string test = describe_split(c, Split::test);
   EXPECT_NE(train.find("train: bars 0..299 of prices.csv (2001-01-01 .. 2001-10-27, 300 bars"), std::string::npos)
       << train;
-  EXPECT_NE(val.find("validation: bars 300..449 of prices.csv (2001-10-28 .. 2002-03-26, 150 bars"),
-            std::string::npos)
+  EXPECT_NE(val.find("validation: bars 300..449 of prices.csv (2001-10-28 .. 2002-03-26, 150 bars"), std::string::npos)
       << val;
   EXPECT_NE(val.find("reaches back to bar 292"), std::string::npos) << val;
   EXPECT_NE(test.find("test: bars 450..599 of prices.csv"), std::string::npos) << test;
@@ -260,8 +259,8 @@ TEST_F(MarketSplitTest, RejectsBadSplitsNamingFileLineAndKey) {
     const std::string text = market_toml(c.split);
     const std::size_t pos = text.find(c.at);
     ASSERT_NE(pos, std::string::npos);
-    const std::string where = (dir / "m.toml").string() + ":" +
-                              std::to_string(1 + std::count(text.begin(), text.begin() + pos, '\n')) + ": ";
+    const std::string where =
+        (dir / "m.toml").string() + ":" + std::to_string(1 + std::count(text.begin(), text.begin() + pos, '\n')) + ": ";
     const std::string msg = rejection(c.split);
     EXPECT_NE(msg.find(where + c.part), std::string::npos) << "no \"" << where << c.part << "\" in:\n" << msg;
   }
@@ -269,9 +268,10 @@ TEST_F(MarketSplitTest, RejectsBadSplitsNamingFileLineAndKey) {
 
 TEST(MarketSplit, OnlyReplayMarketsHaveASplit) {
   try {
-    parse_market_config("[market]\nassets = 1\n[process]\nkind = \"gbm\"\ninitial_price = 1.0\nsigma = 0.2\n"
-                        "[split]\ntrain_end = 10\n",
-                        "gbm.toml");
+    parse_market_config(
+        "[market]\nassets = 1\n[process]\nkind = \"gbm\"\ninitial_price = 1.0\nsigma = 0.2\n"
+        "[split]\ntrain_end = 10\n",
+        "gbm.toml");
     ADD_FAILURE() << "accepted";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("gbm.toml:7: [split]: only allowed for process.kind = \"replay\""),
