@@ -23,6 +23,13 @@ enum class PriceProcess : std::uint8_t { gbm, ou, replay };
 enum class ActionMode : std::uint8_t { discrete, continuous };
 enum class RewardKind : std::uint8_t { pnl, log_return, differential_sharpe };
 enum class CsvLayout : std::uint8_t { per_asset, long_format };
+
+// A market config's problems (config::Error: what() lists them, errors() one per line).
+class ConfigError : public config::Error {
+ public:
+  using config::Error::Error;
+};
+
 // The parts of a replay market's bars by time (walk-forward): train [0, train_end), validation
 // [train_end, validation_end), test [validation_end, bars).
 enum class Split : std::uint8_t { train, validation, test };

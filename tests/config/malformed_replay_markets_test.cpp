@@ -136,8 +136,9 @@ TEST_P(MalformedReplayMarket, IsRejectedNamingTheFilesLinesAndKey) {
     EXPECT_NE(msg.find((dir / "run.toml").string() + ":5: env.market = \"m.toml\""), std::string::npos) << msg;
     EXPECT_NE(msg.find(market_line), std::string::npos) << "no \"" << market_line << "\" in:\n" << msg;
     for (const auto& p : c.parts) EXPECT_NE(msg.find(p), std::string::npos) << "no \"" << p << "\" in:\n" << msg;
-    if (c.at == "files")  // the CSV's own path and line follow the market file's
+    if (c.at == "files") {  // the CSV's own path and line follow the market file's
       EXPECT_NE(msg.find((dir / "data.csv").string() + ":"), std::string::npos) << msg;
+    }
   }
 }
 

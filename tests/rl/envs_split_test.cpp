@@ -97,9 +97,9 @@ TEST_F(MarketSplitTest, ReadsBarIndicesAndDatesResolvedAgainstTheData) {
   EXPECT_TRUE(b.split.train_end.by_time);
   EXPECT_EQ(b.split.train_end.bar, 304);
   EXPECT_FALSE(b.split.has_validation());
-  const MarketConfig c = load("[split]\ntrain_end = 2001-11-01\nvalidation_end = 2001-12-01T00:00:00Z\n");
+  const MarketConfig c = load("[split]\ntrain_end = 2001-11-01\nvalidation_end = 2002-01-01T00:00:00Z\n");
   EXPECT_EQ(c.split.train_end.bar, 304);
-  EXPECT_EQ(c.split.validation_end.bar, 334);
+  EXPECT_EQ(c.split.validation_end.bar, 365);
   // A date between bars starts the part at the next bar.
   EXPECT_EQ(load("[split]\ntrain_end = \"2001-10-31 12:00\"\n").split.train_end.bar, 304);
   // Without the data (parse from text) a date stays unresolved; load_ohlcv resolves it.
