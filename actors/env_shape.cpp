@@ -34,12 +34,7 @@ EnvShape env_shape(const RunConfig& c) {
   if (m.action != rl::ActionMode::discrete)
     throw std::invalid_argument(
         "env.market: the DQN pipeline needs discrete actions (market action.kind = \"discrete\")");
-  if (m.process == rl::PriceProcess::replay)
-    throw std::invalid_argument(
-        "env.market: process.kind = \"replay\" (historical bars) does not run in the DQN "
-        "pipeline; use a simulated process");
-  const rl::MarketParams p = rl::make_market_params(m, nullptr, nullptr);
-  s.obs_dim = p.obs_dim;
+  s.obs_dim = rl::market_obs_dim(m);  // no data needed (replay markets too)
   s.branches = m.assets;
   s.actions = static_cast<std::int64_t>(m.levels.size());
   const auto A = static_cast<std::size_t>(m.assets), W = static_cast<std::size_t>(m.window);

@@ -145,8 +145,6 @@ void read_all(config::Reader& r, RunConfig& c) {
 std::string pipeline_market_problem(const rl::MarketConfig& m) {
   if (m.action != rl::ActionMode::discrete)
     return "action.kind = \"continuous\" cannot run in the DQN pipeline (needs discrete levels)";
-  if (m.process == rl::PriceProcess::replay)
-    return "process.kind = \"replay\" is not wired into the actor pipeline yet (OHLCV loading)";
   if (m.extra_features != 0) return "market.extra_features must be 0 (nothing fills the extra block in the pipeline)";
   return {};
 }
@@ -257,6 +255,14 @@ std::string resolved_toml(const RunConfig& c) {
   return "# foxhunt: the resolved configuration of this run (every default filled in; keys without\n"
          "# effect under these options are comments)\n" +
          r.resolved_toml();
+}
+
+std::vector<std::pair<std::string, std::string>> kept_config_files(const RunConfig& c) {
+  if (c.env.kind != "market") return {{"config.resolved.toml", resolved_toml(c)}};
+  const rl::MarketConfig m = market_config(c);
+  RunConfig kept = c;
+  kept.env.market = kKeptMarketFile;  // relative: beside the kept run config
+  return {{"config.resolved.toml", resolved_toml(kept)}, {kKeptMarketFile, rl::market_config_toml(m)}};
 }
 
 std::vector<std::string> run_config_keys() {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/pipeline_actors.hpp"
@@ -116,6 +117,13 @@ rl::MarketConfig market_config(const RunConfig& c);
 // The whole configuration as TOML, defaults included (parse_run_config(resolved_toml(c)) == c);
 // keys without effect under the chosen options are written as comments.
 std::string resolved_toml(const RunConfig& c);
+// What a run keeps of its configuration, in its run directory and in every checkpoint (name,
+// text): config.resolved.toml and, for markets, kKeptMarketFile, the market as read
+// (rl::market_config_toml: a replay's [split] as resolved bar indices), which the kept run config
+// names as its env.market. `foxhunt eval` of a run directory or checkpoint thus replays the market
+// the run trained on, with the same split, whatever became of the market file since.
+inline constexpr const char* kKeptMarketFile = "market.resolved.toml";
+std::vector<std::pair<std::string, std::string>> kept_config_files(const RunConfig& c);
 // Every key the run config reader accepts ("replay.batch_size"), sorted (docs/configs.md's test).
 std::vector<std::string> run_config_keys();
 

@@ -15,6 +15,7 @@
 #include "gpu/device.hpp"
 #include "rl/envs/cartpole.hpp"
 #include "rl/envs/market.hpp"
+#include "rl/envs/ohlcv_csv.hpp"
 
 namespace foxhunt::actors {
 
@@ -92,9 +93,22 @@ rl::ReplayConfig dqn_replay_config(const RunConfig& c, std::int64_t obs_dim, std
   return rc;
 }
 
-std::unique_ptr<rl::VecEnv> make_env(const RunConfig& config, std::int64_t num_envs) {
-  if (config.env.kind == "cartpole") return std::make_unique<rl::CartPoleEnv>(num_envs);
-  if (config.env.kind == "market") return std::make_unique<rl::MarketEnv>(market_config(config), num_envs);
+std::unique_ptr<rl::VecEnv> make_env(const RunConfig& config, std::int64_t num_envs, rl::Split split) {
+  if (config.env.kind == "cartpole") {
+    if (split != rl::Split::train)
+      throw std::invalid_argument(std::string("split ") + rl::to_string(split) +
+                                  ": env.kind = \"cartpole\" has no held-out data (only replay markets are split)");
+    return std::make_unique<rl::CartPoleEnv>(num_envs);
+  }
+  if (config.env.kind == "market") {
+    try {
+      return rl::make_market_env(rl::split_market(market_config(config), split), num_envs);
+    } catch (const rl::CsvError& e) {
+      throw std::invalid_argument("env.market = \"" + config.env.market + "\": replay.files: " + e.what());
+    } catch (const rl::ConfigError& e) {
+      throw std::invalid_argument("env.market = \"" + config.env.market + "\": " + e.what());
+    }
+  }
   throw std::invalid_argument("env.kind = \"" + config.env.kind + "\": must be one of \"cartpole\" | \"market\"");
 }
 

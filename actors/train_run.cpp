@@ -142,11 +142,14 @@ TrainOutcome run_training(const TrainRequest& req) {
   const RunConfig& cfg = req.config;
   if (req.resume) require_resumable(cfg, *req.resume);  // before anything is created
   fs::create_directories(req.run_dir);
-  {
-    std::ofstream out(req.run_dir / "config.resolved.toml");
-    out << resolved_toml(cfg);
+  // The run's configuration as it trains (a market with its resolved [split]): beside the
+  // checkpoints and in each of them.
+  const auto kept = kept_config_files(cfg);
+  for (const auto& [name, text] : kept) {
+    std::ofstream out(req.run_dir / name);
+    out << text;
     out.flush();
-    if (!out) throw std::runtime_error("cannot write " + (req.run_dir / "config.resolved.toml").string());
+    if (!out) throw std::runtime_error("cannot write " + (req.run_dir / name).string());
   }
   PipelineConfig pcfg = cfg.pipeline_config();
   if (req.resume) {
@@ -166,7 +169,7 @@ TrainOutcome run_training(const TrainRequest& req) {
   RunHooks hooks;
   hooks.store = std::make_shared<CheckpointStore>(req.run_dir / "checkpoints");
   hooks.store->keep_newest(cfg.checkpoint.keep);
-  hooks.store->attach("config.resolved.toml", resolved_toml(cfg));  // foxhunt eval reads it
+  for (const auto& [name, text] : kept) hooks.store->attach(name, text);  // foxhunt eval reads them
   hooks.progress_interval = std::chrono::milliseconds(cfg.logging.progress_interval_ms);
   hooks.stop_signal = req.stop_signal;
   hooks.low_latency_scheduler = true;  // a GPU host: message hops without CAF's 50 us sleeps

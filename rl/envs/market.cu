@@ -630,4 +630,10 @@ std::int64_t MarketEnv::step_bytes(std::int64_t steps, gpu::DType obs_dtype) con
   return n_ * steps * per_step;
 }
 
+std::unique_ptr<MarketEnv> make_market_env(const MarketConfig& config, std::int64_t num_envs) {
+  if (config.process != PriceProcess::replay) return std::make_unique<MarketEnv>(config, num_envs);
+  const OhlcvData data = load_ohlcv(config);
+  return std::make_unique<MarketEnv>(config, num_envs, &data);
+}
+
 }  // namespace foxhunt::rl

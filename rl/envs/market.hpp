@@ -45,6 +45,7 @@
 // window + 1: initial regime and replay offset); blocks 0-3 Brownian normals, 4-7 jump counts,
 // 8-11 jump sizes, 12 regime transition.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "gpu/buffer.hpp"
@@ -121,5 +122,10 @@ class MarketEnv final : public VecEnv {
   gpu::DeviceBuffer<std::byte> stats_workspace_;
   MarketState state_;
 };
+
+// The environment of a market config with its data: a replay market's bars are loaded with
+// load_ohlcv (the part config.replay_split names, rl::split_market) and uploaded; CsvError or
+// ConfigError when they cannot be.
+std::unique_ptr<MarketEnv> make_market_env(const MarketConfig& config, std::int64_t num_envs);
 
 }  // namespace foxhunt::rl

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "config/reader.hpp"
+#include "rl/envs/ohlcv_csv.hpp"
 
 namespace foxhunt::rl {
 namespace {
@@ -157,6 +158,53 @@ void check(const MarketConfig& c, const Complain& bad) {
   if (c.price_level && replay)
     invalid("observation.price_level",
             "only allowed for process.kind = \"gbm\" or \"ou\" (a replay has no model level)");
+  if (c.split.given && !replay) invalid("split", "only allowed for process.kind = \"replay\"");
+  if (c.replay_split != Split::train && !c.split.given)
+    invalid("split", std::string("the environment replays the ") + to_string(c.replay_split) +
+                         " part, but the market has no [split]");
+  const SplitPoint &t = c.split.train_end, &v = c.split.validation_end;
+  if (c.split.given && t.bar >= 0 && v.bar >= 0 && v.bar <= t.bar)
+    invalid("split.validation_end", "must be after split.train_end (bar " + std::to_string(v.bar) +
+                                        " is not after bar " + std::to_string(t.bar) + ")");
+}
+
+// A [split] boundary: an integer (a bar index >= 1), a date string as the CSV's timestamps are
+// written, or a TOML date / date-time.
+void read_split_point(config::Reader& r, const std::string& key, SplitPoint& point) {
+  const toml::node* n = r.node(key);
+  if (n == nullptr) return;
+  const std::string allowed =
+      "must be a bar index (an integer >= 1) or a date (\"YYYY-MM-DD[ HH:MM[:SS]]\" or a TOML date): the first bar "
+      "past the part";
+  std::string date;
+  if (n->is_integer()) {
+    const std::int64_t v = n->as_integer()->get();
+    if (v < 1) return r.fail(key, allowed);
+    point.bar = v;
+    return;
+  }
+  if (n->is_string()) {
+    date = n->as_string()->get();
+  } else if (n->is_date() || n->is_date_time()) {
+    const toml::date d = n->is_date() ? n->as_date()->get() : n->as_date_time()->get().date;
+    char buf[48];
+    if (n->is_date()) {
+      std::snprintf(buf, sizeof buf, "%04u-%02u-%02u", unsigned{d.year}, unsigned{d.month}, unsigned{d.day});
+    } else {
+      const toml::time t = n->as_date_time()->get().time;
+      std::snprintf(buf, sizeof buf, "%04u-%02u-%02u %02u:%02u:%02u", unsigned{d.year}, unsigned{d.month},
+                    unsigned{d.day}, unsigned{t.hour}, unsigned{t.minute}, unsigned{t.second});
+    }
+    date = buf;
+  } else {
+    return r.fail(key, allowed);
+  }
+  std::int64_t seconds = 0;
+  if (!parse_timestamp(date, seconds)) return r.fail(key, allowed);
+  if (n->is_date_time())
+    if (const auto& off = n->as_date_time()->get().offset) seconds -= std::int64_t{off->minutes} * 60;
+  point.by_time = true;
+  point.time = seconds;
 }
 
 // One pass over a market file: every key read (defaults where absent), every problem collected.
@@ -325,11 +373,42 @@ void read_file(config::Reader& r, MarketConfig& cfg, const fs::path* base) {
       }
   }
 
+  const bool has_split = r.table("split");
+  for (const char* k : {"train_end", "validation_end"}) r.declare(k);
+  if (has_split && !replay) {
+    r.fail("split", "only allowed for process.kind = \"replay\" (the bars of a history, split by time)");
+  } else if (has_split) {
+    cfg.split.given = true;
+    r.require("train_end", "a bar index or a date (YYYY-MM-DD): the first bar past the train part");
+    read_split_point(r, "split.train_end", cfg.split.train_end);
+    read_split_point(r, "split.validation_end", cfg.split.validation_end);
+  }
+
   // Ranges of lists, sizes and relations; a key already reported is not reported twice.
-  if (assets_ok)
-    check(cfg, [&](const std::string& key, const std::string& what) {
-      if (!r.has_error(key)) r.fail(key, what);
-    });
+  const auto complain = [&](const std::string& key, const std::string& what) {
+    if (!r.has_error(key)) r.fail(key, what);
+  };
+  if (assets_ok) check(cfg, complain);
+
+  // A replay's bars: every CSV problem as `file:line` under replay.files, then [split] against
+  // the data (dates resolved to bars, every part long enough for an episode).
+  bool data_ok = base != nullptr && replay && has_replay && assets_ok;
+  for (const char* k :
+       {"market.window", "market.episode_length", "replay.files", "replay.layout", "replay.symbols", "split"})
+    data_ok = data_ok && !r.has_error(k);
+  if (data_ok) {
+    try {
+      const OhlcvData data = load_ohlcv_all(cfg);
+      // A missing or bad boundary is reported above.
+      if (!cfg.split.given || (cfg.split.train_end.set() && !r.has_error("split.validation_end"))) {
+        MarketConfig resolved;
+        check_split(cfg, data.timestamps, complain, &resolved);
+        cfg.split = resolved.split;
+      }
+    } catch (const CsvError& e) {
+      r.fail("replay.files", e.what());
+    }
+  }
 }
 
 MarketConfig read(const std::string& text, const std::string& source, const fs::path* base) {
@@ -357,6 +436,40 @@ const char* to_string(PriceProcess p) {
   }
   return "?";
 }
+const char* to_string(Split s) {
+  switch (s) {
+    case Split::train:
+      return "train";
+    case Split::validation:
+      return "validation";
+    case Split::test:
+      return "test";
+  }
+  return "?";
+}
+
+Split parse_split(const std::string& name) {
+  for (Split s : {Split::train, Split::validation, Split::test})
+    if (name == to_string(s)) return s;
+  throw std::invalid_argument("split \"" + name + "\": must be one of train | validation | test");
+}
+
+MarketConfig split_market(const MarketConfig& c, Split which) {
+  if (which != Split::train) {
+    if (c.process != PriceProcess::replay)
+      throw ConfigError(std::string("split: a ") + to_string(c.process) + " market has no " + to_string(which) +
+                        " part (only replay markets are split by time)");
+    if (!c.split.given)
+      throw ConfigError(std::string("split: the market has no [split], so no ") + to_string(which) +
+                        " part (add [split] train_end = ... to the market config)");
+    if (which == Split::validation && !c.split.has_validation())
+      throw ConfigError("split.validation_end: the market's [split] has no validation part (give validation_end)");
+  }
+  MarketConfig out = c;
+  out.replay_split = which;
+  return out;
+}
+
 const char* to_string(ActionMode m) { return m == ActionMode::discrete ? "discrete" : "continuous"; }
 const char* to_string(RewardKind k) {
   switch (k) {

@@ -30,6 +30,28 @@ class ConfigError : public config::Error {
   using config::Error::Error;
 };
 
+// The parts of a replay market's bars by time (walk-forward): train [0, train_end), validation
+// [train_end, validation_end), test [validation_end, bars).
+enum class Split : std::uint8_t { train, validation, test };
+
+// One boundary of [split]: a bar index, or a date (the part after it starts at the first bar at
+// or after the date). load_market_config resolves a date to its bar against the data.
+struct SplitPoint {
+  std::int64_t bar = -1;  // index of the first bar past the part; -1: a date not resolved yet, or unset
+  std::int64_t time = 0;  // by_time: UTC seconds of the date
+  bool by_time = false;
+  bool set() const { return bar >= 0 || by_time; }
+};
+
+// [split] (process = replay only). Absent (given = false): every bar is training data and there
+// is no validation or test part.
+struct MarketSplit {
+  bool given = false;
+  SplitPoint train_end;       // required with [split]
+  SplitPoint validation_end;  // unset: no validation part, the test part starts at train_end
+  bool has_validation() const { return validation_end.set(); }
+};
+
 struct MarketConfig {
   // [market]
   int assets = 1;
@@ -83,6 +105,10 @@ struct MarketConfig {
   std::vector<std::string> files;  // per_asset: one per asset; long_format: one
   CsvLayout layout = CsvLayout::per_asset;
   std::vector<std::string> symbols;  // long_format: the symbols to take, in asset order
+
+  // [split] (process = replay) and the part of it the environment replays (split_market sets it).
+  MarketSplit split;
+  Split replay_split = Split::train;
 };
 
 // Parses TOML text; `source` names it in messages (a file name). Throws ConfigError.
@@ -93,6 +119,20 @@ MarketConfig load_market_config(const std::filesystem::path& file);
 // Checks every value and cross-constraint of a config built in code; throws ConfigError listing
 // every problem, each naming the key.
 void validate(const MarketConfig& config);
+
+// The config of the same market replaying one part of its [split] (the environment then reads
+// only those bars, plus the market.window bars before the part's first one as the observation's
+// history). Train without [split] is the whole data. Throws ConfigError naming the [split] key
+// when the market is not a replay, has no [split] (validation, test) or no validation part.
+MarketConfig split_market(const MarketConfig& config, Split which);
+const char* to_string(Split s);
+// "train" | "validation" | "test"; std::invalid_argument listing them otherwise.
+Split parse_split(const std::string& name);
+
+// The config as a market file that reads back to it (numbers to 17 digits, replay paths as they
+// are in the config, [split] boundaries as resolved bar indices, with the date as a comment):
+// what a run directory keeps of its market (market.resolved.toml).
+std::string market_config_toml(const MarketConfig& config);
 
 // Every key the market config reader accepts ("execution.fee_bps"), sorted (docs/configs.md's test).
 std::vector<std::string> market_config_keys();

@@ -4,10 +4,15 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "rl/envs/ohlcv_csv.hpp"
 
 namespace foxhunt::rl {
+
+int market_obs_dim(const MarketConfig& c) {
+  return c.window * c.assets + c.assets + 3 + c.extra_features + (c.price_level ? c.assets : 0);
+}
 
 MarketParams make_market_params(const MarketConfig& c, const OhlcvData* replay, const double* replay_device) {
   validate(c);
@@ -21,7 +26,7 @@ MarketParams make_market_params(const MarketConfig& c, const OhlcvData* replay, 
   p.episode_length = c.episode_length;
   p.extra_features = c.extra_features;
   p.price_level = c.price_level ? 1 : 0;
-  p.obs_dim = c.window * A + A + 3 + c.extra_features + (c.price_level ? A : 0);
+  p.obs_dim = market_obs_dim(c);
   p.process = static_cast<int>(c.process);
   p.action = static_cast<int>(c.action);
   p.reward = static_cast<int>(c.reward);
@@ -56,22 +61,17 @@ MarketParams make_market_params(const MarketConfig& c, const OhlcvData* replay, 
     p.regimes = 1;
     p.replay_log_price = replay_device;
     p.replay_bars = replay->bars;
+    // Volatility of the log closes per asset: the slippage scale and the observation scale. The
+    // data's own (load_ohlcv sets the train part's, so that no part is scaled by later bars).
+    const std::vector<double> vol =
+        replay->step_vol.empty() ? close_volatility(*replay, 0, replay->bars) : replay->step_vol;
+    if (static_cast<int>(vol.size()) != A)
+      throw ConfigError("replay: step_vol has " + std::to_string(vol.size()) + " values, market.assets is " +
+                        std::to_string(A));
     for (int a = 0; a < A; ++a) {
-      // Volatility of the history's log returns: the slippage scale and the observation scale.
-      const double* close = replay->close.data() + static_cast<std::size_t>(a) * replay->bars;
-      double s = 0, s2 = 0;
-      const std::int64_t m = replay->bars - 1;
-      for (std::int64_t b = 0; b < m; ++b) {
-        const double r = std::log(close[b + 1] / close[b]);
-        s += r;
-        s2 += r * r;
-      }
-      const double mean = s / m;
-      double vol = std::sqrt(std::max(s2 / m - mean * mean, 0.0));
-      if (!(vol > 0)) vol = 1e-4;  // a constant series: keep the scale finite
-      p.step_vol[a] = vol;
-      p.ret_scale[a] = static_cast<float>(1.0 / vol);
-      p.log_initial_price[a] = std::log(close[0]);
+      p.step_vol[a] = vol[a];
+      p.ret_scale[a] = static_cast<float>(1.0 / vol[a]);
+      p.log_initial_price[a] = std::log(replay->close[static_cast<std::size_t>(a) * replay->bars]);
       p.decay[a] = 1.0f;
     }
     p.transition_cdf[0] = 1.0f;

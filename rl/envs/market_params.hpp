@@ -48,6 +48,10 @@ static_assert(sizeof(MarketParams) <= 4096, "kernel parameters must fit the 4 KB
 
 struct OhlcvData;
 
+// The observation width of a market (market.hpp): window * assets + assets + 3 + extra_features
+// (+ assets with observation.price_level). Needs no data, also for replay.
+int market_obs_dim(const MarketConfig& config);
+
 // Host-side computation of the parameters; `replay` (when the process is replay) provides the
 // per-asset volatility of the history, `replay_device` the uploaded log prices.
 MarketParams make_market_params(const MarketConfig& config, const OhlcvData* replay, const double* replay_device);

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -81,7 +82,7 @@ bool all_digits(std::string_view s) {
 }
 
 // Integer seconds, or YYYY-MM-DD[( |T)HH:MM[:SS]][Z] as UTC seconds. false when malformed.
-bool parse_timestamp(const std::string& s, std::int64_t& out) {
+bool timestamp_of(const std::string& s, std::int64_t& out) {
   if (s.empty()) return false;
   const bool negative = s[0] == '-';
   const std::string_view digits = std::string_view(s).substr(negative || s[0] == '+' ? 1 : 0);
@@ -158,7 +159,7 @@ Bar read_bar(const std::string& file, std::int64_t line, const std::vector<std::
     fail(file, line, "expected " + std::to_string(c.count) + " fields, got " + std::to_string(fields.size()));
   Bar b;
   b.line = line;
-  if (!parse_timestamp(fields[c.timestamp], b.timestamp))
+  if (!timestamp_of(fields[c.timestamp], b.timestamp))
     fail(file, line, "bad timestamp '" + fields[c.timestamp] + "' (an integer or YYYY-MM-DD[ HH:MM[:SS]])");
   for (std::size_t p = 0; p < kPriceColumns.size(); ++p) {
     const std::string& f = fields[c.price[p]];
@@ -305,12 +306,190 @@ OhlcvData load_ohlcv_long(const std::filesystem::path& file, const std::vector<s
   return parse_ohlcv_long(read_file(file), file.string(), symbols, min_bars);
 }
 
-OhlcvData load_ohlcv(const MarketConfig& config) {
+OhlcvData load_ohlcv_all(const MarketConfig& config) {
   if (config.process != PriceProcess::replay) throw ConfigError("load_ohlcv: process.kind is not \"replay\"");
+  if (config.files.empty()) throw ConfigError("replay.files: no CSV file named");
   const std::int64_t min_bars = static_cast<std::int64_t>(config.window) + config.episode_length + 1;
   if (config.layout == CsvLayout::long_format) return load_ohlcv_long(config.files.at(0), config.symbols, min_bars);
   std::vector<std::filesystem::path> files(config.files.begin(), config.files.end());
   return load_ohlcv_per_asset(files, min_bars);
 }
+
+OhlcvData load_ohlcv(const MarketConfig& config) {
+  OhlcvData all = load_ohlcv_all(config);
+  const SplitBars train = split_bars(config, all.timestamps, Split::train);
+  const SplitBars part = split_bars(config, all.timestamps, config.replay_split);
+  all.step_vol = close_volatility(all, train.first, train.end);
+  if (part.history == 0 && part.end == all.bars) return all;
+  return slice_bars(all, part.history, part.end);
+}
+
+bool parse_timestamp(const std::string& text, std::int64_t& seconds) { return timestamp_of(text, seconds); }
+
+std::string format_timestamp(std::int64_t seconds) {
+  // Howard Hinnant's civil_from_days.
+  std::int64_t days = seconds >= 0 ? seconds / 86400 : -((-seconds + 86399) / 86400);
+  const std::int64_t rest = seconds - days * 86400;
+  days += 719468;
+  const std::int64_t era = (days >= 0 ? days : days - 146096) / 146097;
+  const unsigned doe = static_cast<unsigned>(days - era * 146097);
+  const unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  const unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  const unsigned mp = (5 * doy + 2) / 153;
+  const unsigned d = doy - (153 * mp + 2) / 5 + 1;
+  const unsigned m = mp < 10 ? mp + 3 : mp - 9;
+  const std::int64_t y = static_cast<std::int64_t>(yoe) + era * 400 + (m <= 2);
+  char buf[64];
+  if (rest == 0)
+    std::snprintf(buf, sizeof buf, "%04lld-%02u-%02u", static_cast<long long>(y), m, d);
+  else
+    std::snprintf(buf, sizeof buf, "%04lld-%02u-%02u %02d:%02d:%02d", static_cast<long long>(y), m, d,
+                  static_cast<int>(rest / 3600), static_cast<int>(rest / 60 % 60), static_cast<int>(rest % 60));
+  return buf;
+}
+
+OhlcvData slice_bars(const OhlcvData& data, std::int64_t begin, std::int64_t end) {
+  if (begin < 0 || end > data.bars || begin >= end)
+    throw std::invalid_argument("slice_bars: [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                ") is not a range of the " + std::to_string(data.bars) + " bars");
+  OhlcvData out;
+  out.assets = data.assets;
+  out.bars = end - begin;
+  out.first_bar = data.first_bar + begin;
+  out.symbols = data.symbols;
+  out.timestamps.assign(data.timestamps.begin() + begin, data.timestamps.begin() + end);
+  const std::array<const std::vector<double>*, 5> from = {&data.open, &data.high, &data.low, &data.close, &data.volume};
+  const std::array<std::vector<double>*, 5> to = {&out.open, &out.high, &out.low, &out.close, &out.volume};
+  for (std::size_t c = 0; c < from.size(); ++c) {
+    to[c]->reserve(static_cast<std::size_t>(out.assets * out.bars));
+    for (int a = 0; a < data.assets; ++a) {
+      const auto row = from[c]->begin() + a * data.bars;
+      to[c]->insert(to[c]->end(), row + begin, row + end);
+    }
+  }
+  out.step_vol = data.step_vol;
+  return out;
+}
+
+std::vector<double> close_volatility(const OhlcvData& data, std::int64_t begin, std::int64_t end) {
+  std::vector<double> vol(static_cast<std::size_t>(data.assets), 1e-4);
+  const std::int64_t m = end - begin - 1;  // returns
+  if (begin < 0 || end > data.bars || m < 1) return vol;
+  for (int a = 0; a < data.assets; ++a) {
+    const double* close = data.close.data() + static_cast<std::size_t>(a) * data.bars;
+    double s = 0, s2 = 0;
+    for (std::int64_t b = begin; b + 1 < end; ++b) {
+      const double r = std::log(close[b + 1] / close[b]);
+      s += r;
+      s2 += r * r;
+    }
+    const double mean = s / m;
+    const double v = std::sqrt(std::max(s2 / m - mean * mean, 0.0));
+    if (v > 0) vol[a] = v;  // a constant series keeps the scale finite
+  }
+  return vol;
+}
+
+void check_split(const MarketConfig& c, const std::vector<std::int64_t>& ts,
+                 const std::function<void(const std::string&, const std::string&)>& bad, MarketConfig* resolved) {
+  if (resolved != nullptr) *resolved = c;
+  if (!c.split.given) return;
+  const auto B = static_cast<std::int64_t>(ts.size());
+  const std::int64_t W = c.window, L = c.episode_length;
+  const std::string range = std::to_string(B) + " bars, " +
+                            (B > 0 ? format_timestamp(ts.front()) + " .. " + format_timestamp(ts.back()) : "none");
+  // A boundary as a bar index: a date starts its part at the first bar at or after it.
+  auto resolve = [&](const SplitPoint& p, const std::string& key) -> std::int64_t {
+    std::int64_t bar = p.bar;
+    if (p.by_time) bar = std::lower_bound(ts.begin(), ts.end(), p.time) - ts.begin();
+    if (bar <= 0 || bar >= B) {
+      bad(key, (p.by_time ? std::string("no bar of the data is on both sides of it")
+                          : "must be a bar index in [1, " + std::to_string(B - 1) + "]") +
+                   " (the data has " + range + ")");
+      return -1;
+    }
+    return bar;
+  };
+  const std::int64_t t = resolve(c.split.train_end, "split.train_end");
+  const bool val = c.split.has_validation();
+  const std::int64_t v = val ? resolve(c.split.validation_end, "split.validation_end") : t;
+  if (t < 0 || v < 0) return;
+  auto bars_of = [&](std::int64_t a, std::int64_t b) {
+    return "[" + std::to_string(a) + ", " + std::to_string(b) + ") has " + std::to_string(b - a) + " bars";
+  };
+  bool ok = true;
+  if (t < W + L + 1) {
+    bad("split.train_end", "the train part " + bars_of(0, t) + ", needs at least " + std::to_string(W + L + 1) +
+                               " (market.window + market.episode_length + 1)");
+    ok = false;
+  }
+  if (val && v <= t) {
+    bad("split.validation_end",
+        "must be after split.train_end (bar " + std::to_string(v) + " is not after bar " + std::to_string(t) + ")");
+    return;
+  }
+  if (val && v - t < L + 1) {
+    bad("split.validation_end", "the validation part " + bars_of(t, v) + ", needs at least " + std::to_string(L + 1) +
+                                    " (market.episode_length + 1)");
+    ok = false;
+  }
+  if (B - v < L + 1) {
+    bad(val ? "split.validation_end" : "split.train_end", "the test part " + bars_of(v, B) + ", needs at least " +
+                                                              std::to_string(L + 1) + " (market.episode_length + 1)");
+    ok = false;
+  }
+  if (ok && resolved != nullptr) {
+    resolved->split.train_end.bar = t;
+    resolved->split.validation_end.bar = val ? v : -1;
+  }
+}
+
+SplitBars split_bars(const MarketConfig& c, const std::vector<std::int64_t>& ts, Split which) {
+  SplitBars s;
+  s.split = which;
+  s.total = static_cast<std::int64_t>(ts.size());
+  if (!c.split.given) {
+    if (which != Split::train)
+      throw ConfigError(std::string("split: the market has no [split], so no ") + to_string(which) +
+                        " part (add [split] train_end = ... to the market config)");
+    s.end = s.total;
+    return s;
+  }
+  if (which == Split::validation && !c.split.has_validation())
+    throw ConfigError("split.validation_end: the market's [split] has no validation part (give validation_end)");
+  std::vector<std::string> problems;
+  MarketConfig r;
+  check_split(
+      c, ts, [&](const std::string& key, const std::string& what) { problems.push_back(key + ": " + what); }, &r);
+  if (!problems.empty()) throw ConfigError("market config [split]", problems);
+  const std::int64_t t = r.split.train_end.bar;
+  const std::int64_t v = c.split.has_validation() ? r.split.validation_end.bar : t;
+  if (which == Split::train) {
+    s.first = 0, s.end = t, s.history = 0;
+  } else {
+    s.first = which == Split::validation ? t : v;
+    s.end = which == Split::validation ? v : s.total;
+    s.history = s.first - c.window;
+  }
+  return s;
+}
+
+std::string describe_split(const MarketConfig& c, const OhlcvData& data, Split which) {
+  const SplitBars s = split_bars(c, data.timestamps, which);
+  std::string files;
+  for (const auto& f : c.files) files += (files.empty() ? "" : ", ") + std::filesystem::path(f).filename().string();
+  std::string out = std::string(to_string(which)) + ": bars " + std::to_string(s.first) + ".." +
+                    std::to_string(s.end - 1) + " of " + files + " (" +
+                    format_timestamp(data.timestamps[static_cast<std::size_t>(s.first)]) + " .. " +
+                    format_timestamp(data.timestamps[static_cast<std::size_t>(s.end - 1)]) + ", " +
+                    std::to_string(s.end - s.first) + " bars";
+  if (which == Split::train)
+    out += "; episodes trade from bar " + std::to_string(c.window) + ", after a full window)";
+  else
+    out += "; the observation window reaches back to bar " + std::to_string(s.history) + ")";
+  return out;
+}
+
+std::string describe_split(const MarketConfig& c, Split which) { return describe_split(c, load_ohlcv_all(c), which); }
 
 }  // namespace foxhunt::rl

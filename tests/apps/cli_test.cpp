@@ -179,6 +179,34 @@ TEST_F(Cli, CheckListsTheConfigsErrors) {
   EXPECT_NE(cli({"check", "--config", typo.string()}).err.find("total_env_stepz"), std::string::npos);
 }
 
+// A replay market whose CSV has a bad row: `check` and `train` both refuse it naming the run
+// config's env.market, the market file's replay.files line and the CSV's own file and line, and
+// train creates no run directory.
+TEST_F(Cli, MalformedCsvIsReportedWithItsFileAndLine) {
+  std::string csv = "date,open,high,low,close,volume\n";  // bar 40 on line 42
+  for (int k = 0; k < 60; ++k)
+    csv += std::to_string(1000 + k) + "," + (k == 40 ? "1,2,1,oops,1" : "1,2,1,1.5,1") + "\n";
+  write("data.csv", csv);
+  const fs::path market = write("m.toml",
+                                "[market]\nwindow = 4\nepisode_length = 10\n[process]\nkind = \"replay\"\n"
+                                "[replay]\nfiles = \"data.csv\"\n");
+  const fs::path run = write("replay.toml",
+                             "[run]\nname = \"r\"\n[env]\nkind = \"market\"\nmarket = \"m.toml\"\n"
+                             "[learner]\nkind = \"dqn\"\n");
+  const auto before = listing();
+  for (const char* cmd : {"check", "train"}) {
+    SCOPED_TRACE(cmd);
+    std::vector<std::string> args = {cmd, "--config", run.string()};
+    if (std::string(cmd) == "train") args.insert(args.end(), {"--run-dir", (root_ / "out").string()});
+    const Result r = cli(args);
+    EXPECT_EQ(r.code, 2) << r.err;
+    for (const std::string& part : {run.string() + ":5: env.market", market.string() + ":7: replay.files",
+                                    (root_ / "data.csv").string() + ":42: non-numeric field in column 'close': 'oops'"})
+      EXPECT_NE(r.err.find(part), std::string::npos) << "no \"" << part << "\" in:\n" << r.err;
+  }
+  EXPECT_EQ(listing(), before) << "a refused train created files";
+}
+
 TEST_F(Cli, RunDirThatIsAFile) {
   const fs::path file = write("taken", "not a directory");
   const auto before = listing();

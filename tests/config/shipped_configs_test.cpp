@@ -12,6 +12,7 @@
 
 #include "actors/run_config.hpp"
 #include "rl/envs/market_config.hpp"
+#include "rl/envs/ohlcv_csv.hpp"
 #include "tests/support/paths.hpp"
 
 namespace foxhunt::actors {
@@ -163,6 +164,23 @@ TEST(ShippedRunConfigs, BdqMarketKeepsTheTranslatedSettings) {
   const RunConfig c = load_run_config(kConfigs / "bdq_market.toml");
   expect_same(c, w);
   EXPECT_EQ(market_config(c).assets, 8);  // one branch per asset: BDQ heads
+}
+
+// The example history (configs/markets/data/example_bars.csv, from scripts/make_example_bars.py)
+// trains on 2008-2017 and keeps 2018-2019 and 2020-2021 for validation and test.
+TEST(ShippedRunConfigs, DqnExampleBarsReplaysTheExampleHistoryWithASplit) {
+  const RunConfig c = load_run_config(kConfigs / "dqn_example_bars.toml");
+  const rl::MarketConfig m = market_config(c);
+  EXPECT_EQ(m.process, rl::PriceProcess::replay);
+  ASSERT_EQ(m.files.size(), 1u);
+  EXPECT_LT(fs::file_size(m.files[0]), 500u * 1024u) << "the shipped CSV stays small";
+  const rl::OhlcvData all = rl::load_ohlcv_all(m);
+  EXPECT_GE(all.bars, 3000);
+  EXPECT_EQ(rl::format_timestamp(all.timestamps.front()), "2008-01-02");
+  ASSERT_TRUE(m.split.given && m.split.has_validation());
+  EXPECT_EQ(rl::format_timestamp(all.timestamps[static_cast<std::size_t>(m.split.train_end.bar)]), "2018-01-02");
+  EXPECT_EQ(rl::format_timestamp(all.timestamps[static_cast<std::size_t>(m.split.validation_end.bar)]), "2020-01-02");
+  EXPECT_EQ(rl::load_ohlcv(m).bars, m.split.train_end.bar) << "training reads the train part only";
 }
 
 }  // namespace
