@@ -83,6 +83,8 @@ struct MarketConfig {
   std::vector<std::string> files;  // per_asset: one per asset; long_format: one
   CsvLayout layout = CsvLayout::per_asset;
   std::vector<std::string> symbols;  // long_format: the symbols to take, in asset order
+
+  bool operator==(const MarketConfig&) const = default;  // e.g. checkpoints evaluated on one market
 };
 
 // Parses TOML text; `source` names it in messages (a file name). Throws ConfigError.
