@@ -244,8 +244,8 @@ __global__ void __launch_bounds__(kEnvBlock)
 template <int MaxA, class ObsT>
 __global__ void __launch_bounds__(kEnvBlock)
     step_kernel(ObsT* final_obs, float* reward_out, std::uint8_t* terminated, std::uint8_t* truncated, MarketState st,
-                MarketParams p, const std::int32_t* discrete, const float* continuous, const float* extra,
-                std::uint64_t seed, std::int64_t n, std::int64_t row0) {
+                MarketParams p, MarketTrace trace, const std::int32_t* discrete, const float* continuous,
+                const float* extra, std::uint64_t seed, std::int64_t n, std::int64_t row0) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int A = p.assets;
@@ -303,7 +303,7 @@ __global__ void __launch_bounds__(kEnvBlock)
   }
 
   // Execution at the mid price moved by half-spread and impact; fees on the mid notional.
-  double step_turnover = 0.0;
+  double step_turnover = 0.0, step_cost = 0.0;
   int step_trades = 0;
 #pragma unroll
   for (int a = 0; a < MaxA; ++a) {
@@ -318,6 +318,7 @@ __global__ void __launch_bounds__(kEnvBlock)
         const double px = S[a] * (1.0 + sgn * (p.half_spread + slip));
         const double fee = p.fee_rate * notional;
         cash -= dq * px + fee;
+        step_cost += notional * (p.half_spread + slip) + fee;  // dq (px - S) + fee: what the trade lost
         if (q[a] == 0.0 || (q[a] > 0.0) == (dq > 0.0)) {
           cb[a] = (q[a] * cb[a] + dq * px) / target_q;  // opened or added: average entry price
         } else if (target_q == 0.0) {
@@ -335,7 +336,8 @@ __global__ void __launch_bounds__(kEnvBlock)
 #pragma unroll
   for (int a = 0; a < MaxA; ++a)
     if (a < A && q[a] < 0.0) short_notional -= q[a] * S[a];
-  cash -= p.borrow_per_step * short_notional;
+  cash -= p.borrow_per_step * short_notional;  // as written: a contraction into an FMA stays the same
+  const double step_borrow = p.borrow_per_step * short_notional;
 
   // Prices move.
   double xprev[MaxA];
@@ -431,6 +433,18 @@ __global__ void __launch_bounds__(kEnvBlock)
 
   const bool term = equity_new < p.min_equity_cash;
   const bool trunc = step >= p.episode_length;
+  if (c <= static_cast<std::uint64_t>(trace.steps)) {
+    const std::int64_t r = static_cast<std::int64_t>(c - 1) * n + i;
+    trace.equity[r] = equity_new;
+    trace.cost[r] = step_cost;
+    trace.borrow[r] = step_borrow;
+    trace.turnover[r] = step_turnover;
+    trace.trades[r] = step_trades;
+    trace.ended[r] = term ? kTraceTerminated : (trunc ? kTraceTruncated : 0);
+#pragma unroll
+    for (int a = 0; a < MaxA; ++a)
+      if (a < A) trace.weight[r * A + a] = tail[a];
+  }
   reward_out[row] = static_cast<float>(reward);
   terminated[row] = term ? 1 : 0;
   truncated[row] = trunc ? 1 : 0;
@@ -484,26 +498,26 @@ void launch_reset(const MarketState& st, const MarketParams& p, std::uint64_t se
 
 template <int MaxA, class ObsT>
 void launch_step(ObsT* final_obs, const StepOutputs& out, const MarketState& st, const MarketParams& p,
-                 const ActionInput& actions, const float* extra, std::uint64_t seed, std::int64_t n, std::int64_t row0,
-                 cudaStream_t stream) {
+                 const MarketTrace& trace, const ActionInput& actions, const float* extra, std::uint64_t seed,
+                 std::int64_t n, std::int64_t row0, cudaStream_t stream) {
   step_kernel<MaxA, ObsT><<<gpu::ceil_div(n, kEnvBlock), kEnvBlock, 0, stream>>>(
-      final_obs, out.reward, out.terminated, out.truncated, st, p, actions.discrete, actions.continuous, extra, seed, n,
-      row0);
+      final_obs, out.reward, out.terminated, out.truncated, st, p, trace, actions.discrete, actions.continuous, extra,
+      seed, n, row0);
   FH_CHECK_LAUNCH();
 }
 
 template <class ObsT>
 void step_dispatch(ObsT* final_obs, const StepOutputs& out, const MarketState& st, const MarketParams& p,
-                   const ActionInput& actions, const float* extra, std::uint64_t seed, std::int64_t n,
-                   std::int64_t row0, cudaStream_t stream) {
+                   const MarketTrace& trace, const ActionInput& actions, const float* extra, std::uint64_t seed,
+                   std::int64_t n, std::int64_t row0, cudaStream_t stream) {
   if (p.assets <= 1)
-    launch_step<1>(final_obs, out, st, p, actions, extra, seed, n, row0, stream);
+    launch_step<1>(final_obs, out, st, p, trace, actions, extra, seed, n, row0, stream);
   else if (p.assets <= 4)
-    launch_step<4>(final_obs, out, st, p, actions, extra, seed, n, row0, stream);
+    launch_step<4>(final_obs, out, st, p, trace, actions, extra, seed, n, row0, stream);
   else if (p.assets <= 8)
-    launch_step<8>(final_obs, out, st, p, actions, extra, seed, n, row0, stream);
+    launch_step<8>(final_obs, out, st, p, trace, actions, extra, seed, n, row0, stream);
   else
-    launch_step<16>(final_obs, out, st, p, actions, extra, seed, n, row0, stream);
+    launch_step<16>(final_obs, out, st, p, trace, actions, extra, seed, n, row0, stream);
 }
 
 std::size_t count_of(std::int64_t n) { return static_cast<std::size_t>(n > 0 ? n : 0); }
@@ -603,14 +617,22 @@ void MarketEnv::step(const StepOutputs& out, const ActionInput& actions, std::in
     o.truncated = out.truncated + row0;
     if (out.obs_dtype == gpu::DType::f32) {
       float* fo = out.final_obs ? static_cast<float*>(out.final_obs) + row0 * d : nullptr;
-      step_dispatch(fo, o, state_, params_, act, extra_, seed_, n_, 0, stream);
+      step_dispatch(fo, o, state_, params_, trace_, act, extra_, seed_, n_, 0, stream);
       launch_obs(static_cast<float*>(out.obs) + row0 * d, state_, params_, extra_, n_, stream);
     } else {
       __nv_bfloat16* fo = out.final_obs ? static_cast<__nv_bfloat16*>(out.final_obs) + row0 * d : nullptr;
-      step_dispatch(fo, o, state_, params_, act, extra_, seed_, n_, 0, stream);
+      step_dispatch(fo, o, state_, params_, trace_, act, extra_, seed_, n_, 0, stream);
       launch_obs(static_cast<__nv_bfloat16*>(out.obs) + row0 * d, state_, params_, extra_, n_, stream);
     }
   }
+}
+
+void MarketEnv::set_trace(const MarketTrace& trace) {
+  FH_EXPECT(trace.steps >= 0, "MarketEnv::set_trace: steps must be >= 0");
+  FH_EXPECT(trace.steps == 0 || (trace.equity && trace.cost && trace.borrow && trace.turnover && trace.weight &&
+                                 trace.trades && trace.ended),
+            "MarketEnv::set_trace: every trace array must be a device pointer when steps > 0");
+  trace_ = trace.steps > 0 ? trace : MarketTrace{};
 }
 
 void MarketEnv::reduce_stats(EpisodeStats* out, bool clear, cudaStream_t stream) {

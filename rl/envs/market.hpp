@@ -79,6 +79,23 @@ struct MarketState {
   EpisodeAccum* accum = nullptr;         // (N)
 };
 
+// An optional per-step record of every environment (evaluation reports, rl/eval/metrics.hpp),
+// written by the step kernel before an episode end resets the state. Row t is the environment's
+// t-th step since reset() (its step counter), element [t * N + i] ([(t * N + i) * assets + a] for
+// weights); steps at or past `steps` are not recorded. All pointers are device memory.
+struct MarketTrace {
+  std::int64_t steps = 0;          // rows every array holds (T); 0: no trace
+  double* equity = nullptr;        // (T, N) equity after the step, at the new prices
+  double* cost = nullptr;          // (T, N) fees + half-spread + slippage paid in the step (currency)
+  double* borrow = nullptr;        // (T, N) borrow charged in the step (currency)
+  double* turnover = nullptr;      // (T, N) traded notional / equity before trading
+  float* weight = nullptr;         // (T, N, assets) q_a S_a / E after the step (the observed weights)
+  std::int32_t* trades = nullptr;  // (T, N) assets traded with non-zero size
+  std::uint8_t* ended = nullptr;   // (T, N) 0 running, 1 truncated, 2 terminated at this step
+};
+inline constexpr std::uint8_t kTraceTruncated = 1;
+inline constexpr std::uint8_t kTraceTerminated = 2;
+
 class MarketEnv final : public VecEnv {
  public:
   // `replay` must be given (loaded data) when config.process is replay; it is uploaded once.
@@ -95,6 +112,11 @@ class MarketEnv final : public VecEnv {
   // The extra observation block: a device pointer (N, extra_features) f32 that others fill; read
   // at every step. nullptr writes zeros.
   void set_extra_features(const float* device_block) { extra_ = device_block; }
+  // Records every following step into `trace` (MarketTrace above; every pointer set and each
+  // array sized for num_envs()); a default MarketTrace stops recording. Recording changes nothing
+  // the environment computes.
+  void set_trace(const MarketTrace& trace);
+  const MarketTrace& trace() const { return trace_; }
 
   // Minimum bytes of one step() of `steps` steps (actions, outputs, state read and written).
   std::int64_t step_bytes(std::int64_t steps, gpu::DType obs_dtype) const;
@@ -111,6 +133,7 @@ class MarketEnv final : public VecEnv {
   std::uint64_t seed_ = 0;
   bool started_ = false;
   const float* extra_ = nullptr;
+  MarketTrace trace_;
   MarketParams params_;
   gpu::DeviceBuffer<double> f64_;  // all double arrays, one allocation
   gpu::DeviceBuffer<std::int32_t> i32_;

@@ -41,6 +41,7 @@ struct SplitPoint {
   std::int64_t time = 0;  // by_time: UTC seconds of the date
   bool by_time = false;
   bool set() const { return bar >= 0 || by_time; }
+  bool operator==(const SplitPoint&) const = default;
 };
 
 // [split] (process = replay only). Absent (given = false): every bar is training data and there
@@ -50,6 +51,7 @@ struct MarketSplit {
   SplitPoint train_end;       // required with [split]
   SplitPoint validation_end;  // unset: no validation part, the test part starts at train_end
   bool has_validation() const { return validation_end.set(); }
+  bool operator==(const MarketSplit&) const = default;
 };
 
 struct MarketConfig {
@@ -109,6 +111,8 @@ struct MarketConfig {
   // [split] (process = replay) and the part of it the environment replays (split_market sets it).
   MarketSplit split;
   Split replay_split = Split::train;
+
+  bool operator==(const MarketConfig&) const = default;  // e.g. checkpoints evaluated on one market
 };
 
 // Parses TOML text; `source` names it in messages (a file name). Throws ConfigError.

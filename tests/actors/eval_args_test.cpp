@@ -12,6 +12,7 @@
 #include "actors/checkpoint_store.hpp"
 #include "actors/evaluate.hpp"
 #include "actors/train_run.hpp"
+#include "tests/support/paths.hpp"
 
 using namespace foxhunt::actors;
 namespace fs = std::filesystem;
@@ -21,12 +22,17 @@ namespace {
 // A run directory as `foxhunt train` leaves it: config.resolved.toml and one checkpoint (whose
 // learner file is a placeholder: plan_eval only checks that it is there).
 struct FakeRun {
-  fs::path dir = fs::temp_directory_path() / ("foxhunt_eval_args_test_" + std::to_string(::getpid()));
+  fs::path dir;
   fs::path checkpoint;
-  explicit FakeRun(bool with_config = true, bool attach = false) {
+  // `env`: the [env] table's body (default CartPole); `dir_in`: where (default a fresh temp folder).
+  explicit FakeRun(bool with_config = true, bool attach = false, const std::string& env = "kind = \"cartpole\"\n",
+                   fs::path dir_in = {}, int seed = 11)
+      : dir(dir_in.empty() ? fs::temp_directory_path() / ("foxhunt_eval_args_test_" + std::to_string(::getpid()))
+                           : dir_in) {
     fs::remove_all(dir);
     fs::create_directories(dir);
-    RunConfig c = parse_run_config("[run]\nseed = 11\n[env]\nkind = \"cartpole\"\n[learner]\nkind = \"dqn\"\n");
+    RunConfig c =
+        parse_run_config("[run]\nseed = " + std::to_string(seed) + "\n[env]\n" + env + "[learner]\nkind = \"dqn\"\n");
     if (with_config) std::ofstream(dir / "config.resolved.toml") << resolved_toml(c);
     CheckpointStore store(dir / "checkpoints");
     if (attach) store.attach("config.resolved.toml", resolved_toml(c));
@@ -51,20 +57,23 @@ void expect_rejected(const EvalRequest& req, const std::vector<std::string>& men
 TEST(EvalArgsTest, RunDirectoryFindsItsLatestCheckpointAndConfig) {
   FakeRun run;
   EvalRequest req;
-  req.checkpoint = run.dir;
+  req.checkpoints = {run.dir};
   req.episodes = 7;
   EvalPlan plan = plan_eval(req);
-  EXPECT_TRUE(fs::equivalent(plan.checkpoint, run.checkpoint));
-  EXPECT_TRUE(fs::equivalent(plan.config_file, run.dir / "config.resolved.toml"));
-  EXPECT_EQ(plan.config.run.seed, 11u);
+  ASSERT_EQ(plan.targets.size(), 1u);
+  EXPECT_TRUE(fs::equivalent(plan.targets[0].checkpoint, run.checkpoint));
+  EXPECT_TRUE(fs::equivalent(plan.targets[0].config_file, run.dir / "config.resolved.toml"));
+  EXPECT_EQ(plan.targets[0].config.run.seed, 11u);
+  EXPECT_EQ(plan.report_dir, plan.targets[0].checkpoint / "eval");
+  EXPECT_EQ(plan.cost_multipliers, std::vector<double>{1.0});
   EXPECT_EQ(plan.episodes, 7);
   EXPECT_NE(plan.seed, 11u);  // a fresh seed, not the training one
   EXPECT_EQ(plan.seed, eval_seed(11));
   // The checkpoint directory itself works too, and an explicit seed is kept.
-  req.checkpoint = run.checkpoint;
+  req.checkpoints = {run.checkpoint};
   req.seed = 5;
   plan = plan_eval(req);
-  EXPECT_TRUE(fs::equivalent(plan.checkpoint, run.checkpoint));
+  EXPECT_TRUE(fs::equivalent(plan.targets[0].checkpoint, run.checkpoint));
   EXPECT_EQ(plan.seed, 5u);
 }
 
@@ -72,9 +81,9 @@ TEST(EvalArgsTest, CheckpointCarriesItsOwnConfig) {
   FakeRun run(/*with_config=*/false, /*attach=*/true);
   ASSERT_TRUE(fs::exists(run.checkpoint / "config.resolved.toml"));
   EvalRequest req;
-  req.checkpoint = run.checkpoint;
+  req.checkpoints = {run.checkpoint};
   EvalPlan plan = plan_eval(req);
-  EXPECT_TRUE(fs::equivalent(plan.config_file, run.checkpoint / "config.resolved.toml"));
+  EXPECT_TRUE(fs::equivalent(plan.targets[0].config_file, run.checkpoint / "config.resolved.toml"));
   EXPECT_EQ(plan.episodes, 100);
 }
 
@@ -82,12 +91,12 @@ TEST(EvalArgsTest, BadArgumentsAreRejectedNamingTheOption) {
   FakeRun run;
   EvalRequest req;
   expect_rejected(req, {"--checkpoint", "missing"});
-  req.checkpoint = run.dir / "nope";
+  req.checkpoints = {run.dir / "nope"};
   expect_rejected(req, {"--checkpoint", "no such directory"});
   fs::create_directories(run.dir / "empty");
-  req.checkpoint = run.dir / "empty";
+  req.checkpoints = {run.dir / "empty"};
   expect_rejected(req, {"--checkpoint", "no checkpoint"});
-  req.checkpoint = run.dir;
+  req.checkpoints = {run.dir};
   req.episodes = 0;
   expect_rejected(req, {"--episodes", "[1, "});
   req.episodes = kMaxEvalEpisodes + 1;
@@ -107,7 +116,7 @@ TEST(EvalArgsTest, BadArgumentsAreRejectedNamingTheOption) {
 TEST(EvalArgsTest, NoConfigAnywhereIsRejected) {
   FakeRun run(/*with_config=*/false);
   EvalRequest req;
-  req.checkpoint = run.dir;
+  req.checkpoints = {run.dir};
   expect_rejected(req, {"--config", "config.resolved.toml"});
 }
 
@@ -117,10 +126,10 @@ TEST(EvalArgsTest, TableHasOneLinePerPolicyWithTheMarketColumns) {
   r.episodes = 4;
   r.steps = 256;
   r.seed = 9;
-  r.rows.push_back({"greedy", {}});
+  r.rows.push_back({"greedy", 0, 1.0, {}});
   r.rows.back().stats.episodes = 4;
   r.rows.back().stats.mean_sharpe = 1.25;
-  r.rows.push_back({"buy_and_hold", {}});
+  r.rows.push_back({"buy_and_hold", -1, 1.0, {}});
   const std::string t = format_eval_table(r);
   for (const char* s : {"greedy", "buy_and_hold", "Sharpe", "max drawdown", "turnover", "1.250", "eval seed 9"})
     EXPECT_NE(t.find(s), std::string::npos) << s << " in\n" << t;
@@ -128,4 +137,96 @@ TEST(EvalArgsTest, TableHasOneLinePerPolicyWithTheMarketColumns) {
   const std::string c = format_eval_table(r);
   EXPECT_EQ(c.find("Sharpe"), std::string::npos) << c;
   EXPECT_NE(c.find("mean return"), std::string::npos) << c;
+}
+
+namespace {
+
+std::string market_env(const std::string& file) {
+  return "kind = \"market\"\nmarket = \"" + (foxhunt::test::configs_dir() / "markets" / file).string() + "\"\n";
+}
+
+fs::path temp_root(const std::string& name) {
+  return fs::temp_directory_path() / ("foxhunt_eval_plan_" + name + "_" + std::to_string(::getpid()));
+}
+
+}  // namespace
+
+TEST(EvalArgsTest, CostMultipliersParseAndRejectNamingTheFlag) {
+  EXPECT_EQ(parse_cost_multipliers("0,1,2,5"), (std::vector<double>{0, 1, 2, 5}));
+  EXPECT_EQ(parse_cost_multipliers(" 0.5 , 1 "), (std::vector<double>{0.5, 1}));
+  EXPECT_EQ(parse_cost_multipliers("1"), std::vector<double>{1});
+  for (const char* bad : {"", "1,", "-1", "a", "1,,2", "1;2", "nan", "inf", "1e9", "1,1", "2,2.0"}) {
+    try {
+      parse_cost_multipliers(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const std::invalid_argument& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("--cost-multipliers"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("[0, 1000]"), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(EvalArgsTest, CartPoleHasNoCostsToScale) {
+  FakeRun run;
+  EvalRequest req;
+  req.checkpoints = {run.dir};
+  req.cost_multipliers = {0, 1};
+  expect_rejected(req, {"--cost-multipliers", "cartpole", "allowed: 1"});
+}
+
+TEST(EvalArgsTest, SeveralCheckpointsShareTheFirstOnesSeedAndReportDir) {
+  const fs::path root = temp_root("several");
+  fs::remove_all(root);
+  {
+    FakeRun a(true, false, market_env("ou_mean_reversion.toml"), root / "a", 3);
+    FakeRun b(true, false, market_env("ou_mean_reversion.toml"), root / "b", 4);
+    EvalRequest req;
+    req.checkpoints = {a.dir, b.dir};
+    req.cost_multipliers = {0, 1, 2, 5};
+    EvalPlan plan = plan_eval(req);
+    ASSERT_EQ(plan.targets.size(), 2u);
+    EXPECT_TRUE(fs::equivalent(plan.targets[1].checkpoint, b.checkpoint));
+    EXPECT_EQ(plan.seed, eval_seed(3));  // one set of paths for every checkpoint
+    EXPECT_EQ(plan.report_dir, plan.targets[0].checkpoint / "eval");
+    EXPECT_EQ(plan.cost_multipliers.size(), 4u);
+    req.report_dir = root / "out";
+    EXPECT_EQ(plan_eval(req).report_dir, root / "out");
+    // The same checkpoint twice is refused.
+    req.checkpoints = {a.dir, a.checkpoint};
+    expect_rejected(req, {"--checkpoint", "given twice"});
+  }
+  fs::remove_all(root);
+}
+
+TEST(EvalArgsTest, AMultiSeedParentExpandsToItsRunsInNameOrder) {
+  const fs::path root = temp_root("parent");
+  fs::remove_all(root);
+  {
+    FakeRun s2(true, false, market_env("ou_mean_reversion.toml"), root / "seed2", 2);
+    FakeRun s1(true, false, market_env("ou_mean_reversion.toml"), root / "seed1", 1);
+    fs::create_directories(root / "notes");  // not a run: skipped
+    EvalRequest req;
+    req.checkpoints = {root};
+    EvalPlan plan = plan_eval(req);
+    ASSERT_EQ(plan.targets.size(), 2u);
+    EXPECT_TRUE(fs::equivalent(plan.targets[0].checkpoint, s1.checkpoint));
+    EXPECT_TRUE(fs::equivalent(plan.targets[1].checkpoint, s2.checkpoint));
+    EXPECT_EQ(plan.report_dir, root / "eval");
+    EXPECT_EQ(plan.seed, eval_seed(1));
+  }
+  fs::remove_all(root);
+}
+
+TEST(EvalArgsTest, CheckpointsOnDifferentMarketsAreRefused) {
+  const fs::path root = temp_root("markets");
+  fs::remove_all(root);
+  {
+    FakeRun a(true, false, market_env("ou_mean_reversion.toml"), root / "a");
+    FakeRun b(true, false, market_env("regime_jumps.toml"), root / "b");
+    EvalRequest req;
+    req.checkpoints = {a.dir, b.dir};
+    expect_rejected(req, {"--checkpoint", "differs", "same environment"});
+  }
+  fs::remove_all(root);
 }

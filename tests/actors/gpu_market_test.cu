@@ -159,18 +159,20 @@ TEST_F(ActorMarket, ShortMarketRunWritesMetricsAndCheckpointWithNoDeviceToHostCo
 
   // foxhunt eval on the fresh checkpoint: the run directory finds the checkpoint and its config.
   EvalRequest ereq;
-  ereq.checkpoint = req.run_dir;
+  ereq.checkpoints = {req.run_dir};
   ereq.episodes = 64;
   const EvalPlan plan = plan_eval(ereq);
-  EXPECT_TRUE(fs::equivalent(plan.checkpoint, *r.final_checkpoint));
+  EXPECT_TRUE(fs::equivalent(plan.targets.at(0).checkpoint, *r.final_checkpoint));
   const EvalReport report = evaluate(plan);
   const std::string table = format_eval_table(report);
   std::printf("%s", table.c_str());
   ASSERT_TRUE(report.market);
-  ASSERT_EQ(report.rows.size(), 4u);  // greedy, buy_and_hold, flat, ou_oracle
+  ASSERT_EQ(report.rows.size(), 5u);  // greedy, buy_and_hold, flat, ou_oracle, random
   EXPECT_EQ(report.rows[0].policy, "greedy");
   EXPECT_EQ(report.rows[1].policy, "buy_and_hold");
   EXPECT_EQ(report.rows[3].policy, "ou_oracle");
+  EXPECT_EQ(report.rows[4].policy, "random");
+  ASSERT_EQ(report.report.runs.size(), report.rows.size());
   for (const auto& row : report.rows) {
     SCOPED_TRACE(row.policy);
     // One episode per environment in episode_length steps (an early termination would add a
@@ -185,6 +187,12 @@ TEST_F(ActorMarket, ShortMarketRunWritesMetricsAndCheckpointWithNoDeviceToHostCo
   EXPECT_EQ(report.rows[2].stats.mean_turnover, 0.0);
   EXPECT_GT(report.rows[1].stats.mean_turnover, 0.0);
   EXPECT_NE(table.find("Sharpe"), std::string::npos);
+  // The report's files, beside the checkpoint by default.
+  EXPECT_TRUE(fs::equivalent(plan.report_dir.parent_path(), *r.final_checkpoint));
+  const auto files = write_eval_report(report, plan.report_dir);
+  for (const char* f : {"report.json", "equity.csv", "episodes.csv", "report.html"})
+    EXPECT_TRUE(fs::is_regular_file(plan.report_dir / f)) << f;
+  EXPECT_EQ(files.size(), 5u);  // and the TensorBoard events file
   fs::remove_all(dir);
 }
 
@@ -219,7 +227,7 @@ timeline = false
   ASSERT_EQ(out.result.outcome.kind, RunOutcome::Kind::completed) << out.result.outcome.reason;
   ASSERT_TRUE(out.result.final_checkpoint.has_value()) << out.result.checkpoint_error;
   EvalRequest ereq;
-  ereq.checkpoint = *out.result.final_checkpoint;
+  ereq.checkpoints = {*out.result.final_checkpoint};
   ereq.episodes = 16;
   const EvalReport report = evaluate(plan_eval(ereq));
   const std::string table = format_eval_table(report);

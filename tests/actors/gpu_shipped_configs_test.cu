@@ -54,7 +54,7 @@ EvalReport train_and_evaluate(const std::string& config) {
   EXPECT_EQ(stop.load(), 0) << "the run was stopped by the test's 300 s guard";
   EXPECT_EQ(out.result.outcome.kind, RunOutcome::Kind::completed) << out.result.outcome.reason;
   EvalRequest ereq;
-  ereq.checkpoint = dir;
+  ereq.checkpoints = {dir};
   ereq.episodes = 128;
   const EvalReport report = evaluate(plan_eval(ereq));
   std::printf("%s: %lld env steps, %lld updates\n%s", config.c_str(),
