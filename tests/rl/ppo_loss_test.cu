@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -131,9 +132,11 @@ void check_policy(const HeadShape& s, std::int64_t rows, bool normalize, bool fi
   ASSERT_GT(r.clip_fraction, 0.2);
   ASSERT_LT(r.clip_fraction, 0.8);
 
-  EXPECT_NEAR(g.stats.policy_loss, r.pg, 1e-5 + 1e-5 * std::abs(r.pg)) << "pg";
+  // A row's fp32 log-prob (a sum of up to 33 terms of magnitude ~1) is good to ~1e-5 absolute, so
+  // r, and what depends on it, to ~1e-5 relative.
+  EXPECT_NEAR(g.stats.policy_loss, r.pg, 2e-5 + 1e-4 * std::abs(r.pg)) << "pg";
   EXPECT_NEAR(g.stats.entropy, r.entropy, 1e-5 * (1 + std::abs(r.entropy))) << "entropy";
-  EXPECT_NEAR(g.stats.approx_kl, r.approx_kl, 1e-6 + 1e-5 * r.approx_kl) << "approx_kl";
+  EXPECT_NEAR(g.stats.approx_kl, r.approx_kl, 1e-5 + 1e-4 * r.approx_kl) << "approx_kl";
   EXPECT_NEAR(g.stats.clip_fraction, r.clip_fraction, 1e-6) << "clip_fraction";
   EXPECT_EQ(g.stats.last_approx_kl, g.stats.approx_kl);
   EXPECT_EQ(g.stats.minibatches, 1u);
@@ -230,7 +233,17 @@ ValueBatch make_values(std::int64_t rows, std::mt19937_64& rng) {
   b.v_old.resize(static_cast<std::size_t>(rows));
   const float dv[] = {-0.5f, -0.1f, 0.05f, 0.3f};
   std::uniform_real_distribution<float> jitter(-0.03f, 0.03f);
-  for (std::int64_t i = 0; i < rows; ++i) b.v_old[i] = b.v[i] - (dv[i % 4] + jitter(rng));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    b.v_old[i] = b.v[i] - (dv[i % 4] + jitter(rng));
+    // Keep the two squared errors of a clipped row apart: where they (nearly) tie, float and double
+    // may take different sides of the max, and a finite difference would straddle the kink.
+    for (;;) {
+      const double v = b.v[i], vo = b.v_old[i], r = b.ret[i];
+      const double vc = vo + std::clamp(v - vo, -static_cast<double>(kEps), static_cast<double>(kEps));
+      if (std::abs(v - vo) <= kEps || std::abs((v - r) * (v - r) - (vc - r) * (vc - r)) > 1e-2) break;
+      b.ret[i] += 0.1f;
+    }
+  }
   return b;
 }
 
@@ -317,9 +330,9 @@ TEST_F(PpoLossTest, RejectsBadArguments) {
   // Normalization of a single row has no unbiased std.
   EXPECT_THROW(ppo_policy_loss(f.data(), nullptr, stats.data(), f.data(), nullptr, i.data(), nullptr, f.data(),
                                f.data(), 1, s, kEps, 0.f, true, ws.data(), stream()),
-               gpu::Error);
+               std::invalid_argument);
   EXPECT_THROW(ppo_value_loss(f.data(), stats.data(), f.data(), nullptr, f.data(), 4, kEps, true, 0.5f, stream()),
-               gpu::Error);  // clipping needs old values
+               std::invalid_argument);  // clipping needs old values
 }
 
 }  // namespace
