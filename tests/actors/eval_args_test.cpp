@@ -223,7 +223,7 @@ TEST(EvalArgsTest, CheckpointsOnDifferentMarketsAreRefused) {
   fs::remove_all(root);
   {
     FakeRun a(true, false, market_env("ou_mean_reversion.toml"), root / "a");
-    FakeRun b(true, false, market_env("regime_jumps.toml"), root / "b");
+    FakeRun b(true, false, market_env("ou8_correlated.toml"), root / "b");
     EvalRequest req;
     req.checkpoints = {a.dir, b.dir};
     expect_rejected(req, {"--checkpoint", "differs", "same environment"});
