@@ -81,6 +81,7 @@ class Mlp final : public Module, public Module::LastPreBackward {
 
   const MlpSpec& spec() const noexcept { return spec_; }
   std::vector<Dense>& layers() noexcept { return layers_; }
+  const std::vector<Dense>& layers() const noexcept { return layers_; }
 
  private:
   Buffers carve(WorkspaceCarver& c, std::int64_t max_batch, bool side_lane) const;
