@@ -1,0 +1,162 @@
+#include "rl/ppo/actor_critic.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "gpu/check.hpp"
+#include "gpu/elementwise.hpp"
+#include "models/init.hpp"
+
+namespace foxhunt::rl::ppo {
+namespace {
+
+constexpr double kTrunkGain = 1.4142135623730951;  // sqrt(2)
+constexpr double kPolicyGain = 0.01;
+constexpr double kValueGain = 1.0;
+
+models::MlpSpec trunk_spec(const PpoConfig& c, const char* name, std::int64_t in) {
+  models::MlpSpec s;
+  s.name = name;
+  s.in = in;
+  s.sizes = c.hidden;
+  s.act = c.activation;
+  s.math = c.math;
+  return s;
+}
+
+models::DenseSpec head_spec(const char* name, std::int64_t in, std::int64_t out, gpu::LinearMath math) {
+  models::DenseSpec s;
+  s.name = name;
+  s.in = in;
+  s.out = out;
+  s.act = gpu::Activation::identity;
+  s.math = math;
+  return s;
+}
+
+std::int64_t core_width(const PpoConfig& c, std::int64_t obs_dim) { return c.hidden.empty() ? obs_dim : c.hidden.back(); }
+
+}  // namespace
+
+struct ActorCritic::Buffers {
+  models::Workspace actor_ws, critic_ws, policy_ws, value_ws;
+  float *actor_out = nullptr, *critic_out = nullptr;  // trunk outputs
+  float *d_policy_in = nullptr, *d_value_in = nullptr, *d_core = nullptr;  // their gradients
+  std::size_t bytes = 0;
+};
+
+ActorCritic::ActorCritic(const PpoConfig& config, std::int64_t obs_dim)
+    : config_(config),
+      obs_dim_(obs_dim),
+      head_width_(config.head.width()),
+      policy_head_(head_spec("policy.head", core_width(config, obs_dim), config.head.width(), config.math)),
+      value_head_(head_spec("value.head", core_width(config, obs_dim), 1, config.math)) {
+  validate(config_);
+  FH_EXPECT(obs_dim >= 1, "ActorCritic: obs_dim must be >= 1");
+  if (!config_.hidden.empty()) {
+    actor_trunk_.emplace(trunk_spec(config_, config_.shared_trunk ? "trunk" : "actor", obs_dim));
+    if (!config_.shared_trunk) critic_trunk_.emplace(trunk_spec(config_, "critic", obs_dim));
+  }
+}
+
+std::int64_t ActorCritic::trunk_width() const { return config_.hidden.empty() ? obs_dim_ : config_.hidden.back(); }
+
+void ActorCritic::declare(gpu::ParameterArena& arena) const {
+  if (actor_trunk_) actor_trunk_->declare(arena);
+  if (critic_trunk_) critic_trunk_->declare(arena);
+  policy_head_.declare(arena);
+  value_head_.declare(arena);
+  if (config_.head.kind == HeadShape::Kind::gaussian) arena.declare("policy.log_std", {config_.head.dim});
+}
+
+void ActorCritic::init(gpu::ParameterArena& arena, std::mt19937_64& rng, cudaStream_t stream) const {
+  for (const auto* trunk : {actor_trunk_ ? &*actor_trunk_ : nullptr, critic_trunk_ ? &*critic_trunk_ : nullptr})
+    if (trunk != nullptr)
+      for (const models::Dense& layer : trunk->layers()) models::init_orthogonal(layer, arena, kTrunkGain, rng, stream);
+  models::init_orthogonal(policy_head_, arena, kPolicyGain, rng, stream);
+  models::init_orthogonal(value_head_, arena, kValueGain, rng, stream);
+  if (config_.head.kind == HeadShape::Kind::gaussian)
+    arena.upload_param("policy.log_std", std::vector<float>(static_cast<std::size_t>(config_.head.dim),
+                                                            config_.init_log_std),
+                       stream);
+}
+
+void ActorCritic::bind(gpu::ParameterArena& arena) {
+  if (actor_trunk_) actor_trunk_->bind(arena);
+  if (critic_trunk_) critic_trunk_->bind(arena);
+  policy_head_.bind(arena);
+  value_head_.bind(arena);
+  if (config_.head.kind == HeadShape::Kind::gaussian) {
+    log_std_ = arena.param("policy.log_std").as<float>();
+    log_std_grad_ = arena.grad("policy.log_std").as<float>();
+  }
+}
+
+// Carving order: trunk workspaces, head workspaces, then activations.
+ActorCritic::Buffers ActorCritic::carve(std::byte* base, std::int64_t rows) const {
+  models::WorkspaceCarver c(base);
+  Buffers b;
+  if (actor_trunk_) b.actor_ws = c.take_workspace(actor_trunk_->workspace_bytes(rows, false), rows, false);
+  if (critic_trunk_) b.critic_ws = c.take_workspace(critic_trunk_->workspace_bytes(rows, false), rows, false);
+  b.policy_ws = c.take_workspace(policy_head_.workspace_bytes(rows, false), rows, false);
+  b.value_ws = c.take_workspace(value_head_.workspace_bytes(rows, false), rows, false);
+  const auto n = static_cast<std::size_t>(rows);
+  const std::int64_t tw = trunk_width();
+  if (actor_trunk_) b.actor_out = c.take<float>(n * tw);
+  if (critic_trunk_) b.critic_out = c.take<float>(n * tw);
+  const std::int64_t cw = core_width(config_, obs_dim_);
+  b.d_policy_in = c.take<float>(n * cw);
+  b.d_value_in = c.take<float>(n * cw);
+  b.d_core = c.take<float>(n * std::max(cw, tw));
+  b.bytes = c.bytes();
+  return b;
+}
+
+std::size_t ActorCritic::workspace_bytes(std::int64_t max_rows) const { return carve(nullptr, max_rows).bytes; }
+
+void ActorCritic::heads_forward(float* head_out, float* value, const float* policy_in, const float* value_in,
+                                std::int64_t rows, const Buffers& b, gpu::BlasLane lane) {
+  if (head_out != nullptr) policy_head_.forward(head_out, policy_in, rows, true, b.policy_ws, lane);
+  if (value != nullptr) value_head_.forward(value, value_in, rows, true, b.value_ws, lane);
+}
+
+void ActorCritic::heads_backward(float* d_core, const float* d_head, const float* d_value, const float* policy_in,
+                                 const float* value_in, std::int64_t rows, bool core_grad, const Buffers& b,
+                                 gpu::BlasLane lane) {
+  // Separate trunks keep the two input gradients apart; a shared core gets their sum.
+  policy_head_.backward(core_grad ? b.d_policy_in : nullptr, d_head, policy_in, rows, b.policy_ws, lane, nullptr);
+  value_head_.backward(core_grad ? b.d_value_in : nullptr, d_value, value_in, rows, b.value_ws, lane, nullptr);
+  if (core_grad && d_core != nullptr)
+    gpu::add(d_core, b.d_policy_in, b.d_value_in, rows * core_width(config_, obs_dim_), lane.stream);
+}
+
+void ActorCritic::forward(float* head_out, float* value, const float* obs, std::int64_t rows,
+                          const models::Workspace& ws, gpu::BlasLane lane) {
+  FH_EXPECT(rows >= 1 && rows <= ws.max_batch, "ActorCritic::forward: rows out of the workspace's range");
+  const Buffers b = carve(ws.data, ws.max_batch);
+  if (!actor_trunk_) return heads_forward(head_out, value, obs, obs, rows, b, lane);
+  if (config_.shared_trunk) {
+    actor_trunk_->forward(b.actor_out, obs, rows, true, b.actor_ws, lane);
+    return heads_forward(head_out, value, b.actor_out, b.actor_out, rows, b, lane);
+  }
+  if (head_out != nullptr) actor_trunk_->forward(b.actor_out, obs, rows, true, b.actor_ws, lane);
+  if (value != nullptr) critic_trunk_->forward(b.critic_out, obs, rows, true, b.critic_ws, lane);
+  heads_forward(head_out, value, b.actor_out, b.critic_out, rows, b, lane);
+}
+
+void ActorCritic::backward(const float* d_head, const float* d_value, const float* obs, std::int64_t rows,
+                           const models::Workspace& ws, gpu::BlasLane lane) {
+  const Buffers b = carve(ws.data, ws.max_batch);
+  if (!actor_trunk_) return heads_backward(nullptr, d_head, d_value, obs, obs, rows, false, b, lane);
+  if (config_.shared_trunk) {
+    heads_backward(b.d_core, d_head, d_value, b.actor_out, b.actor_out, rows, true, b, lane);
+    actor_trunk_->backward(nullptr, b.d_core, obs, rows, b.actor_ws, lane, nullptr);
+    return;
+  }
+  heads_backward(nullptr, d_head, d_value, b.actor_out, b.critic_out, rows, true, b, lane);
+  actor_trunk_->backward(nullptr, b.d_policy_in, obs, rows, b.actor_ws, lane, nullptr);
+  critic_trunk_->backward(nullptr, b.d_value_in, obs, rows, b.critic_ws, lane, nullptr);
+}
+
+}  // namespace foxhunt::rl::ppo

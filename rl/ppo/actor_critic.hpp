@@ -1,0 +1,72 @@
+#pragma once
+// ActorCritic: PPO's networks on the model interface, all parameters in one ParameterArena (one
+// Adam, one gradient norm, one checkpoint):
+//   separate (default)  obs -> actor trunk (Mlp) -> policy head      obs -> critic trunk -> value head
+//   shared trunk        obs -> trunk -> policy head, value head (the trunk's gradient is the sum)
+// Trunks are Mlp (every layer activated, tanh or relu); heads are identity Dense layers: the
+// policy head writes HeadShape::width() floats per row (logits or Gaussian means), the value head
+// one. Gaussian heads add "policy.log_std" (dim), state-independent. Init: orthogonal with gain
+// sqrt(2) in the trunks, 0.01 on the policy head, 1 on the value
+// head, zero biases (CleanRL's layer_init). Rows are (B, obs_dim).
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include "gpu/arena.hpp"
+#include "gpu/buffer.hpp"
+#include "gpu/context.hpp"
+#include "models/dense.hpp"
+#include "models/mlp.hpp"
+#include "models/module.hpp"
+#include "rl/ppo/config.hpp"
+
+namespace foxhunt::rl::ppo {
+
+class ActorCritic {
+ public:
+  ActorCritic(const PpoConfig& config, std::int64_t obs_dim);
+
+  void declare(gpu::ParameterArena& arena) const;
+  void init(gpu::ParameterArena& arena, std::mt19937_64& rng, cudaStream_t stream) const;
+  void bind(gpu::ParameterArena& arena);
+
+  std::int64_t obs_dim() const noexcept { return obs_dim_; }
+  std::int64_t head_width() const noexcept { return head_width_; }
+
+  // Workspace for calls of up to max_rows rows.
+  std::size_t workspace_bytes(std::int64_t max_rows) const;
+
+  // Row-wise (feed-forward networks): head_out (B, head_width), value (B) from obs (B, obs_dim).
+  // Either output may be null (that branch is skipped: acting without values, bootstrapping
+  // without a policy).
+  void forward(float* head_out, float* value, const float* obs, std::int64_t rows, const models::Workspace& ws,
+               gpu::BlasLane lane);
+  // From d_head (B, head_width) and d_value (B): overwrites every parameter gradient except the
+  // log-std's (the loss writes that one). Follows forward() of the same rows and workspace, both
+  // outputs computed.
+  void backward(const float* d_head, const float* d_value, const float* obs, std::int64_t rows,
+                const models::Workspace& ws, gpu::BlasLane lane);
+
+  // Gaussian heads: the log-std (dim) and its gradient in the arena; null otherwise.
+  const float* log_std() const noexcept { return log_std_; }
+  float* log_std_grad() noexcept { return log_std_grad_; }
+
+ private:
+  struct Buffers;
+  Buffers carve(std::byte* base, std::int64_t rows) const;
+  std::int64_t trunk_width() const;
+  void heads_forward(float* head_out, float* value, const float* policy_in, const float* value_in, std::int64_t rows,
+                     const Buffers& b, gpu::BlasLane lane);
+  void heads_backward(float* d_core, const float* d_head, const float* d_value, const float* policy_in,
+                      const float* value_in, std::int64_t rows, bool core_grad, const Buffers& b, gpu::BlasLane lane);
+
+  PpoConfig config_;
+  std::int64_t obs_dim_, head_width_;
+  std::optional<models::Mlp> actor_trunk_, critic_trunk_;  // critic_trunk_: separate trunks only
+  models::Dense policy_head_, value_head_;
+  const float* log_std_ = nullptr;
+  float* log_std_grad_ = nullptr;
+};
+
+}  // namespace foxhunt::rl::ppo

@@ -1,0 +1,217 @@
+#include "rl/ppo/learner.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "gpu/adam.hpp"
+#include "gpu/check.hpp"
+#include "gpu/grad_norm.hpp"
+#include "gpu/launch.cuh"
+#include "rl/ppo/minibatch.hpp"
+
+namespace foxhunt::rl::ppo {
+namespace {
+
+// Philox stream ids of the learner's draws (the collector's sampling uses its own).
+constexpr std::uint32_t kPermutationStream = 0x50504f01u;  // "PPO" 1
+
+enum Counter { kUpdates = 0, kAdamSteps = 1, kPermutations = 2 };
+enum Scalar { kLr = 0, kNorm = 1, kScale = 2 };
+
+// lr = lr0 + (lr_end - lr0) * min(updates / anneal, 1): CleanRL's frac = 1 - (iteration - 1) / iterations.
+__global__ void lr_kernel(float* lr, const std::uint64_t* updates, float lr0, float lr_end, std::int64_t anneal) {
+  const double frac = std::min(1.0, static_cast<double>(*updates) / static_cast<double>(anneal));
+  *lr = static_cast<float>(lr0 + (static_cast<double>(lr_end) - lr0) * frac);
+}
+
+__global__ void kl_check_kernel(std::uint32_t* stop, const LossStats* stats, float target) {
+  if (stats->last_approx_kl > target) *stop = 1u;
+}
+
+// Counts an applied Adam step (not one skipped by the KL stop).
+__global__ void adam_advance_kernel(std::int64_t* step, const std::uint32_t* stop) {
+  if (*stop == 0u) *step += 1;
+}
+
+__global__ void begin_update_kernel(std::uint32_t* stop, std::uint64_t* adam_steps_at_start, const std::int64_t* step) {
+  *stop = 0u;
+  *adam_steps_at_start = static_cast<std::uint64_t>(*step);
+}
+
+__global__ void finish_stats_kernel(UpdateStats* out, const LossStats* s, const float* lr, const std::int64_t* step,
+                                    const std::uint64_t* adam_steps_at_start) {
+  const float n = s->minibatches > 0 ? static_cast<float>(s->minibatches) : 1.f;
+  out->policy_loss = s->policy_loss / n;
+  out->value_loss = s->value_loss / n;
+  out->entropy = s->entropy / n;
+  out->approx_kl = s->approx_kl / n;
+  out->clip_fraction = s->clip_fraction / n;
+  out->lr = *lr;
+  out->minibatches = static_cast<std::uint32_t>(static_cast<std::uint64_t>(*step) - *adam_steps_at_start);
+}
+
+// One block: explained variance 1 - Var(R - V) / Var(R) in double, a fixed-order reduction.
+constexpr int kEvThreads = 1024;
+__global__ void __launch_bounds__(kEvThreads)
+    explained_variance_kernel(UpdateStats* out, const float* values, const float* returns, std::int64_t n) {
+  __shared__ double sh[5][kEvThreads / 32];
+  double s_r = 0, s_rr = 0, s_d = 0, s_dd = 0;
+  for (std::int64_t i = threadIdx.x; i < n; i += kEvThreads) {
+    const double r = returns[i], d = r - values[i];
+    s_r += r;
+    s_rr += r * r;
+    s_d += d;
+    s_dd += d * d;
+  }
+  double v[4] = {s_r, s_rr, s_d, s_dd};
+  for (int k = 0; k < 4; ++k) {
+    for (int o = 16; o > 0; o >>= 1) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
+    if ((threadIdx.x & 31) == 0) sh[k][threadIdx.x >> 5] = v[k];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t[4] = {0, 0, 0, 0};
+    for (int w = 0; w < kEvThreads / 32; ++w)
+      for (int k = 0; k < 4; ++k) t[k] += sh[k][w];
+    const double m_r = t[0] / n, var_r = t[1] / n - m_r * m_r;
+    const double m_d = t[2] / n, var_d = t[3] / n - m_d * m_d;
+    out->explained_variance = var_r > 0 ? static_cast<float>(1.0 - var_d / var_r) : 0.f;  // numpy's nan -> 0
+  }
+}
+
+std::size_t n(std::int64_t a, std::int64_t b = 1) { return static_cast<std::size_t>(a * b); }
+
+}  // namespace
+
+PpoLearner::PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasLane lane)
+    : config_(config), lane_(lane), net_(config, obs_dim), stats_exit_() {
+  const cudaStream_t s = lane.stream;
+  net_.declare(arena_);
+  arena_.finalize(s);
+  std::mt19937_64 rng(config_.seed);
+  net_.init(arena_, rng, s);
+  net_.bind(arena_);
+
+  const std::int64_t rows = config_.batch_rows(), mb = config_.minibatch_rows();
+  const HeadShape& h = config_.head;
+  act_ws_.storage = gpu::DeviceBuffer<std::byte>(net_.workspace_bytes(rows));
+  act_ws_.view = models::Workspace{act_ws_.storage.data(), rows, false};
+  train_ws_ = gpu::DeviceBuffer<std::byte>(net_.workspace_bytes(mb));
+  train_view_ = models::Workspace{train_ws_.data(), mb, false};
+  perm_ = gpu::DeviceBuffer<std::int32_t>(n(rows));
+  perm_ws_ = gpu::DeviceBuffer<std::byte>(permutation_workspace_bytes(rows));
+  mb_obs_ = gpu::DeviceBuffer<float>(n(mb, obs_dim));
+  if (h.kind == HeadShape::Kind::gaussian)
+    mb_raw_ = gpu::DeviceBuffer<float>(n(mb, h.dim));
+  else
+    mb_discrete_ = gpu::DeviceBuffer<std::int32_t>(n(mb, h.branches));
+  for (auto* b : {&mb_logp_, &mb_adv_, &mb_ret_, &mb_val_, &mb_value_, &d_value_}) *b = gpu::DeviceBuffer<float>(n(mb));
+  mb_head_ = gpu::DeviceBuffer<float>(n(mb, h.width()));
+  d_head_ = gpu::DeviceBuffer<float>(n(mb, h.width()));
+  loss_ws_ = gpu::DeviceBuffer<std::byte>(policy_loss_workspace_bytes(mb, h));
+  norm_ws_ = gpu::DeviceBuffer<std::byte>(gpu::grad_norm_workspace_bytes(arena_.padded_count()));
+  scalars_ = gpu::DeviceBuffer<float>(4);
+  kl_stop_ = gpu::DeviceBuffer<std::uint32_t>(1);
+  counters_ = gpu::DeviceBuffer<std::uint64_t>(kCounterCount + 1);  // + the Adam step count at the update's start
+  loss_stats_ = gpu::DeviceBuffer<LossStats>(1);
+  update_stats_ = gpu::DeviceBuffer<UpdateStats>(1);
+  for (auto* b : {&scalars_}) b->zero(s);
+  kl_stop_.zero(s);
+  counters_.zero(s);
+  update_stats_.zero(s);
+  zero_loss_stats(loss_stats_.data(), s);
+
+  adam_.beta1 = config_.adam_beta1;
+  adam_.beta2 = config_.adam_beta2;
+  adam_.eps = config_.adam_eps;
+  adam_.weight_decay = 0.f;
+  adam_.decoupled = false;
+}
+
+void PpoLearner::minibatch(Rollout& r, const std::int32_t* rows, cudaStream_t s) {
+  const HeadShape& h = config_.head;
+  const std::int64_t mb = config_.minibatch_rows();
+  GatherSpec in{};
+  in.obs = r.obs.data();
+  in.obs_dtype = gpu::DType::f32;
+  in.obs_dim = r.obs_dim;
+  in.discrete = h.kind == HeadShape::Kind::gaussian ? nullptr : r.discrete.data();
+  in.raw = h.kind == HeadShape::Kind::gaussian ? r.raw.data() : nullptr;
+  in.action_width = h.action_width();
+  in.logp = r.logp.data();
+  in.advantages = r.advantages.data();
+  in.returns = r.returns.data();
+  in.values = r.values.data();
+  GatherOut out{mb_obs_.data(), mb_discrete_.data(), mb_raw_.data(), mb_logp_.data(),
+                mb_adv_.data(), mb_ret_.data(),      mb_val_.data()};
+  gather_minibatch(out, in, rows, mb, s);
+
+  gpu::BlasLane lane = lane_;
+  lane.stream = s;
+  net_.forward(mb_head_.data(), mb_value_.data(), mb_obs_.data(), mb, train_view_, lane);
+  ppo_policy_loss(d_head_.data(), net_.log_std_grad(), loss_stats_.data(), mb_head_.data(), net_.log_std(),
+                  mb_discrete_.data(), mb_raw_.data(), mb_logp_.data(), mb_adv_.data(), mb, h, config_.clip,
+                  config_.ent_coef, config_.normalize_advantages, loss_ws_.data(), s);
+  ppo_value_loss(d_value_.data(), loss_stats_.data(), mb_value_.data(), mb_val_.data(), mb_ret_.data(), mb,
+                 config_.clip, config_.clip_value, config_.vf_coef, s);
+  net_.backward(d_head_.data(), d_value_.data(), mb_obs_.data(), mb, train_view_, lane);
+
+  const float* scale = nullptr;
+  if (config_.max_grad_norm > 0) {
+    gpu::global_grad_norm(scalars_.data() + kNorm, arena_.grads(), arena_.padded_count(), norm_ws_.data(), s);
+    gpu::clip_scale(scalars_.data() + kScale, scalars_.data() + kNorm, config_.max_grad_norm, s);
+    scale = scalars_.data() + kScale;
+  }
+  auto* adam_steps = reinterpret_cast<std::int64_t*>(counters_.data() + kAdamSteps);
+  gpu::adam_step_device(arena_.params(), arena_.adam_m(), arena_.adam_v(), arena_.grads(), arena_.padded_count(),
+                        adam_, scalars_.data() + kLr, adam_steps, scale, kl_stop_.data(), s);
+  adam_advance_kernel<<<1, 1, 0, s>>>(adam_steps, kl_stop_.data());
+  FH_CHECK_LAUNCH();
+}
+
+void PpoLearner::enqueue_update(Rollout& r, cudaStream_t s) {
+  FH_EXPECT(r.steps == config_.rollout_steps && r.num_envs == config_.num_envs,
+            "PpoLearner::update: the rollout's shape differs from the config's");
+  auto* adam_steps = reinterpret_cast<std::int64_t*>(counters_.data() + kAdamSteps);
+  lr_kernel<<<1, 1, 0, s>>>(scalars_.data() + kLr, counters_.data() + kUpdates, config_.lr, config_.lr_end,
+                            std::max<std::int64_t>(config_.anneal_iterations, 1));
+  FH_CHECK_LAUNCH();
+  begin_update_kernel<<<1, 1, 0, s>>>(kl_stop_.data(), counters_.data() + kCounterCount, adam_steps);
+  FH_CHECK_LAUNCH();
+  zero_loss_stats(loss_stats_.data(), s);
+  const std::int64_t units = config_.batch_rows();
+  const std::int64_t per_mb = units / config_.minibatches;
+  for (int e = 0; e < config_.epochs; ++e) {
+    random_permutation(perm_.data(), units, config_.seed, kPermutationStream, counters_.data() + kPermutations,
+                       perm_ws_.data(), s);
+    advance_counter(counters_.data() + kPermutations, s);
+    for (int m = 0; m < config_.minibatches; ++m) minibatch(r, perm_.data() + m * per_mb, s);
+    if (config_.target_kl > 0) {
+      kl_check_kernel<<<1, 1, 0, s>>>(kl_stop_.data(), loss_stats_.data(), config_.target_kl);
+      FH_CHECK_LAUNCH();
+    }
+  }
+  finish_stats_kernel<<<1, 1, 0, s>>>(update_stats_.data(), loss_stats_.data(), scalars_.data() + kLr, adam_steps,
+                                      counters_.data() + kCounterCount);
+  FH_CHECK_LAUNCH();
+  advance_counter(counters_.data() + kUpdates, s);
+}
+
+void PpoLearner::update(Rollout& r) {
+  if (!graph_.captured() || captured_for_ != &r) {
+    graph_.capture(lane_.stream, [&](cudaStream_t cs) { enqueue_update(r, cs); });
+    captured_for_ = &r;
+  }
+  graph_.replay(lane_.stream);
+}
+
+void PpoLearner::update_eager(Rollout& r) { enqueue_update(r, lane_.stream); }
+
+void PpoLearner::record_explained_variance(const Rollout& r, cudaStream_t s) {
+  explained_variance_kernel<<<1, kEvThreads, 0, s>>>(update_stats_.data(), r.values.data(), r.returns.data(), r.rows());
+  FH_CHECK_LAUNCH();
+}
+
+void PpoLearner::publish_stats(cudaStream_t s) { stats_exit_.publish(update_stats_.data(), s); }
+
+}  // namespace foxhunt::rl::ppo

@@ -1,0 +1,96 @@
+#pragma once
+// PpoLearner: the PPO update over a filled Rollout, entirely on the device and captured once as
+// one CUDA graph (all epochs and minibatches), so an iteration's update is one launch:
+//   per epoch   a fresh device-side permutation of the rollout's rows
+//   per minibatch  gather -> forward -> clipped surrogate + entropy, clipped value loss
+//               -> backward -> global grad-norm clip -> Adam (lr and step count in device memory)
+//   after each epoch  with target_kl > 0, a device flag stops the remaining minibatches' Adam
+//               steps once the last minibatch's approx-KL exceeds it (the host decides nothing).
+// The learning rate anneals linearly over config.anneal_iterations updates, from a device counter.
+// Statistics (losses, entropy, approx-KL, clip fraction, explained variance, lr) stay on the
+// device until publish_stats() sends them through the exit module.
+#include <cstdint>
+#include <random>
+
+#include "gpu/adam.hpp"
+#include "gpu/arena.hpp"
+#include "gpu/buffer.hpp"
+#include "gpu/context.hpp"
+#include "gpu/exit.hpp"
+#include "gpu/graph.hpp"
+#include "models/module.hpp"
+#include "rl/ppo/actor_critic.hpp"
+#include "rl/ppo/config.hpp"
+#include "rl/ppo/loss.hpp"
+#include "rl/ppo/rollout.hpp"
+
+namespace foxhunt::rl::ppo {
+
+// Means over the minibatches of one update (the last update published).
+struct UpdateStats {
+  float policy_loss = 0, value_loss = 0, entropy = 0, approx_kl = 0, clip_fraction = 0;
+  float explained_variance = 0;  // 1 - Var(returns - values) / Var(returns) over the rollout
+  float lr = 0;                  // the update's learning rate
+  std::uint32_t minibatches = 0;  // minibatches whose Adam step ran (fewer after a KL stop)
+};
+
+class PpoLearner {
+ public:
+  // The networks' parameters are initialized from `seed` (host RNG, set-up only).
+  PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasLane lane);
+
+  const PpoConfig& config() const noexcept { return config_; }
+  ActorCritic& network() noexcept { return net_; }
+  gpu::ParameterArena& arena() noexcept { return arena_; }
+  gpu::BlasLane lane() const noexcept { return lane_; }
+
+  // Workspace of the networks for acting and bootstrapping over up to the rollout's rows.
+  const models::Workspace& act_workspace() const noexcept { return act_ws_.view; }
+
+  // One update from `rollout` (advantages and returns filled). First call: eager work captured
+  // into the update graph, later calls replay it (the rollout's buffers must stay the same).
+  void update(Rollout& rollout);
+  // The same work without the graph (tests: graph replay equals eager).
+  void update_eager(Rollout& rollout);
+
+  // Explained variance of the rollout's values against its returns into the device stats (the
+  // collection graph calls it after GAE).
+  void record_explained_variance(const Rollout& rollout, cudaStream_t stream);
+  // Publishes the last update's UpdateStats through the exit (read with stats().try_read()).
+  void publish_stats(cudaStream_t stream);
+  gpu::ExitSlot<UpdateStats>& stats() noexcept { return stats_exit_; }
+  std::size_t graph_nodes() const { return graph_.node_count(); }  // of the update graph (0 before the first update)
+
+  // Device counters (checkpointed with the parameters): updates applied, Adam steps, and the
+  // permutation draws.
+  std::uint64_t* counters() noexcept { return counters_.data(); }
+  static constexpr int kCounterCount = 3;
+
+ private:
+  void enqueue_update(Rollout& rollout, cudaStream_t stream);
+  void minibatch(Rollout& rollout, const std::int32_t* indices, cudaStream_t stream);
+
+  PpoConfig config_;
+  gpu::BlasLane lane_;
+  gpu::ParameterArena arena_;
+  ActorCritic net_;
+  models::OwnedWorkspace act_ws_;
+  gpu::DeviceBuffer<std::byte> train_ws_;
+  models::Workspace train_view_;
+  gpu::AdamConfig adam_;
+  // Minibatch buffers (rows = config.minibatch_rows()).
+  gpu::DeviceBuffer<float> mb_obs_, mb_raw_, mb_logp_, mb_adv_, mb_ret_, mb_val_, mb_head_, mb_value_;
+  gpu::DeviceBuffer<float> d_head_, d_value_;
+  gpu::DeviceBuffer<std::int32_t> mb_discrete_, perm_;
+  gpu::DeviceBuffer<std::byte> perm_ws_, loss_ws_, norm_ws_;
+  gpu::DeviceBuffer<float> scalars_;  // lr, grad norm, clip scale
+  gpu::DeviceBuffer<std::uint32_t> kl_stop_;
+  gpu::DeviceBuffer<std::uint64_t> counters_;  // [updates, adam steps (int64 view), permutation draws]
+  gpu::DeviceBuffer<LossStats> loss_stats_;
+  gpu::DeviceBuffer<UpdateStats> update_stats_;
+  gpu::ExitSlot<UpdateStats> stats_exit_;
+  gpu::CudaGraph graph_;
+  const Rollout* captured_for_ = nullptr;
+};
+
+}  // namespace foxhunt::rl::ppo

@@ -1,0 +1,76 @@
+#pragma once
+// PpoTrainer: synchronous PPO on one stream. An iteration is two graph launches:
+//   collect  T steps of N environments: policy forward -> sample (Philox on a
+//            device counter) -> env step -> store; then the values that bootstrap truncations
+//            and the last step, GAE, and the explained variance
+//   update   PpoLearner's epochs x minibatches
+// The host counts iterations and never reads a device value to decide anything; statistics
+// leave through the exit module when asked for (publish_stats / poll_stats).
+#include <cstdint>
+#include <optional>
+
+#include "gpu/buffer.hpp"
+#include "gpu/exit.hpp"
+#include "gpu/graph.hpp"
+#include "rl/envs/episode_stats.hpp"
+#include "rl/envs/vec_env.hpp"
+#include "rl/ppo/learner.hpp"
+#include "rl/ppo/rollout.hpp"
+
+namespace foxhunt::rl::ppo {
+
+// The head an environment's action space needs (discrete branches -> categorical, continuous ->
+// gaussian with the env's bounds); `bound` picks how Gaussian samples meet the bounds.
+HeadShape head_for(const ActionSpace& space, HeadShape::Bound bound = HeadShape::Bound::clip);
+
+struct TrainerStats {
+  EpisodeStats episodes{};  // episodes finished since the previous report
+  UpdateStats update{};     // the last update
+};
+
+class PpoTrainer {
+ public:
+  // config.num_envs must equal env.num_envs() and config.head must fit env.action_space().
+  PpoTrainer(const PpoConfig& config, VecEnv& env, gpu::BlasLane lane);
+
+  // Resets every environment from `seed`; the first observations go to the rollout.
+  void reset(std::uint64_t seed);
+  // One iteration (collect + update), replaying the captured graphs (captured at the first call).
+  void iterate();
+  // Its halves: the collection graph alone (iterate() = collect() + learner().update(rollout())).
+  void collect();
+  // The same work without graphs (tests: replay equals eager).
+  void iterate_eager();
+
+  // Episode statistics and the last update's statistics through the exit module: publish when
+  // nothing is pending, then poll without blocking (wait_stats blocks for the pending one).
+  void publish_stats();
+  bool poll_stats(TrainerStats& out);
+  TrainerStats wait_stats();
+
+  PpoLearner& learner() noexcept { return learner_; }
+  Rollout& rollout() noexcept { return rollout_; }
+  VecEnv& env() noexcept { return env_; }
+  std::int64_t iterations() const noexcept { return iterations_; }
+  std::size_t collect_graph_nodes() const { return collect_graph_.node_count(); }
+  std::int64_t env_steps() const noexcept { return iterations_ * config_.batch_rows(); }
+  void set_iterations(std::int64_t done) noexcept { iterations_ = done; }  // resume
+  // The sampling counter (device; checkpointed).
+  std::uint64_t* act_counter() noexcept { return act_counter_.data(); }
+
+ private:
+  void enqueue_collect(cudaStream_t stream);
+
+  PpoConfig config_;
+  VecEnv& env_;
+  PpoLearner learner_;
+  Rollout rollout_;
+  gpu::DeviceBuffer<float> head_;  // (N, width): the step's policy output
+  gpu::DeviceBuffer<std::uint64_t> act_counter_;
+  gpu::CudaGraph collect_graph_;
+  gpu::ExitSlot<EpisodeStats> episodes_exit_;
+  bool pending_ = false;
+  std::int64_t iterations_ = 0;
+};
+
+}  // namespace foxhunt::rl::ppo
