@@ -10,6 +10,8 @@
 #include "actors/checkpoint_store.hpp"
 #include "actors/dqn_stages.hpp"
 #include "actors/env_shape.hpp"
+#include "actors/ppo_run.hpp"
+#include "rl/ppo/actor_critic.hpp"
 #include "actors/env_state.hpp"
 #include "actors/gpu_replay_stage.hpp"
 #include "actors/stage_factory.hpp"
@@ -46,6 +48,13 @@ class Checker {
     }
     counters();
     shape_ = env_shape(config_);
+    if (config_.learner.kind == "ppo") {
+      rl::ppo::ActorCritic(ppo_config(config_, shape_), shape_.obs_dim).declare(arena_);
+      arena_file("learner.safetensors", true);
+      spans_file("ppo.state", ppo_state_arrays(config_, shape_));
+      spans_file("env.state", shape_.state_arrays);
+      return problems_;
+    }
     const rl::DqnLearnerConfig lc = dqn_learner_config(config_, shape_.obs_dim, shape_.branches, shape_.actions);
     models::QNetwork(lc.net).declare(arena_);
     learner_files("learner");

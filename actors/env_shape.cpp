@@ -1,5 +1,6 @@
 #include "actors/env_shape.hpp"
 
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -15,13 +16,30 @@ std::size_t EnvShape::state_bytes() const {
   return b;
 }
 
-EnvShape env_shape(const RunConfig& c) {
+namespace {
+
+// env.observe: distinct columns of the environment's own observation.
+void apply_observe(const RunConfig& c, EnvShape& s) {
+  if (c.env.observe.empty()) return;
+  std::set<std::int64_t> seen;
+  for (std::int64_t col : c.env.observe) {
+    if (col >= s.obs_dim)
+      throw std::invalid_argument("env.observe: column " + std::to_string(col) + " is outside the observation (" +
+                                  std::to_string(s.obs_dim) + " columns: 0 .. " + std::to_string(s.obs_dim - 1) + ")");
+    if (!seen.insert(col).second)
+      throw std::invalid_argument("env.observe: column " + std::to_string(col) + " is listed twice");
+  }
+  s.obs_dim = static_cast<std::int64_t>(c.env.observe.size());
+}
+
+EnvShape env_shape_unfiltered(const RunConfig& c) {
   const auto n = static_cast<std::size_t>(c.env.num_envs);
   EnvShape s;
   if (c.env.kind == "cartpole") {
     s.obs_dim = rl::CartPoleConstants::obs_dim;
     s.branches = 1;
     s.actions = 2;
+    s.action = rl::ActionSpace{rl::ActionSpace::Kind::discrete, 1, 2, 0, 0.0f, 0.0f};
     s.state_arrays = {{"state", n * 4 * sizeof(float)},
                       {"episode_steps", n * sizeof(std::int32_t)},
                       {"counter", n * sizeof(std::uint64_t)},
@@ -31,12 +49,16 @@ EnvShape env_shape(const RunConfig& c) {
   if (c.env.kind != "market")
     throw std::invalid_argument("env.kind = \"" + c.env.kind + "\": must be one of cartpole | market");
   const rl::MarketConfig m = market_config(c);
-  if (m.action != rl::ActionMode::discrete)
+  if (m.action != rl::ActionMode::discrete && c.learner.kind == "dqn")
     throw std::invalid_argument(
         "env.market: the DQN pipeline needs discrete actions (market action.kind = \"discrete\")");
   s.obs_dim = rl::market_obs_dim(m);  // no data needed (replay markets too)
   s.branches = m.assets;
   s.actions = static_cast<std::int64_t>(m.levels.size());
+  if (m.action == rl::ActionMode::discrete)
+    s.action = rl::ActionSpace{rl::ActionSpace::Kind::discrete, m.assets, static_cast<int>(m.levels.size()), 0, 0.f, 0.f};
+  else
+    s.action = rl::ActionSpace{rl::ActionSpace::Kind::continuous, 1, 0, m.assets, -1.0f, 1.0f};
   const auto A = static_cast<std::size_t>(m.assets), W = static_cast<std::size_t>(m.window);
   const std::size_t d = sizeof(double), i = sizeof(std::int32_t);
   for (const char* name : {"log_price", "holdings", "cost_basis"}) s.state_arrays.emplace_back(name, A * n * d);
@@ -49,6 +71,14 @@ EnvShape env_shape(const RunConfig& c) {
   s.state_arrays.emplace_back("ring", n * W * A * sizeof(float));
   s.state_arrays.emplace_back("tail", n * (A + 3) * sizeof(float));
   s.state_arrays.emplace_back("accum", n * sizeof(rl::EpisodeAccum));
+  return s;
+}
+
+}  // namespace
+
+EnvShape env_shape(const RunConfig& c) {
+  EnvShape s = env_shape_unfiltered(c);
+  apply_observe(c, s);
   return s;
 }
 

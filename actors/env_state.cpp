@@ -11,10 +11,12 @@
 #include "gpu/checkpoint_io.hpp"
 #include "rl/envs/cartpole.hpp"
 #include "rl/envs/market.hpp"
+#include "rl/envs/obs_filter.hpp"
 
 namespace foxhunt::actors {
 
 std::vector<DeviceSpan> env_state_spans(rl::VecEnv& env) {
+  if (auto* filter = dynamic_cast<rl::ObservationFilter*>(&env)) return env_state_spans(filter->inner());
   if (auto* cartpole = dynamic_cast<rl::CartPoleEnv*>(&env)) {
     const rl::CartPoleEnv::MutableState st = cartpole->mutable_state();
     const auto n = static_cast<std::size_t>(cartpole->num_envs());

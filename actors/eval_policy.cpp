@@ -2,8 +2,12 @@
 
 #include <stdexcept>
 
+#include "actors/env_shape.hpp"
+#include "actors/ppo_run.hpp"
 #include "actors/stage_factory.hpp"
 #include "gpu/check.hpp"
+#include "rl/ppo/actor_critic.hpp"
+#include "rl/ppo/distributions.hpp"
 
 namespace foxhunt::actors {
 namespace fs = std::filesystem;
@@ -33,6 +37,49 @@ void DqnGreedyPolicy::act(const EvalActions& actions, const float* obs, std::int
   policy_->act(actions.discrete, obs, rows, true);
 }
 
+struct PpoGreedyPolicy::Impl {
+  Impl(const rl::ppo::PpoConfig& c, std::int64_t obs_dim, gpu::BlasLane l)
+      : config(c), lane(l), net(c, obs_dim), head(static_cast<std::size_t>(c.num_envs * c.head.width())) {}
+  rl::ppo::PpoConfig config;
+  gpu::BlasLane lane;
+  gpu::ParameterArena arena;
+  rl::ppo::ActorCritic net;
+  models::OwnedWorkspace ws;
+  gpu::DeviceBuffer<float> head;
+};
+
+PpoGreedyPolicy::PpoGreedyPolicy(const RunConfig& config, const fs::path& config_file, const rl::VecEnv& env,
+                                 const fs::path& weights, gpu::BlasLane lane) {
+  const EnvShape shape = env_shape(config);
+  rl::ppo::PpoConfig pc = ppo_config(config, shape);
+  pc.num_envs = env.num_envs();
+  pc.minibatches = 1;  // evaluation trains nothing: the minibatch split need not divide N
+  impl_ = std::make_unique<Impl>(pc, env.obs_dim(), lane);
+  Impl& m = *impl_;
+  m.net.declare(m.arena);
+  m.arena.finalize(lane.stream);
+  m.net.bind(m.arena);
+  try {
+    m.arena.load(weights, lane.stream);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("checkpoint " + weights.parent_path().string() + " does not load with config " +
+                             config_file.string() + ": " + e.what());
+  }
+  const std::int64_t n = env.num_envs();
+  m.ws.storage = gpu::DeviceBuffer<std::byte>(m.net.workspace_bytes(n));
+  m.ws.view = models::Workspace{m.ws.storage.data(), n, false};
+}
+
+PpoGreedyPolicy::~PpoGreedyPolicy() = default;
+
+void PpoGreedyPolicy::act(const EvalActions& actions, const float* obs, std::int64_t rows, std::int64_t step,
+                          cudaStream_t stream) {
+  Impl& m = *impl_;
+  FH_EXPECT(stream == m.lane.stream, "PpoGreedyPolicy::act: stream must be the policy's lane stream");
+  m.net.forward(m.head.data(), nullptr, obs, rows, m.ws.view, m.lane);
+  rl::ppo::greedy_actions(actions.discrete, actions.continuous, m.head.data(), rows, m.config.head, stream);
+}
+
 const char* baseline_name(rl::BaselinePolicy kind) {
   switch (kind) {
     case rl::BaselinePolicy::flat:
@@ -60,8 +107,10 @@ std::unique_ptr<EvalPolicy> make_checkpoint_policy(const RunConfig& config, cons
                                                    gpu::BlasLane lane) {
   if (config.learner.kind == "dqn")
     return std::make_unique<DqnGreedyPolicy>(config, config_file, env, checkpoint / "learner.online.safetensors", lane);
+  if (config.learner.kind == "ppo")
+    return std::make_unique<PpoGreedyPolicy>(config, config_file, env, checkpoint / "learner.safetensors", lane);
   throw std::runtime_error("foxhunt eval: learner.kind = \"" + config.learner.kind + "\" (" + config_file.string() +
-                           ") has no evaluation policy; known: \"dqn\"");
+                           ") has no evaluation policy; known: \"dqn\", \"ppo\"");
 }
 
 }  // namespace foxhunt::actors

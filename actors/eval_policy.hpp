@@ -50,6 +50,24 @@ class DqnGreedyPolicy final : public EvalPolicy {
   std::unique_ptr<rl::DqnPolicy> policy_;
 };
 
+// PPO checkpoints: the deterministic action of the policy head (argmax per branch, or the
+// Gaussian mean within the bounds). Recurrent policies start every environment from the zero
+// state at step 0 and carry the state after that (evaluation runs one episode per environment).
+class PpoGreedyPolicy final : public EvalPolicy {
+ public:
+  // `weights`: the checkpoint's learner.safetensors; errors as DqnGreedyPolicy's.
+  PpoGreedyPolicy(const RunConfig& config, const std::filesystem::path& config_file, const rl::VecEnv& env,
+                  const std::filesystem::path& weights, gpu::BlasLane lane);
+  ~PpoGreedyPolicy() override;
+  std::string name() const override { return "greedy"; }
+  void act(const EvalActions& actions, const float* obs, std::int64_t rows, std::int64_t step,
+           cudaStream_t stream) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // A baseline of rl/envs/market_policies.hpp acting in `env` (it reads the environment's state).
 class MarketBaselinePolicy final : public EvalPolicy {
  public:
@@ -67,7 +85,8 @@ class MarketBaselinePolicy final : public EvalPolicy {
 
 const char* baseline_name(rl::BaselinePolicy kind);
 
-// The policy of a checkpoint directory, chosen by config.learner.kind ("dqn": DqnGreedyPolicy),
+// The policy of a checkpoint directory, chosen by config.learner.kind ("dqn": DqnGreedyPolicy,
+// "ppo": PpoGreedyPolicy),
 // for environments shaped like `env`. std::runtime_error for a kind evaluation does not know or
 // a checkpoint that does not fit.
 std::unique_ptr<EvalPolicy> make_checkpoint_policy(const RunConfig& config, const std::filesystem::path& config_file,

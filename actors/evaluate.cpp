@@ -76,9 +76,10 @@ fs::path checkpoint_dir(const fs::path& arg) {
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("--checkpoint ") + e.what());
   }
-  if (!fs::is_regular_file(dir / "learner.online.safetensors"))
+  if (!fs::is_regular_file(dir / "learner.online.safetensors") && !fs::is_regular_file(dir / "learner.safetensors"))
     throw std::invalid_argument("--checkpoint " + dir.string() +
-                                ": no learner.online.safetensors there (not a foxhunt train checkpoint)");
+                                ": no learner weights there (learner.online.safetensors for DQN, learner.safetensors "
+                                "for PPO: not a foxhunt train checkpoint)");
   return dir;
 }
 

@@ -5,11 +5,13 @@
 #include <numeric>
 
 #include "actors/env_shape.hpp"
+#include "actors/ppo_run.hpp"
 #include "actors/stage_factory.hpp"
 #include "actors/transition_slot.hpp"
 #include "gpu/arena.hpp"
 #include "gpu/context.hpp"
 #include "models/q_network.hpp"
+#include "rl/ppo/actor_critic.hpp"
 
 namespace foxhunt::actors {
 
@@ -21,8 +23,34 @@ std::int64_t workspace_floats_per_row(const std::vector<std::int64_t>& hidden, s
   return 2 * sum + 3 * widest + 4 * (outputs + 1);
 }
 
+namespace {
+
+// PPO: one arena (4 arrays), the rollout (T x N rows of observations, final observations and
+// per-step scalars), the acting and minibatch workspaces of the networks, the environments.
+MemoryEstimate estimate_ppo_memory(const RunConfig& c, const EnvShape& env) {
+  const rl::ppo::PpoConfig pc = ppo_config(c, env);
+  rl::ppo::ActorCritic net(pc, env.obs_dim);
+  gpu::ParameterArena arena;
+  net.declare(arena);
+  MemoryEstimate m;
+  m.parameters = arena.padded_count();
+  const std::size_t P = static_cast<std::size_t>(m.parameters) * sizeof(float);
+  const auto rows = static_cast<std::size_t>(pc.batch_rows()), mb = static_cast<std::size_t>(pc.minibatch_rows());
+  const auto C = static_cast<std::size_t>(env.obs_dim), W = static_cast<std::size_t>(pc.head.width());
+  const std::size_t rollout = rows * (2 * C + 10 + static_cast<std::size_t>(pc.head.action_width())) * sizeof(float);
+  const std::size_t act_ws = net.workspace_bytes(pc.batch_rows());
+  const std::size_t train_ws = net.workspace_bytes(pc.minibatch_rows());
+  m.learner = 4 * P + act_ws + train_ws + mb * (C + 2 * W + 10) * sizeof(float) + rows * sizeof(std::int32_t);
+  m.collector = rollout + env.state_bytes();
+  m.fixed = gpu::DeviceContext::kDefaultWorkspace + kGraphAllowanceBytes;
+  return m;
+}
+
+}  // namespace
+
 MemoryEstimate estimate_memory(const RunConfig& c) {
   const EnvShape env = env_shape(c);
+  if (c.learner.kind == "ppo") return estimate_ppo_memory(c, env);
   const rl::DqnLearnerConfig lc = dqn_learner_config(c, env.obs_dim, env.branches, env.actions);
   gpu::ParameterArena arena;  // declarations only: nothing is allocated
   models::QNetwork(lc.net).declare(arena);

@@ -16,9 +16,53 @@ using config::Range;
 
 constexpr std::int64_t kBig = std::int64_t{1} << 40;
 
+constexpr const char* kDqnOnlyKeys[] = {
+    "learner.dueling",  "learner.double_dqn",    "learner.loss",        "learner.target",
+    "learner.tau",      "learner.epsilon_start", "learner.epsilon_final", "learner.epsilon_decay_steps",
+    "learner.noisy",    "learner.sigma0",        "learner.atoms",       "learner.v_min",
+    "learner.v_max",    "learner.huber_delta",   "learner.lr_anneal_updates", "learner.target_period"};
+constexpr const char* kPpoOnlyKeys[] = {
+    "learner.rollout_steps", "learner.epochs",     "learner.minibatches",  "learner.gamma",
+    "learner.gae_lambda",    "learner.clip",       "learner.clip_value",   "learner.ent_coef",
+    "learner.vf_coef",       "learner.normalize_advantages", "learner.target_kl", "learner.shared_trunk",
+    "learner.math",          "learner.init_log_std", "learner.action_bound"};
+
+// PPO's defaults for the keys it shares with DQN (CleanRL's ppo.py): RunConfig holds DQN's, so a
+// file with learner.kind = "ppo" gets these for the keys it does not give.
+void apply_ppo_defaults(const config::Reader& r, RunConfig& c) {
+  if (!r.given("learner.hidden")) c.learner.hidden = {64, 64};
+  if (!r.given("learner.lr")) c.learner.lr = 2.5e-4;
+  if (!r.given("learner.activation")) c.learner.activation = "tanh";
+  if (!r.given("learner.grad_clip")) c.learner.grad_clip = 0.5;
+  if (!r.given("learner.adam_eps")) c.learner.adam_eps = 1e-5;
+  if (!r.given("learner.lr_end")) c.learner.lr_end = 0.0;
+}
+
+constexpr const char* kReplayKeys[] = {"replay.capacity", "replay.batch_size", "replay.prioritized",
+                                       "replay.alpha",    "replay.beta",       "replay.beta_final",
+                                       "replay.n_step",   "replay.gamma",      "replay.beta_anneal_updates",
+                                       "replay.priority_eps"};
+constexpr const char* kPipelineKeys[] = {"pipeline.replay_ratio", "pipeline.learning_starts", "pipeline.ratio_slack",
+                                         "pipeline.slots",        "pipeline.batches",         "pipeline.sync_every",
+                                         "pipeline.completions"};
+
+void read_ppo_relations(config::Reader& r, const RunConfig& c) {
+  const std::int64_t rows = c.env.num_envs * c.learner.rollout_steps;
+  r.relation(rows % c.learner.minibatches == 0, "learner.minibatches", "learner.rollout_steps",
+               "env.num_envs x learner.rollout_steps (" + std::to_string(rows) +
+                   ") must be a multiple of learner.minibatches");
+  r.relation(!c.learner.normalize_advantages || rows / c.learner.minibatches >= 2, "learner.minibatches",
+             "learner.normalize_advantages", "advantage normalization needs minibatches of >= 2 rows");
+  r.relation(rows <= c.run.total_env_steps, "learner.rollout_steps", "run.total_env_steps",
+             "one iteration (env.num_envs x learner.rollout_steps = " + std::to_string(rows) +
+                 " steps) must fit in the run");
+}
+
 // One pass reads every field (defaults where absent), records the resolved table, and checks
 // the relations between keys.
-void read_all(config::Reader& r, RunConfig& c) {
+// from_file: c holds the struct's defaults (PPO's are applied); otherwise c is a config already
+// read (resolving it again, or listing the keys).
+void read_all(config::Reader& r, RunConfig& c, bool from_file) {
   r.table("run", true, "name, seed, total_env_steps, ...");
   r.plain_name("name", c.run.name);
   r.unsigned_integer("seed", c.run.seed);
@@ -32,6 +76,7 @@ void read_all(config::Reader& r, RunConfig& c) {
   r.integer("num_envs", c.env.num_envs, 1, std::int64_t{1} << 24);
   r.integer("steps_per_slot", c.env.steps_per_slot, 1, 4096);
   r.path("market", c.env.market);
+  r.integers("observe", c.env.observe, 0, 4096, 0, 1 << 20);
   if (c.env.kind == "market" && c.env.market.empty()) {
     if (r.given("env.market"))
       r.fail("env.market",
@@ -54,10 +99,12 @@ void read_all(config::Reader& r, RunConfig& c) {
   r.integer("beta_anneal_updates", c.replay.beta_anneal_updates, 0, kBig);
   r.number("priority_eps", c.replay.priority_eps, Range::open_low(0.0, 1.0));
 
-  if (r.table("learner", true, "kind = \"dqn\" and the network and optimizer keys"))
-    r.require("kind", "must be one of \"dqn\"");
-  r.choice("kind", c.learner.kind, {"dqn"});
-  r.integers("hidden", c.learner.hidden, 1, 8, 1, 65536);
+  if (r.table("learner", true, "kind = \"dqn\" | \"ppo\" and the network and optimizer keys"))
+    r.require("kind", "must be one of \"dqn\" | \"ppo\"");
+  r.choice("kind", c.learner.kind, {"dqn", "ppo"});
+  const bool ppo = c.learner.kind == "ppo";
+  if (ppo && from_file) apply_ppo_defaults(r, c);
+  r.integers("hidden", c.learner.hidden, ppo ? 0 : 1, 8, 1, 65536);
   r.number("lr", c.learner.lr, Range::open_low(0.0, 1.0));
   r.boolean("dueling", c.learner.dueling);
   r.boolean("double_dqn", c.learner.double_dqn);
@@ -68,20 +115,38 @@ void read_all(config::Reader& r, RunConfig& c) {
   r.number("epsilon_start", c.learner.epsilon_start, Range::closed(0.0, 1.0));
   r.number("epsilon_final", c.learner.epsilon_final, Range::closed(0.0, 1.0));
   r.integer("epsilon_decay_steps", c.learner.epsilon_decay_steps, 0, kBig);
-  r.choice("activation", c.learner.activation, {"relu", "gelu"});
+  if (ppo)
+    r.choice("activation", c.learner.activation, {"tanh", "relu"});
+  else
+    r.choice("activation", c.learner.activation, {"relu", "gelu"});
   r.boolean("noisy", c.learner.noisy);
   r.number("sigma0", c.learner.sigma0, Range::closed(0.0, 10.0));
   r.integer("atoms", c.learner.atoms, 1, 1024);
   r.number("v_min", c.learner.v_min, Range::closed(-1e9, 1e9));
   r.number("v_max", c.learner.v_max, Range::closed(-1e9, 1e9));
   r.number("huber_delta", c.learner.huber_delta, Range::open_low(0.0, 1e6));
-  if (c.learner.lr_end < 0) c.learner.lr_end = c.learner.lr;  // absent: constant lr
+  if (c.learner.lr_end < 0) c.learner.lr_end = c.learner.lr;  // DQN, absent: constant lr
   r.number("lr_end", c.learner.lr_end, Range::closed(0.0, 1.0));
   r.integer("lr_anneal_updates", c.learner.lr_anneal_updates, 0, kBig);
   r.number("adam_eps", c.learner.adam_eps, Range::closed(0.0, 1.0));
   r.number("adam_beta1", c.learner.adam_beta1, Range::open_high(0.0, 1.0));  // [0, 1) as the learner checks it
   r.number("adam_beta2", c.learner.adam_beta2, Range::open_high(0.0, 1.0));
   r.integer("target_period", c.learner.target_period, 0, 10'000'000);
+  r.integer("rollout_steps", c.learner.rollout_steps, 1, 1 << 16);
+  r.integer("epochs", c.learner.epochs, 1, 1000);
+  r.integer("minibatches", c.learner.minibatches, 1, 1 << 20);
+  r.number("gamma", c.learner.gamma, Range::closed(0.0, 1.0));
+  r.number("gae_lambda", c.learner.gae_lambda, Range::closed(0.0, 1.0));
+  r.number("clip", c.learner.clip, Range::open_low(0.0, 10.0));
+  r.boolean("clip_value", c.learner.clip_value);
+  r.number("ent_coef", c.learner.ent_coef, Range::closed(0.0, 100.0));
+  r.number("vf_coef", c.learner.vf_coef, Range::closed(0.0, 100.0));
+  r.boolean("normalize_advantages", c.learner.normalize_advantages);
+  r.number("target_kl", c.learner.target_kl, Range::closed(0.0, 100.0));
+  r.boolean("shared_trunk", c.learner.shared_trunk);
+  r.choice("math", c.learner.math, {"fp32", "tf32", "bf16"});
+  r.number("init_log_std", c.learner.init_log_std, Range::closed(-20.0, 5.0));
+  r.choice("action_bound", c.learner.action_bound, {"clip", "tanh"});
 
   r.table("pipeline");
   r.number("replay_ratio", c.pipeline.replay_ratio, Range::open_low(0.0, 1024.0));
@@ -105,21 +170,23 @@ void read_all(config::Reader& r, RunConfig& c) {
   r.choice("level", c.logging.level, {"trace", "debug", "info", "warn", "error"});
 
   // Relations between keys.
-  r.relation(c.pipeline.learning_starts < c.run.total_env_steps, "pipeline.learning_starts", "run.total_env_steps",
+  if (ppo) read_ppo_relations(r, c);
+  const bool dqn = !ppo;
+  r.relation(!dqn || c.pipeline.learning_starts < c.run.total_env_steps, "pipeline.learning_starts", "run.total_env_steps",
              "learning must start before the run ends (no update would run)");
-  r.relation(c.pipeline.learning_starts >= c.replay.batch_size, "pipeline.learning_starts", "replay.batch_size",
+  r.relation(!dqn || c.pipeline.learning_starts >= c.replay.batch_size, "pipeline.learning_starts", "replay.batch_size",
              "must be >= replay.batch_size (the first batch is sampled at learning_starts)");
-  r.relation(c.replay.capacity >= c.pipeline.learning_starts, "replay.capacity", "pipeline.learning_starts",
+  r.relation(!dqn || c.replay.capacity >= c.pipeline.learning_starts, "replay.capacity", "pipeline.learning_starts",
              "must be >= pipeline.learning_starts");
   const std::int64_t in_flight = c.env.num_envs * c.env.steps_per_slot * c.pipeline.slots;
-  r.relation(c.replay.capacity >= in_flight, "replay.capacity", "env.num_envs",
+  r.relation(!dqn || c.replay.capacity >= in_flight, "replay.capacity", "env.num_envs",
              "must hold the slots in flight (env.num_envs * env.steps_per_slot * pipeline.slots = " +
                  std::to_string(in_flight) + ")");
-  r.relation(c.learner.epsilon_final <= c.learner.epsilon_start, "learner.epsilon_final", "learner.epsilon_start",
+  r.relation(!dqn || c.learner.epsilon_final <= c.learner.epsilon_start, "learner.epsilon_final", "learner.epsilon_start",
              "must be <= learner.epsilon_start (epsilon decays)");
-  r.relation(c.learner.atoms == 1 || c.learner.v_min < c.learner.v_max, "learner.v_max", "learner.v_min",
+  r.relation(!dqn || c.learner.atoms == 1 || c.learner.v_min < c.learner.v_max, "learner.v_max", "learner.v_min",
              "must be > learner.v_min (the C51 support)");
-  r.relation(c.checkpoint.replay != "always" || c.checkpoint.every_env_steps > 0, "checkpoint.replay",
+  r.relation(!dqn || c.checkpoint.replay != "always" || c.checkpoint.every_env_steps > 0, "checkpoint.replay",
              "checkpoint.every_env_steps",
              "\"always\" puts the replay buffer in the periodic checkpoints, and every_env_steps = 0 writes none "
              "(set every_env_steps, or use \"final\")");
@@ -137,14 +204,25 @@ void read_all(config::Reader& r, RunConfig& c) {
     r.no_effect("learner.huber_delta", false, "learner.atoms", "C51 trains on its cross-entropy");
   else
     r.no_effect("learner.huber_delta", c.learner.loss == "huber", "learner.loss");
-  r.no_effect("learner.lr_end", c.learner.lr_anneal_updates > 0, "learner.lr_anneal_updates",
+  r.no_effect("learner.lr_end", ppo || c.learner.lr_anneal_updates > 0, "learner.lr_anneal_updates",
               "the lr anneals to lr_end over lr_anneal_updates updates");
+  // Keys of the other learner kind.
+  for (const char* k : kDqnOnlyKeys) r.no_effect(k, !ppo, "learner.kind", "a DQN key");
+  for (const char* k : kPpoOnlyKeys) r.no_effect(k, ppo, "learner.kind", "a PPO key");
+  if (ppo) {
+    for (const char* k : kReplayKeys) r.no_effect(k, false, "learner.kind", "PPO keeps no replay");
+    for (const char* k : kPipelineKeys)
+      r.no_effect(k, false, "learner.kind", "PPO runs its collect -> update loop on one stream");
+    r.no_effect("env.steps_per_slot", false, "learner.kind", "PPO's rollout length is learner.rollout_steps");
+    r.no_effect("checkpoint.replay", false, "learner.kind", "PPO keeps no replay");
+  }
 }
 
-// Why a market cannot run in the DQN pipeline ("" when it can).
-std::string pipeline_market_problem(const rl::MarketConfig& m) {
-  if (m.action != rl::ActionMode::discrete)
-    return "action.kind = \"continuous\" cannot run in the DQN pipeline (needs discrete levels)";
+// Why a market cannot run with the config's learner ("" when it can).
+std::string pipeline_market_problem(const rl::MarketConfig& m, const std::string& learner_kind) {
+  if (m.action != rl::ActionMode::discrete && learner_kind == "dqn")
+    return "action.kind = \"continuous\" cannot run in the DQN pipeline (needs discrete levels; PPO takes "
+           "continuous actions)";
   if (m.extra_features != 0) return "market.extra_features must be 0 (nothing fills the extra block in the pipeline)";
   return {};
 }
@@ -186,7 +264,7 @@ void read_market(config::Reader& r, RunConfig& c, const fs::path& base) {
     return;
   }
   c.env.market = abs.string();
-  if (const std::string why = pipeline_market_problem(m); !why.empty()) r.fail("env.market", why);
+  if (const std::string why = pipeline_market_problem(m, c.learner.kind); !why.empty()) r.fail("env.market", why);
   if (c.learner.atoms > 1 && m.assets > 1)
     r.fail("learner.atoms", "C51 has one branch, but the market " + abs.string() + " has " + std::to_string(m.assets) +
                                 " assets (one branch each in the pipeline)");
@@ -195,7 +273,7 @@ void read_market(config::Reader& r, RunConfig& c, const fs::path& base) {
 RunConfig read(const std::string& text, const std::string& source, const fs::path* base) {
   config::Reader r(text, source);
   RunConfig c;
-  read_all(r, c);
+  read_all(r, c, true);
   if (base != nullptr) read_market(r, c, *base);
   r.finish();
   return c;
@@ -243,7 +321,7 @@ rl::MarketConfig market_config(const RunConfig& c) {
   } catch (const std::exception& e) {
     throw std::invalid_argument("env.market = \"" + c.env.market + "\": " + e.what());
   }
-  if (const std::string why = pipeline_market_problem(m); !why.empty())
+  if (const std::string why = pipeline_market_problem(m, c.learner.kind); !why.empty())
     throw std::invalid_argument("env.market = \"" + c.env.market + "\": " + why);
   return m;
 }
@@ -251,7 +329,7 @@ rl::MarketConfig market_config(const RunConfig& c) {
 std::string resolved_toml(const RunConfig& c) {
   RunConfig copy = c;
   config::Reader r("", "resolved");
-  read_all(r, copy);
+  read_all(r, copy, false);
   return "# foxhunt: the resolved configuration of this run (every default filled in; keys without\n"
          "# effect under these options are comments)\n" +
          r.resolved_toml();
@@ -268,7 +346,7 @@ std::vector<std::pair<std::string, std::string>> kept_config_files(const RunConf
 std::vector<std::string> run_config_keys() {
   RunConfig c;
   config::Reader r("", "keys");
-  read_all(r, c);
+  read_all(r, c, false);
   return r.accepted_keys();
 }
 

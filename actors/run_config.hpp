@@ -34,6 +34,8 @@ struct RunConfig {
     // load_run_config resolves a relative path against the run config's folder (and stores it
     // absolute, so the resolved config of a run works from anywhere).
     std::string market;
+    // Observation columns the agent sees (empty: all), e.g. [0, 2] for CartPole without velocities.
+    std::vector<std::int64_t> observe;
   } env;
   struct Replay {
     std::int64_t capacity = 100'000;
@@ -67,6 +69,21 @@ struct RunConfig {
     std::int64_t lr_anneal_updates = 0;  // applied updates of the linear lr -> lr_end anneal
     double adam_eps = 1e-8, adam_beta1 = 0.9, adam_beta2 = 0.999;
     std::int64_t target_period = 0;  // updates per target update; 0: hard: pipeline.sync_every, polyak: 1
+    // PPO (kind = "ppo", rl::ppo::PpoConfig). Shared with DQN: hidden, activation (tanh | relu),
+    // lr, lr_end (PPO: annealed linearly over the run, default 0), grad_clip (the global norm,
+    // default 0.5), adam_eps (default 1e-5), adam_beta1, adam_beta2; PPO's defaults are CleanRL's.
+    std::int64_t rollout_steps = 128;  // T steps of env.num_envs environments per iteration
+    std::int64_t epochs = 4, minibatches = 4;
+    double gamma = 0.99, gae_lambda = 0.95;
+    double clip = 0.2;        // the surrogate's (and, with clip_value, the value loss's) clip range
+    bool clip_value = true;
+    double ent_coef = 0.01, vf_coef = 0.5;
+    bool normalize_advantages = true;
+    double target_kl = 0.0;   // > 0: an update stops its Adam steps once an epoch's approx-KL exceeds it
+    bool shared_trunk = false;
+    std::string math = "fp32";      // fp32 | tf32 | bf16 GEMMs (f32 master weights and accumulation)
+    double init_log_std = 0.0;      // continuous actions: the Gaussian's initial log-std
+    std::string action_bound = "clip";  // continuous actions: clip | tanh
   } learner;
   struct Pipeline {
     double replay_ratio = 0.25;  // updates per environment step

@@ -10,11 +10,13 @@
 
 #include "actors/checkpoint_store.hpp"
 #include "actors/dqn_stages.hpp"
+#include "actors/env_shape.hpp"
 #include "actors/gpu_replay_stage.hpp"
 #include "gpu/check.hpp"
 #include "gpu/device.hpp"
 #include "rl/envs/cartpole.hpp"
 #include "rl/envs/market.hpp"
+#include "rl/envs/obs_filter.hpp"
 #include "rl/envs/ohlcv_csv.hpp"
 
 namespace foxhunt::actors {
@@ -93,23 +95,29 @@ rl::ReplayConfig dqn_replay_config(const RunConfig& c, std::int64_t obs_dim, std
   return rc;
 }
 
-std::unique_ptr<rl::VecEnv> make_env(const RunConfig& config, std::int64_t num_envs, rl::Split split) {
+std::unique_ptr<rl::VecEnv> make_env(const RunConfig& config, std::int64_t num_envs, rl::Split split,
+                                     cudaStream_t stream) {
+  std::unique_ptr<rl::VecEnv> env;
   if (config.env.kind == "cartpole") {
     if (split != rl::Split::train)
       throw std::invalid_argument(std::string("split ") + rl::to_string(split) +
                                   ": env.kind = \"cartpole\" has no held-out data (only replay markets are split)");
-    return std::make_unique<rl::CartPoleEnv>(num_envs);
-  }
-  if (config.env.kind == "market") {
+    env = std::make_unique<rl::CartPoleEnv>(num_envs);
+  } else if (config.env.kind == "market") {
     try {
-      return rl::make_market_env(rl::split_market(market_config(config), split), num_envs);
+      env = rl::make_market_env(rl::split_market(market_config(config), split), num_envs);
     } catch (const rl::CsvError& e) {
       throw std::invalid_argument("env.market = \"" + config.env.market + "\": replay.files: " + e.what());
     } catch (const rl::ConfigError& e) {
       throw std::invalid_argument("env.market = \"" + config.env.market + "\": " + e.what());
     }
+  } else {
+    throw std::invalid_argument("env.kind = \"" + config.env.kind + "\": must be one of \"cartpole\" | \"market\"");
   }
-  throw std::invalid_argument("env.kind = \"" + config.env.kind + "\": must be one of \"cartpole\" | \"market\"");
+  if (config.env.observe.empty()) return env;
+  env_shape(config);  // checks env.observe against the observation, naming the key
+  return std::make_unique<rl::ObservationFilter>(
+      std::move(env), std::vector<std::int32_t>(config.env.observe.begin(), config.env.observe.end()), stream);
 }
 
 PipelineStages make_stages(const RunConfig& config, const std::optional<std::filesystem::path>& resume,

@@ -25,13 +25,14 @@ std::int64_t expected_updates(const RunConfig& c);
 std::int64_t beta_anneal_updates(const RunConfig& c);
 
 // The run's environment with num_envs copies: CartPole-v1 (env.kind cartpole) or rl::MarketEnv
-// from market_config(config) (market; a replay market with its bars loaded). `split` is the part
-// of a replay market's [split] it replays (rl::split_market): training runs on the train part and
-// never reads a later bar; evaluation passes validation or test. Every trainer and `foxhunt eval`
-// build their environments here. Throws std::invalid_argument naming the key (a split the market
-// does not have, a CSV that no longer loads: with its file and line).
+// from market_config(config) (market; a replay market with its bars loaded), behind an
+// rl::ObservationFilter when env.observe is given (its set-up upload runs on `stream`). `split` is
+// the part of a replay market's [split] it replays (rl::split_market): training runs on the train
+// part and never reads a later bar; evaluation passes validation or test. Every trainer and
+// `foxhunt eval` build their environments here. Throws std::invalid_argument naming the key (a
+// split the market does not have, a CSV that no longer loads: with its file and line).
 std::unique_ptr<rl::VecEnv> make_env(const RunConfig& config, std::int64_t num_envs,
-                                     rl::Split split = rl::Split::train);
+                                     rl::Split split = rl::Split::train, cudaStream_t stream = nullptr);
 
 // Throws std::runtime_error naming what is missing when a configured stage cannot be built
 // (e.g. an environment kind not wired yet, or no CUDA device).

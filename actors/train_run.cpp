@@ -16,6 +16,8 @@
 #include "actors/dqn_stages.hpp"
 #include "actors/gpu_replay_stage.hpp"
 #include "actors/metrics_log.hpp"
+#include "actors/ppo_run.hpp"
+#include "actors/progress_reporter.hpp"
 
 namespace foxhunt::actors {
 namespace fs = std::filesystem;
@@ -59,98 +61,25 @@ std::optional<fs::path> run_config_of(const fs::path& checkpoint) {
   return std::nullopt;
 }
 
-namespace {
-
-std::string human(double v) {
-  char buf[32];
-  if (v >= 1e9)
-    std::snprintf(buf, sizeof buf, "%.2fG", v / 1e9);
-  else if (v >= 1e6)
-    std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
-  else if (v >= 1e3)
-    std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
-  else
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-  return buf;
+std::vector<std::pair<std::string, std::string>> write_kept_configs(const fs::path& run_dir, const RunConfig& cfg) {
+  auto kept = kept_config_files(cfg);
+  for (const auto& [name, text] : kept) {
+    std::ofstream out(run_dir / name);
+    out << text;
+    out.flush();
+    if (!out) throw std::runtime_error("cannot write " + (run_dir / name).string());
+  }
+  return kept;
 }
-
-// The live progress line and the metrics files, fed by run_pipeline's progress callback.
-class ProgressReporter {
- public:
-  ProgressReporter(const RunConfig& cfg, const fs::path& run_dir, bool console)
-      : total_(cfg.run.total_env_steps), console_(console), tty_(console && isatty(2)) {
-    if (cfg.logging.jsonl) jsonl_ = std::make_unique<JsonlWriter>(run_dir / "metrics.jsonl");
-    if (cfg.logging.tensorboard) tb_ = std::make_unique<TensorBoardWriter>(run_dir / "tensorboard");
-  }
-  void operator()(const ProgressSnapshot& s) {
-    const double dt = s.seconds - last_seconds_;
-    if (dt <= 0) return;
-    const double sps = static_cast<double>(s.counters.env_steps - last_steps_) / dt;
-    const double ups = static_cast<double>(s.updates_done - last_updates_) / dt;
-    last_seconds_ = s.seconds;
-    last_steps_ = s.counters.env_steps;
-    last_updates_ = s.updates_done;
-    Scalars scalars = s.scalars;
-    if (console_) {
-      std::string line = "steps " + human(static_cast<double>(s.counters.env_steps)) + "/" +
-                         human(static_cast<double>(total_)) + " | " + human(sps) + " steps/s | " + human(ups) +
-                         " upd/s";
-      for (const auto& [k, v] : scalars) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, " | %s %.4g", k.c_str(), v);
-        line += buf;
-      }
-      if (s.checkpoints) line += " | ckpt " + std::to_string(s.checkpoints);
-      if (tty_)
-        std::fprintf(stderr, "\r\033[K%s", line.c_str());
-      else if (s.seconds - last_line_ >= 10.0) {
-        std::fprintf(stderr, "%s\n", line.c_str());
-        last_line_ = s.seconds;
-      }
-    }
-    scalars.emplace_back("perf/env_steps_per_s", sps);
-    scalars.emplace_back("perf/updates_per_s", ups);
-    scalars.emplace_back("progress/updates", static_cast<double>(s.updates_done));
-    const double now = wall_time_now();
-    if (jsonl_) jsonl_->scalars(s.counters.env_steps, scalars, now);
-    if (tb_) tb_->scalars(s.counters.env_steps, scalars, now);
-    if (++calls_ % 10 == 0) flush();
-  }
-  void flush() {
-    if (jsonl_) jsonl_->flush();
-    if (tb_) tb_->flush();
-  }
-  // A new run_pipeline segment: its snapshot clock starts at 0 again (the counts continue).
-  void restart_clock() { last_seconds_ = 0; }
-  void finish_line() {
-    if (tty_) std::fprintf(stderr, "\n");
-    flush();
-  }
-
- private:
-  std::int64_t total_;
-  bool console_, tty_;
-  double last_seconds_ = 0, last_line_ = -1e9;
-  std::int64_t last_steps_ = 0, last_updates_ = 0, calls_ = 0;
-  std::unique_ptr<JsonlWriter> jsonl_;
-  std::unique_ptr<TensorBoardWriter> tb_;
-};
-
-}  // namespace
 
 TrainOutcome run_training(const TrainRequest& req) {
   const RunConfig& cfg = req.config;
+  if (cfg.learner.kind == "ppo") return run_ppo_training(req);
   if (req.resume) require_resumable(cfg, *req.resume);  // before anything is created
   fs::create_directories(req.run_dir);
   // The run's configuration as it trains (a market with its resolved [split]): beside the
   // checkpoints and in each of them.
-  const auto kept = kept_config_files(cfg);
-  for (const auto& [name, text] : kept) {
-    std::ofstream out(req.run_dir / name);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error("cannot write " + (req.run_dir / name).string());
-  }
+  const auto kept = write_kept_configs(req.run_dir, cfg);
   PipelineConfig pcfg = cfg.pipeline_config();
   if (req.resume) {
     pcfg.start = CheckpointStore::read_counters(*req.resume);

@@ -8,6 +8,9 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "actors/pipeline.hpp"
 #include "actors/run_config.hpp"
@@ -48,5 +51,10 @@ struct TrainOutcome {
 // buffer included: the periodic one), the next resuming from it as --resume would; the outcome,
 // the stages and the counts are the last segment's (the counts are the run's).
 TrainOutcome run_training(const TrainRequest& request);
+
+// Writes kept_config_files(config) into the run directory (created) and returns them, for the
+// checkpoints to attach. std::runtime_error naming the file that cannot be written.
+std::vector<std::pair<std::string, std::string>> write_kept_configs(const std::filesystem::path& run_dir,
+                                                                    const RunConfig& config);
 
 }  // namespace foxhunt::actors

@@ -25,6 +25,13 @@ std::string cfg(const std::string& run = "name = \"t\"\n", const std::string& en
   return "[run]\n" + run + "[env]\n" + env + "[learner]\nkind = \"dqn\"\n" + learner + more;
 }
 
+// A PPO run on CartPole: env and learner keys appended to their tables.
+std::string ppo(const std::string& env = "", const std::string& learner = "", const std::string& run = "",
+                const std::string& more = "") {
+  return "[run]\nname = \"t\"\n" + run + "[env]\nkind = \"cartpole\"\n" + env + "[learner]\nkind = \"ppo\"\n" +
+         learner + more;
+}
+
 const std::string kMarket = R"([market]
 assets = 1
 episode_length = 64
@@ -146,9 +153,9 @@ std::vector<Case> cases() {
        "ou_market",
        {"env.kind = \"ou_market\": must be one of \"cartpole\" | \"market\""}},
       {"learner_kind_unknown",
-       "[run]\n[env]\nkind = \"cartpole\"\n[learner]\nkind = \"ppo\"\n",
-       "\"ppo\"",
-       {"learner.kind = \"ppo\": must be one of \"dqn\""}},
+       "[run]\n[env]\nkind = \"cartpole\"\n[learner]\nkind = \"a2c\"\n",
+       "\"a2c\"",
+       {"learner.kind = \"a2c\": must be one of \"dqn\" | \"ppo\""}},
       // run.name
       {"run_name_with_slash",
        cfg("name = \"../escape\"\n"),
@@ -163,7 +170,7 @@ std::vector<Case> cases() {
       {"no_learner_kind",
        "[run]\n[env]\nkind = \"cartpole\"\n[learner]\nlr = 0.001\n",
        "[learner]",
-       {"learner.kind: missing in [learner]; must be one of \"dqn\""}},
+       {"learner.kind: missing in [learner]; must be one of \"dqn\" | \"ppo\""}},
       {"no_env_kind",
        "[run]\n[env]\nnum_envs = 4\n[learner]\nkind = \"dqn\"\n",
        "[env]",
@@ -186,6 +193,35 @@ std::vector<Case> cases() {
        cfg("name = \"t\"\n", "kind = \"cartpole\"\n", "", "[checkpoint]\nevery_env_steps = 0\nreplay = \"always\"\n"),
        "replay = ",
        {"checkpoint.replay = \"always\", checkpoint.every_env_steps = 0"}},
+      // PPO
+      {"ppo_minibatches_not_dividing_the_rollout",
+       ppo("num_envs = 3\n", "rollout_steps = 5\nminibatches = 4\n"),
+       "minibatches",
+       {"learner.minibatches = 4, learner.rollout_steps = 5", "must be a multiple of learner.minibatches"}},
+      {"ppo_rollout_beyond_the_run",
+       ppo("num_envs = 64\n", "rollout_steps = 128\n", "total_env_steps = 1000\n"),
+       "rollout_steps",
+       {"learner.rollout_steps = 128, run.total_env_steps = 1000"}},
+      {"ppo_with_a_dqn_key",
+       ppo("", "epsilon_start = 0.5\n"),
+       "epsilon_start",
+       {"learner.epsilon_start = 0.5: has no effect with learner.kind = \"ppo\""}},
+      {"ppo_with_a_replay_key",
+       ppo("", "", "", "[replay]\nbatch_size = 64\n"),
+       "batch_size",
+       {"replay.batch_size = 64: has no effect with learner.kind = \"ppo\""}},
+      {"dqn_with_a_ppo_key",
+       cfg("name = \"t\"\n", "kind = \"cartpole\"\n", "rollout_steps = 64\n"),
+       "rollout_steps",
+       {"learner.rollout_steps = 64: has no effect with learner.kind = \"dqn\""}},
+      {"ppo_gelu",
+       ppo("", "activation = \"gelu\"\n"),
+       "gelu",
+       {"learner.activation = \"gelu\": must be one of \"tanh\" | \"relu\""}},
+      {"ppo_math_unknown",
+       ppo("", "math = \"fp8\"\n"),
+       "fp8",
+       {"learner.math = \"fp8\": must be one of \"fp32\" | \"tf32\" | \"bf16\""}},
       {"c51_support_without_c51",
        cfg("name = \"t\"\n", "kind = \"cartpole\"\n", "v_min = -5.0\n"),
        "v_min",

@@ -1,0 +1,218 @@
+#include "actors/ppo_run.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "actors/checkpoint_check.hpp"
+#include "actors/checkpoint_store.hpp"
+#include "actors/env_state.hpp"
+#include "actors/progress_reporter.hpp"
+#include "actors/stage_factory.hpp"
+#include "gpu/check.hpp"
+#include "gpu/context.hpp"
+#include "gpu/device.hpp"
+#include "rl/ppo/trainer.hpp"
+
+namespace foxhunt::actors {
+namespace fs = std::filesystem;
+using rl::ppo::PpoConfig;
+
+namespace {
+
+gpu::LinearMath parse_math(const std::string& m) {
+  if (m == "tf32") return gpu::LinearMath::tf32;
+  if (m == "bf16") return gpu::LinearMath::bf16;
+  return gpu::LinearMath::fp32;
+}
+
+std::int64_t iterations_of(const RunConfig& c) {
+  return std::max<std::int64_t>(1, c.run.total_env_steps / (c.env.num_envs * c.learner.rollout_steps));
+}
+
+std::vector<DeviceSpan> ppo_state_spans(rl::ppo::PpoTrainer& t) {
+  rl::ppo::Rollout& r = t.rollout();
+  std::vector<DeviceSpan> spans{{"next_obs", r.next_obs.data(), r.next_obs.bytes()}};
+  spans.push_back({"learner_counters", t.learner().counters(),
+                   (rl::ppo::PpoLearner::kCounterCount + 1) * sizeof(std::uint64_t)});
+  spans.push_back({"act_counter", t.act_counter(), sizeof(std::uint64_t)});
+  return spans;
+}
+
+Scalars scalars_of(const rl::ppo::TrainerStats& s) {
+  Scalars out;
+  if (s.episodes.episodes > 0) {
+    out.emplace_back("episode/return", s.episodes.mean_return);
+    out.emplace_back("episode/length", s.episodes.mean_length);
+    out.emplace_back("episode/count", s.episodes.episodes);
+  }
+  const rl::ppo::UpdateStats& u = s.update;
+  out.emplace_back("train/policy_loss", u.policy_loss);
+  out.emplace_back("train/value_loss", u.value_loss);
+  out.emplace_back("train/entropy", u.entropy);
+  out.emplace_back("train/approx_kl", u.approx_kl);
+  out.emplace_back("train/clip_fraction", u.clip_fraction);
+  out.emplace_back("train/explained_variance", u.explained_variance);
+  out.emplace_back("train/lr", u.lr);
+  return out;
+}
+
+}  // namespace
+
+PpoConfig ppo_config(const RunConfig& c, const EnvShape& env) {
+  PpoConfig p;
+  p.num_envs = c.env.num_envs;
+  p.rollout_steps = c.learner.rollout_steps;
+  p.hidden = c.learner.hidden;
+  p.activation = c.learner.activation == "relu" ? gpu::Activation::relu : gpu::Activation::tanh;
+  p.shared_trunk = c.learner.shared_trunk;
+  p.math = parse_math(c.learner.math);
+  p.head = rl::ppo::head_for(env.action, c.learner.action_bound == "tanh" ? rl::ppo::HeadShape::Bound::tanh
+                                                                          : rl::ppo::HeadShape::Bound::clip);
+  p.init_log_std = static_cast<float>(c.learner.init_log_std);
+  p.epochs = static_cast<int>(c.learner.epochs);
+  p.minibatches = static_cast<int>(c.learner.minibatches);
+  p.gamma = static_cast<float>(c.learner.gamma);
+  p.gae_lambda = static_cast<float>(c.learner.gae_lambda);
+  p.clip = static_cast<float>(c.learner.clip);
+  p.clip_value = c.learner.clip_value;
+  p.ent_coef = static_cast<float>(c.learner.ent_coef);
+  p.vf_coef = static_cast<float>(c.learner.vf_coef);
+  p.max_grad_norm = static_cast<float>(c.learner.grad_clip);
+  p.normalize_advantages = c.learner.normalize_advantages;
+  p.target_kl = static_cast<float>(c.learner.target_kl);
+  p.lr = static_cast<float>(c.learner.lr);
+  p.lr_end = static_cast<float>(c.learner.lr_end);
+  p.anneal_iterations = iterations_of(c);
+  p.adam_eps = static_cast<float>(c.learner.adam_eps);
+  p.adam_beta1 = static_cast<float>(c.learner.adam_beta1);
+  p.adam_beta2 = static_cast<float>(c.learner.adam_beta2);
+  p.seed = c.run.seed;
+  return p;
+}
+
+std::vector<std::pair<std::string, std::size_t>> ppo_state_arrays(const RunConfig& c, const EnvShape& env) {
+  const auto n = static_cast<std::size_t>(c.env.num_envs);
+  std::vector<std::pair<std::string, std::size_t>> a{{"next_obs", n * env.obs_dim * sizeof(float)}};
+  a.emplace_back("learner_counters", (rl::ppo::PpoLearner::kCounterCount + 1) * sizeof(std::uint64_t));
+  a.emplace_back("act_counter", sizeof(std::uint64_t));
+  return a;
+}
+
+TrainOutcome run_ppo_training(const TrainRequest& req) {
+  const RunConfig& cfg = req.config;
+  if (req.resume) require_resumable(cfg, *req.resume);  // before anything is created
+  std::string why;
+  if (gpu::device_count(&why) < 1)
+    throw std::runtime_error("foxhunt train needs a CUDA device: " + (why.empty() ? std::string("none found") : why));
+  fs::create_directories(req.run_dir);
+  const auto kept = write_kept_configs(req.run_dir, cfg);
+  FH_CHECK(cudaSetDevice(cfg.run.device));
+  gpu::DeviceContext ctx(cfg.run.device, 1);
+  const cudaStream_t s = ctx.stream();
+  const EnvShape shape = env_shape(cfg);
+  std::unique_ptr<rl::VecEnv> env = make_env(cfg, cfg.env.num_envs, rl::Split::train, s);
+  rl::ppo::PpoTrainer trainer(ppo_config(cfg, shape), *env, ctx.blas());
+  trainer.reset(cfg.run.seed);
+
+  const std::int64_t total_iterations = iterations_of(cfg);
+  const std::int64_t rows = cfg.env.num_envs * cfg.learner.rollout_steps;
+  Counters counters;
+  if (req.resume) {
+    counters = CheckpointStore::read_counters(*req.resume);
+    trainer.learner().arena().load(*req.resume / "learner.safetensors", s);
+    read_spans(*req.resume / "ppo.state", ppo_state_spans(trainer), s);
+    read_spans(*req.resume / "env.state", env_state_spans(*env), s);
+    trainer.set_iterations(counters.env_steps / rows);
+    spdlog::info("resuming from {} at {} env steps, {} updates", req.resume->string(), counters.env_steps,
+                 counters.updates);
+  }
+
+  CheckpointStore store(req.run_dir / "checkpoints");
+  store.keep_newest(cfg.checkpoint.keep);
+  for (const auto& [name, text] : kept) store.attach(name, text);
+  auto checkpoint = [&]() -> fs::path {
+    counters.env_steps = trainer.env_steps();
+    counters.updates = trainer.iterations();
+    return store.write(counters, [&](const fs::path& dir) {
+      trainer.learner().arena().save(dir / "learner.safetensors", s, true);
+      write_spans(dir / "ppo.state", ppo_state_spans(trainer), s);
+      write_spans(dir / "env.state", env_state_spans(*env), s);
+    });
+  };
+
+  ProgressReporter reporter(cfg, req.run_dir, req.console);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  const double interval = static_cast<double>(cfg.logging.progress_interval_ms) / 1000.0;
+  double last_publish = -1e9;
+  std::int64_t checkpoints = 0;
+  std::int64_t next_checkpoint = cfg.checkpoint.every_env_steps > 0
+                                     ? (trainer.env_steps() / cfg.checkpoint.every_env_steps + 1) *
+                                           cfg.checkpoint.every_env_steps
+                                     : -1;
+  auto report = [&](const rl::ppo::TrainerStats& st) {
+    ProgressSnapshot snap;
+    snap.counters.env_steps = trainer.env_steps();
+    snap.counters.updates = trainer.iterations();
+    snap.updates_done = trainer.iterations();
+    snap.checkpoints = checkpoints;
+    snap.seconds = seconds();
+    snap.scalars = scalars_of(st);
+    reporter(snap);
+    if (req.observer) req.observer(snap);
+  };
+
+  TrainOutcome out;
+  RunResult& result = out.result;
+  try {
+    while (trainer.iterations() < total_iterations) {
+      if (req.stop_signal != nullptr && req.stop_signal->load() != 0) {
+        result.outcome = {RunOutcome::Kind::stopped, "stopped by a signal"};
+        break;
+      }
+      trainer.iterate();
+      if (seconds() - last_publish >= interval) {
+        trainer.publish_stats();
+        last_publish = seconds();
+      }
+      rl::ppo::TrainerStats st;
+      if (trainer.poll_stats(st)) report(st);
+      if (next_checkpoint > 0 && trainer.env_steps() >= next_checkpoint && trainer.iterations() < total_iterations) {
+        const fs::path dir = checkpoint();
+        ++checkpoints;
+        spdlog::info("checkpoint written: {}", dir.string());
+        next_checkpoint += cfg.checkpoint.every_env_steps;
+      }
+    }
+    if (result.outcome.kind == RunOutcome::Kind::completed)
+      result.outcome.reason = "reached the configured number of environment steps";
+    report(trainer.wait_stats());
+  } catch (const std::exception& e) {
+    result.outcome = {RunOutcome::Kind::failed, e.what()};
+  }
+  if (result.outcome.kind != RunOutcome::Kind::failed) {
+    try {
+      result.final_checkpoint = checkpoint();
+    } catch (const std::exception& e) {
+      result.checkpoint_error = std::string("final checkpoint failed: ") + e.what();
+    }
+  }
+  FH_CHECK(cudaStreamSynchronize(s));
+  result.counters.env_steps = trainer.env_steps();
+  result.counters.updates = trainer.iterations();
+  reporter.finish_line();
+  spdlog::info("run {}: {} ({} env steps, {} updates)", kind_name(result.outcome.kind), result.outcome.reason,
+               result.counters.env_steps, result.counters.updates);
+  if (result.final_checkpoint) spdlog::info("final checkpoint {}", result.final_checkpoint->string());
+  if (!result.checkpoint_error.empty()) spdlog::error("{}", result.checkpoint_error);
+  return out;
+}
+
+}  // namespace foxhunt::actors
