@@ -1,0 +1,185 @@
+// ActorCritic (rl/ppo/actor_critic.hpp): every parameter's gradient against central finite
+// differences of L = sum(u * head) + sum(w * value), for separate and shared trunks, categorical
+// and Gaussian heads, no trunk; the orthogonal init (W W^T = gain^2 I, zero biases); a forward
+// that skips an output leaves the other one as it would be.
+#include "models/fd_support.hpp"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "models/init.hpp"
+#include "rl/ppo/actor_critic.hpp"
+
+namespace foxhunt::rl::ppo {
+namespace {
+
+class PpoActorCriticTest : public test::LaneTest {};
+
+PpoConfig small(bool shared, HeadShape head, std::vector<std::int64_t> hidden, gpu::Activation act) {
+  PpoConfig c;
+  c.num_envs = 4;
+  c.rollout_steps = 4;
+  c.minibatches = 2;
+  c.hidden = std::move(hidden);
+  c.shared_trunk = shared;
+  c.activation = act;
+  c.head = head;
+  c.init_log_std = -0.3f;
+  return c;
+}
+
+HeadShape categorical(int branches, int choices) {
+  HeadShape h;
+  h.kind = HeadShape::Kind::categorical;
+  h.branches = branches;
+  h.choices = choices;
+  return h;
+}
+HeadShape gaussian(int dim) {
+  HeadShape h;
+  h.kind = HeadShape::Kind::gaussian;
+  h.dim = dim;
+  h.low = -1.f;
+  h.high = 1.f;
+  return h;
+}
+
+struct Net {
+  Net(const PpoConfig& c, std::int64_t obs_dim, std::int64_t rows, std::uint64_t seed, cudaStream_t s)
+      : net(c, obs_dim), ws_storage(net.workspace_bytes(rows)) {
+    net.declare(arena);
+    arena.finalize(s);
+    std::mt19937_64 rng(seed);
+    net.init(arena, rng, s);
+    net.bind(arena);
+    ws = models::Workspace{ws_storage.data(), rows, false};
+  }
+  ActorCritic net;
+  gpu::ParameterArena arena;
+  gpu::DeviceBuffer<std::byte> ws_storage;
+  models::Workspace ws;
+};
+
+TEST_F(PpoActorCriticTest, GradientsMatchFiniteDifferences) {
+  SCOPED_TRACE(seed_note());
+  struct Case {
+    std::string what;
+    PpoConfig config;
+  };
+  const std::vector<Case> cases{
+      {"separate tanh, categorical", small(false, categorical(1, 3), {9, 7}, gpu::Activation::tanh)},
+      {"shared tanh, multi-discrete", small(true, categorical(3, 4), {8, 6}, gpu::Activation::tanh)},
+      {"separate relu, gaussian", small(false, gaussian(3), {10}, gpu::Activation::relu)},
+      {"shared tanh, gaussian", small(true, gaussian(2), {7, 5}, gpu::Activation::tanh)},
+      {"no trunk, categorical", small(false, categorical(1, 5), {}, gpu::Activation::tanh)},
+  };
+  const std::int64_t B = 6, C = 5;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    Net n(c.config, C, B, seed_, s());
+    // Larger weights than the init's 0.01-gain policy head, so every gradient is well above the
+    // finite differences' noise.
+    for (const auto& e : n.arena.entries()) {
+      const auto w = test::random_uniform(static_cast<std::size_t>(e.numel), -0.6f, 0.6f, rng());
+      test::upload_to(n.arena.params() + e.offset, w, s());
+    }
+    const std::int64_t W = n.net.head_width();
+    const auto obs = test::random_uniform(static_cast<std::size_t>(B * C), -1.f, 1.f, rng());
+    const auto u = test::random_uniform(static_cast<std::size_t>(B * W), -1.f, 1.f, rng());
+    const auto w = test::random_uniform(static_cast<std::size_t>(B), -1.f, 1.f, rng());
+    auto d_obs = test::upload(obs, s()), d_u = test::upload(u, s()), d_w = test::upload(w, s());
+    gpu::DeviceBuffer<float> head(static_cast<std::size_t>(B * W)), value(static_cast<std::size_t>(B));
+    FH_CHECK(cudaMemsetAsync(n.arena.grads(), 0xFF, static_cast<std::size_t>(n.arena.padded_count()) * 4, s()));
+    if (n.net.log_std_grad() != nullptr)  // the loss writes the log-std's gradient, not backward()
+      FH_CHECK(cudaMemsetAsync(n.net.log_std_grad(), 0, c.config.head.dim * sizeof(float), s()));
+    n.net.forward(head.data(), value.data(), d_obs.data(), B, n.ws, lane());
+    n.net.backward(d_u.data(), d_w.data(), d_obs.data(), B, n.ws, lane());
+    const auto grads = test::download(n.arena.grads(), static_cast<std::size_t>(n.arena.padded_count()), s());
+    auto loss = [&] {
+      n.net.forward(head.data(), value.data(), d_obs.data(), B, n.ws, lane());
+      const auto h = test::download(head, s());
+      const auto v = test::download(value, s());
+      double L = 0;
+      for (std::size_t i = 0; i < h.size(); ++i) L += static_cast<double>(u[i]) * h[i];
+      for (std::size_t i = 0; i < v.size(); ++i) L += static_cast<double>(w[i]) * v[i];
+      return L;
+    };
+    double rms = 0;
+    for (const auto& e : n.arena.entries())
+      for (std::int64_t i = 0; i < e.numel; ++i) rms += static_cast<double>(grads[e.offset + i]) * grads[e.offset + i];
+    rms = std::sqrt(rms / static_cast<double>(n.arena.count()));
+    for (const auto& e : n.arena.entries()) {
+      for (std::int64_t i = 0; i < e.numel; ++i)
+        ASSERT_TRUE(std::isfinite(grads[e.offset + i])) << e.name << "[" << i << "] not written";
+      if (e.name == "policy.log_std") continue;  // not a function of head or value
+      for (int k = 0; k < 4; ++k) {
+        const auto i = static_cast<std::int64_t>(rng()() % static_cast<std::uint64_t>(e.numel));
+        const double fd = test::central_difference(loss, n.arena.params() + e.offset, i, 1e-2f, s());
+        EXPECT_TRUE(test::fd_close(fd, grads[e.offset + i], 2e-2, 0.05 * rms)) << e.name << "[" << i << "]";
+      }
+    }
+  }
+}
+
+TEST_F(PpoActorCriticTest, SkippedOutputsLeaveTheOtherUnchanged) {
+  SCOPED_TRACE(seed_note());
+  for (bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "shared trunk" : "separate trunks");
+    const std::int64_t B = 33, C = 7;
+    Net n(small(shared, categorical(2, 3), {16, 16}, gpu::Activation::tanh), C, B, seed_, s());
+    const std::int64_t W = n.net.head_width();
+    auto d_obs = test::upload(test::random_uniform(static_cast<std::size_t>(B * C), -2.f, 2.f, rng()), s());
+    gpu::DeviceBuffer<float> head(static_cast<std::size_t>(B * W)), value(static_cast<std::size_t>(B));
+    gpu::DeviceBuffer<float> head_only(head.size()), value_only(value.size());
+    test::poison(head_only, s());
+    test::poison(value_only, s());
+    n.net.forward(head.data(), value.data(), d_obs.data(), B, n.ws, lane());
+    n.net.forward(head_only.data(), nullptr, d_obs.data(), B, n.ws, lane());
+    n.net.forward(nullptr, value_only.data(), d_obs.data(), B, n.ws, lane());
+    EXPECT_EQ(test::download(head_only, s()), test::download(head, s()));
+    EXPECT_EQ(test::download(value_only, s()), test::download(value, s()));
+  }
+}
+
+// CleanRL's layer_init: orthogonal weights with gain sqrt(2) in the trunks, 0.01 on the policy
+// head, 1 on the value head, zero biases; the Gaussian log-std at init_log_std.
+TEST_F(PpoActorCriticTest, OrthogonalInitWithCleanRlGains) {
+  SCOPED_TRACE(seed_note());
+  const std::int64_t C = 6;
+  Net n(small(false, gaussian(3), {64, 32}, gpu::Activation::tanh), C, 4, seed_, s());
+  for (const auto& e : n.arena.entries()) {
+    SCOPED_TRACE(e.name);
+    const auto p = test::download(n.arena.params() + e.offset, static_cast<std::size_t>(e.numel), s());
+    if (e.name == "policy.log_std") {
+      for (float x : p) EXPECT_FLOAT_EQ(x, -0.3f);
+      continue;
+    }
+    if (e.shape.rank == 1) {  // a bias
+      for (float x : p) EXPECT_EQ(x, 0.f);
+      continue;
+    }
+    ASSERT_EQ(e.shape.rank, 2);
+    const std::int64_t rows = e.shape[0], cols = e.shape[1];
+    const double gain = e.name.rfind("policy.head", 0) == 0 ? 0.01 : e.name.rfind("value.head", 0) == 0 ? 1.0
+                                                                                                         : std::sqrt(2.0);
+    // Orthonormal rows (rows <= cols) or columns, times gain: the Gram matrix of the shorter side.
+    const bool by_rows = rows <= cols;
+    const std::int64_t k = by_rows ? rows : cols, len = by_rows ? cols : rows;
+    double worst = 0;
+    for (std::int64_t a = 0; a < k; ++a)
+      for (std::int64_t b = 0; b < k; ++b) {
+        double dot = 0;
+        for (std::int64_t j = 0; j < len; ++j) {
+          const double x = by_rows ? p[a * cols + j] : p[j * cols + a];
+          const double y = by_rows ? p[b * cols + j] : p[j * cols + b];
+          dot += x * y;
+        }
+        worst = std::max(worst, std::abs(dot / (gain * gain) - (a == b ? 1.0 : 0.0)));
+      }
+    EXPECT_LT(worst, 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace foxhunt::rl::ppo

@@ -1,0 +1,204 @@
+// PPO learning by outcome (suite PpoLearning; filter with --gtest_filter=-PpoLearning.* to skip),
+// through rl::ppo::PpoTrainer on the device environments, 3 fixed seeds each:
+//   CartPole-v1 with CleanRL's ppo.py configuration (4 environments x 128 steps, 500k steps): the
+//     mean return over the last >= 100 episodes reaches 475;
+//   the OU market (configs/markets/ou_mean_reversion.toml, the price level in the observation,
+//     log return x 100 as the reward): the greedy policy's mean episode Sharpe net of costs
+//     reaches half the OU oracle's and beats buy-and-hold on the same fresh episodes;
+//   continuous target weights on 4 OU assets (configs/markets/ou4_continuous.toml, a Gaussian
+//     head): a positive Sharpe above buy-and-hold's and random's.
+// Only the episode statistics leave the device, through the exit module.
+#include "models/fd_support.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "gpu/exit.hpp"
+#include "rl/envs/cartpole.hpp"
+#include "rl/envs/market.hpp"
+#include "rl/envs/market_config.hpp"
+#include "rl/envs/market_policies.hpp"
+#include "rl/ppo/trainer.hpp"
+#include "tests/support/paths.hpp"
+
+namespace foxhunt::rl::ppo {
+namespace {
+
+class PpoLearning : public test::LaneTest {};
+
+// CleanRL ppo.py on CartPole-v1; returns the step count at which the mean return of the last
+// >= 100 episodes (whole chunks of 20 iterations) first reached 475, or -1.
+std::int64_t cartpole_solved_at(std::uint64_t seed, gpu::BlasLane lane, double* best) {
+  CartPoleEnv env(4);
+  PpoConfig c;
+  c.num_envs = 4;
+  c.rollout_steps = 128;
+  c.head = head_for(env.action_space());
+  c.seed = seed;
+  const std::int64_t iterations = 500000 / c.batch_rows();
+  c.anneal_iterations = iterations;
+  PpoTrainer t(c, env, lane);
+  t.reset(seed);
+  struct Chunk {
+    double episodes, return_sum;
+  };
+  std::vector<Chunk> chunks;
+  std::int64_t solved = -1;
+  *best = 0;
+  std::string curve;
+  for (std::int64_t i = 1; i <= iterations; ++i) {
+    t.iterate();
+    if (i % 20 != 0 && i != iterations) continue;
+    const TrainerStats st = t.wait_stats();
+    chunks.push_back({st.episodes.episodes, st.episodes.mean_return * st.episodes.episodes});
+    Chunk w{0, 0};
+    for (auto it = chunks.rbegin(); it != chunks.rend() && w.episodes < 100; ++it) {
+      w.episodes += it->episodes;
+      w.return_sum += it->return_sum;
+    }
+    if (w.episodes < 100) continue;
+    const double mean = w.return_sum / w.episodes;
+    *best = std::max(*best, mean);
+    if (solved < 0 && mean >= 475.0) solved = t.env_steps();
+    if (i % 200 == 0) {
+      char point[16];
+      std::snprintf(point, sizeof point, " %.0f", mean);
+      curve += point;
+    }
+  }
+  std::printf("  seed %llu: solved at %lld steps (best mean %.1f); every 100k steps:%s\n",
+              static_cast<unsigned long long>(seed), static_cast<long long>(solved), *best, curve.c_str());
+  return solved;
+}
+
+TEST_F(PpoLearning, CartPoleCleanRlSettings) {
+  for (std::uint64_t seed : {1ull, 2ull, 3ull}) {
+    double best = 0;
+    EXPECT_GE(cartpole_solved_at(seed, lane(), &best), 0)
+        << "seed " << seed << ": the mean over 100 episodes never reached 475 (best " << best << ")";
+  }
+}
+
+// ---- markets ---------------------------------------------------------------------------------
+
+MarketConfig market(const std::string& file, bool log_return_x100) {
+  MarketConfig mc = load_market_config(test::configs_dir() / "markets" / file);
+  if (log_return_x100) {
+    mc.reward = RewardKind::log_return;
+    mc.reward_scale = 100.0;
+  }
+  validate(mc);
+  return mc;
+}
+
+struct Scores {
+  double greedy = 0, greedy_turnover = 0, oracle = 0, hold = 0, random = 0;
+};
+
+// Mean episode Sharpe (and turnover) of 4 episodes of every evaluation environment, seeded
+// 1000 + seed for every policy: the trained greedy policy (policy < 0) or a baseline.
+EpisodeStats evaluate(PpoTrainer& t, MarketEnv& eval, int policy, std::uint64_t seed, cudaStream_t s) {
+  const std::int64_t n = eval.num_envs();
+  const HeadShape& h = t.learner().config().head;
+  const bool continuous = h.kind == HeadShape::Kind::gaussian;
+  gpu::DeviceBuffer<float> obs(static_cast<std::size_t>(n * eval.obs_dim())), reward(n), final_obs(obs.size());
+  gpu::DeviceBuffer<float> head(static_cast<std::size_t>(n * h.width()));
+  gpu::DeviceBuffer<float> weights(static_cast<std::size_t>(n * h.action_width()));
+  gpu::DeviceBuffer<std::int32_t> levels(static_cast<std::size_t>(n * h.action_width()));
+  gpu::DeviceBuffer<std::uint8_t> term(n), trunc(n);
+  gpu::ExitSlot<EpisodeStats> exit;
+  const std::uint64_t eval_seed = 1000 + seed;
+  eval.reset(obs.data(), gpu::DType::f32, eval_seed, s);
+  gpu::BlasLane lane = t.learner().lane();
+  for (std::int64_t step = 0; step < 4 * eval.config().episode_length; ++step) {
+    if (policy < 0) {
+      t.learner().network().forward(head.data(), nullptr, obs.data(), n, t.learner().act_workspace(), lane);
+      greedy_actions(continuous ? nullptr : levels.data(), weights.data(), head.data(), n, h, s);
+    } else {
+      market_policy_actions(continuous ? nullptr : levels.data(), continuous ? weights.data() : nullptr, eval,
+                            static_cast<BaselinePolicy>(policy), eval_seed, static_cast<std::uint64_t>(step), s);
+    }
+    StepOutputs o;
+    o.obs = obs.data();
+    o.reward = reward.data();
+    o.terminated = term.data();
+    o.truncated = trunc.data();
+    o.final_obs = final_obs.data();
+    ActionInput in;
+    if (continuous)
+      in.continuous = weights.data();
+    else
+      in.discrete = levels.data();
+    eval.step(o, in, 1, s);
+  }
+  eval.export_stats(exit, true, s);
+  return exit.wait();
+}
+
+Scores train_market(const MarketConfig& mc, PpoConfig c, std::int64_t total_steps, std::uint64_t seed,
+                    gpu::BlasLane lane) {
+  MarketEnv env(mc, c.num_envs), eval(mc, c.num_envs);
+  c.head = head_for(env.action_space());
+  c.seed = seed;
+  c.anneal_iterations = total_steps / c.batch_rows();
+  PpoTrainer t(c, env, lane);
+  t.reset(seed);
+  for (std::int64_t i = 0; i < c.anneal_iterations; ++i) t.iterate();
+  const TrainerStats st = t.wait_stats();
+  Scores r;
+  const EpisodeStats g = evaluate(t, eval, -1, seed, lane.stream);
+  r.greedy = g.mean_sharpe;
+  r.greedy_turnover = g.mean_turnover;
+  r.oracle = mc.process == PriceProcess::ou
+                 ? evaluate(t, eval, static_cast<int>(BaselinePolicy::ou_oracle), seed, lane.stream).mean_sharpe
+                 : std::nan("");
+  r.hold = evaluate(t, eval, static_cast<int>(BaselinePolicy::buy_and_hold), seed, lane.stream).mean_sharpe;
+  r.random = evaluate(t, eval, static_cast<int>(BaselinePolicy::random), seed, lane.stream).mean_sharpe;
+  std::printf(
+      "  seed %llu: greedy Sharpe %.3f (turnover %.1f / episode), oracle %.3f, buy-and-hold %.3f, random %.3f; "
+      "last update: entropy %.3f, approx-KL %.4f, explained variance %.3f\n",
+      static_cast<unsigned long long>(seed), r.greedy, r.greedy_turnover, r.oracle, r.hold, r.random,
+      static_cast<double>(st.update.entropy), static_cast<double>(st.update.approx_kl),
+      static_cast<double>(st.update.explained_variance));
+  return r;
+}
+
+PpoConfig market_ppo() {
+  PpoConfig c;
+  c.num_envs = 256;
+  c.rollout_steps = 64;
+  c.epochs = 4;
+  c.minibatches = 8;
+  c.hidden = {64, 64};
+  c.lr = 3e-4f;
+  return c;
+}
+
+TEST_F(PpoLearning, OuMarketBeatsHalfOracleAndBuyAndHold) {
+  const MarketConfig mc = market("ou_mean_reversion.toml", true);
+  for (std::uint64_t seed : {1ull, 2ull, 3ull}) {
+    const Scores o = train_market(mc, market_ppo(), 4'000'000, seed, lane());
+    EXPECT_GT(o.oracle, 0.0) << "seed " << seed;
+    EXPECT_GE(o.greedy, 0.5 * o.oracle) << "seed " << seed;
+    EXPECT_GT(o.greedy, o.hold) << "seed " << seed;
+  }
+}
+
+TEST_F(PpoLearning, ContinuousWeightsOnFourAssetsPositiveSharpe) {
+  const MarketConfig mc = market("ou4_continuous.toml", false);
+  PpoConfig c = market_ppo();
+  c.ent_coef = 0.f;
+  c.init_log_std = -0.5f;
+  for (std::uint64_t seed : {1ull, 2ull, 3ull}) {
+    const Scores o = train_market(mc, c, 4'000'000, seed, lane());
+    EXPECT_GT(o.greedy, 0.0) << "seed " << seed;
+    EXPECT_GT(o.greedy, o.hold) << "seed " << seed;
+    EXPECT_GT(o.greedy, o.random) << "seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace foxhunt::rl::ppo
