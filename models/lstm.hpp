@@ -51,7 +51,8 @@ class Lstm final : public RecurrentModule {
   // sequence (nullable: zeros). resets (T, B) (nullable): resets[t * B + b] != 0 zeroes row b's
   // state before step t (an episode starts at t). state_out (B, 2H) (nullable): the state after the
   // last step. ws: sequence_workspace_bytes(T', ws.max_batch) bytes for some T' >= T; 1 <= B <=
-  // ws.max_batch. out and state_out must not alias the inputs.
+  // ws.max_batch. out must not alias the inputs; state_out may be state0 (a state carried in place
+  // from chunk to chunk: the forward copies state0 into the workspace before it writes state_out).
   void forward_sequence(float* out, float* state_out, const float* x, const float* state0, const std::uint8_t* resets,
                         std::int64_t T, std::int64_t B, const Workspace& ws, gpu::BlasLane lane);
   // Backpropagation through time after forward_sequence with the same arguments and workspace, from

@@ -282,9 +282,10 @@ TEST_F(LstmTest, BackwardMatchesFiniteDifferences) {
   }
 }
 
-// step() T times (the sequence's resets as per-step masks) equals forward_sequence; a reset of
-// every row at t0 equals a fresh sequence over steps t0 .. T-1.
-TEST_F(LstmTest, StepsEqualSequenceAndResetEqualsFreshSequence) {
+// step() T times (the sequence's resets as per-step masks) and two chunks with the state carried
+// in place equal one forward_sequence; a reset of every row at t0 equals a fresh sequence over
+// steps t0 .. T-1.
+TEST_F(LstmTest, StepsAndChunksEqualSequenceAndResetEqualsFresh) {
   SCOPED_TRACE(seed_note());
   const std::int64_t T = 9, B = 5, in = 4, H = 6, t0 = 4;
   auto l = make(in, H);
@@ -314,6 +315,17 @@ TEST_F(LstmTest, StepsEqualSequenceAndResetEqualsFreshSequence) {
   const std::vector<double> want_out(seq_out.begin(), seq_out.end()), want_state(seq_state.begin(), seq_state.end());
   EXPECT_TRUE(test::all_close(test::download(d_step_out, s()), want_out, 1e-6, 1e-6)) << "step outputs";
   EXPECT_TRUE(test::all_close(test::download(d_state, s()), want_state, 1e-6, 1e-6)) << "step state";
+
+  // Chunked: steps 0 .. t0-1, then t0 .. T-1 from the state carried in place, equal one sequence.
+  auto d_carry = test::upload(state0, s());
+  gpu::DeviceBuffer<float> d_chunk_out(d_out.size());
+  test::poison(d_chunk_out, s());
+  l->lstm.forward_sequence(d_chunk_out.data(), d_carry.data(), d_x.data(), d_carry.data(), d_resets.data(), t0, B,
+                           seq_ws, lane());
+  l->lstm.forward_sequence(d_chunk_out.data() + t0 * B * H, d_carry.data(), d_x.data() + t0 * B * in, d_carry.data(),
+                           d_resets.data() + t0 * B, T - t0, B, seq_ws, lane());
+  EXPECT_TRUE(test::all_close(test::download(d_chunk_out, s()), want_out, 1e-6, 1e-6)) << "chunked outputs";
+  EXPECT_TRUE(test::all_close(test::download(d_carry, s()), want_state, 1e-6, 1e-6)) << "chunked state";
 
   // Every row reset at t0: from there the random initial state and the earlier steps are forgotten.
   std::vector<U8> cut(static_cast<std::size_t>(T * B), 0);
