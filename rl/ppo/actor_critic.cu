@@ -6,6 +6,7 @@
 
 #include "gpu/check.hpp"
 #include "gpu/elementwise.hpp"
+#include "gpu/gather.hpp"
 #include "models/init.hpp"
 
 namespace foxhunt::rl::ppo {
@@ -35,13 +36,20 @@ models::DenseSpec head_spec(const char* name, std::int64_t in, std::int64_t out,
   return s;
 }
 
-std::int64_t core_width(const PpoConfig& c, std::int64_t obs_dim) { return c.hidden.empty() ? obs_dim : c.hidden.back(); }
+// The heads' input: the LSTM's output, else the trunk's, else the observation.
+std::int64_t core_width(const PpoConfig& c, std::int64_t obs_dim) {
+  if (c.recurrent()) return c.lstm_hidden;
+  return c.hidden.empty() ? obs_dim : c.hidden.back();
+}
 
 }  // namespace
 
 struct ActorCritic::Buffers {
-  models::Workspace actor_ws, critic_ws, policy_ws, value_ws;
+  models::Workspace actor_ws, critic_ws, policy_ws, value_ws, lstm_ws;
   float *actor_out = nullptr, *critic_out = nullptr;  // trunk outputs
+  models::Workspace critic_lstm_ws;
+  float *lstm_out = nullptr, *d_lstm_in = nullptr;  // recurrent: the LSTM's output, its input gradient
+  float *critic_lstm_out = nullptr, *d_critic_lstm_in = nullptr;
   float *d_policy_in = nullptr, *d_value_in = nullptr, *d_core = nullptr;  // their gradients
   std::size_t bytes = 0;
 };
@@ -54,9 +62,23 @@ ActorCritic::ActorCritic(const PpoConfig& config, std::int64_t obs_dim)
       value_head_(head_spec("value.head", core_width(config, obs_dim), 1, config.math)) {
   validate(config_);
   FH_EXPECT(obs_dim >= 1, "ActorCritic: obs_dim must be >= 1");
+  const bool shared = config_.shared_trunk;
   if (!config_.hidden.empty()) {
-    actor_trunk_.emplace(trunk_spec(config_, config_.shared_trunk ? "trunk" : "actor", obs_dim));
-    if (!config_.shared_trunk) critic_trunk_.emplace(trunk_spec(config_, "critic", obs_dim));
+    actor_trunk_.emplace(trunk_spec(config_, shared ? "trunk" : "actor", obs_dim));
+    if (!shared) critic_trunk_.emplace(trunk_spec(config_, "critic", obs_dim));
+  }
+  if (config_.recurrent()) {
+    models::LstmSpec ls;
+    ls.name = shared ? "lstm" : "actor.lstm";
+    ls.in = trunk_width();
+    ls.hidden = config_.lstm_hidden;
+    ls.sequence_length = config_.rollout_steps;
+    ls.math = config_.math;
+    lstm_.emplace(ls);
+    if (!shared) {
+      ls.name = "critic.lstm";
+      critic_lstm_.emplace(ls);
+    }
   }
 }
 
@@ -65,6 +87,8 @@ std::int64_t ActorCritic::trunk_width() const { return config_.hidden.empty() ? 
 void ActorCritic::declare(gpu::ParameterArena& arena) const {
   if (actor_trunk_) actor_trunk_->declare(arena);
   if (critic_trunk_) critic_trunk_->declare(arena);
+  if (lstm_) lstm_->declare(arena);
+  if (critic_lstm_) critic_lstm_->declare(arena);
   policy_head_.declare(arena);
   value_head_.declare(arena);
   if (config_.head.kind == HeadShape::Kind::gaussian) arena.declare("policy.log_std", {config_.head.dim});
@@ -74,17 +98,20 @@ void ActorCritic::init(gpu::ParameterArena& arena, std::mt19937_64& rng, cudaStr
   for (const auto* trunk : {actor_trunk_ ? &*actor_trunk_ : nullptr, critic_trunk_ ? &*critic_trunk_ : nullptr})
     if (trunk != nullptr)
       for (const models::Dense& layer : trunk->layers()) models::init_orthogonal(layer, arena, kTrunkGain, rng, stream);
+  if (lstm_) lstm_->init(arena, rng, stream);
+  if (critic_lstm_) critic_lstm_->init(arena, rng, stream);
   models::init_orthogonal(policy_head_, arena, kPolicyGain, rng, stream);
   models::init_orthogonal(value_head_, arena, kValueGain, rng, stream);
   if (config_.head.kind == HeadShape::Kind::gaussian)
-    arena.upload_param("policy.log_std", std::vector<float>(static_cast<std::size_t>(config_.head.dim),
-                                                            config_.init_log_std),
-                       stream);
+    arena.upload_param("policy.log_std",
+                       std::vector<float>(static_cast<std::size_t>(config_.head.dim), config_.init_log_std), stream);
 }
 
 void ActorCritic::bind(gpu::ParameterArena& arena) {
   if (actor_trunk_) actor_trunk_->bind(arena);
   if (critic_trunk_) critic_trunk_->bind(arena);
+  if (lstm_) lstm_->bind(arena);
+  if (critic_lstm_) critic_lstm_->bind(arena);
   policy_head_.bind(arena);
   value_head_.bind(arena);
   if (config_.head.kind == HeadShape::Kind::gaussian) {
@@ -93,12 +120,25 @@ void ActorCritic::bind(gpu::ParameterArena& arena) {
   }
 }
 
-// Carving order: trunk workspaces, head workspaces, then activations.
-ActorCritic::Buffers ActorCritic::carve(std::byte* base, std::int64_t rows) const {
+// Carving order: trunk workspaces, the LSTM's, head workspaces, then activations.
+ActorCritic::Buffers ActorCritic::carve(std::byte* base, std::int64_t rows, std::int64_t lstm_T) const {
   models::WorkspaceCarver c(base);
   Buffers b;
   if (actor_trunk_) b.actor_ws = c.take_workspace(actor_trunk_->workspace_bytes(rows, false), rows, false);
   if (critic_trunk_) b.critic_ws = c.take_workspace(critic_trunk_->workspace_bytes(rows, false), rows, false);
+  if (lstm_) {
+    const std::int64_t seqs = lstm_T > 0 ? rows / lstm_T : rows;
+    const std::size_t bytes =
+        lstm_T > 0 ? lstm_->sequence_workspace_bytes(lstm_T, seqs) : lstm_->step_workspace_bytes(rows);
+    b.lstm_ws = c.take_workspace(bytes, seqs, false);
+    b.lstm_out = c.take<float>(static_cast<std::size_t>(rows * config_.lstm_hidden));
+    b.d_lstm_in = c.take<float>(static_cast<std::size_t>(rows * trunk_width()));
+    if (critic_lstm_) {
+      b.critic_lstm_ws = c.take_workspace(bytes, seqs, false);
+      b.critic_lstm_out = c.take<float>(static_cast<std::size_t>(rows * config_.lstm_hidden));
+      b.d_critic_lstm_in = c.take<float>(static_cast<std::size_t>(rows * trunk_width()));
+    }
+  }
   b.policy_ws = c.take_workspace(policy_head_.workspace_bytes(rows, false), rows, false);
   b.value_ws = c.take_workspace(value_head_.workspace_bytes(rows, false), rows, false);
   const auto n = static_cast<std::size_t>(rows);
@@ -133,6 +173,7 @@ void ActorCritic::heads_backward(float* d_core, const float* d_head, const float
 
 void ActorCritic::forward(float* head_out, float* value, const float* obs, std::int64_t rows,
                           const models::Workspace& ws, gpu::BlasLane lane) {
+  FH_EXPECT(!lstm_, "ActorCritic::forward: a recurrent policy runs step() or forward_sequence()");
   FH_EXPECT(rows >= 1 && rows <= ws.max_batch, "ActorCritic::forward: rows out of the workspace's range");
   const Buffers b = carve(ws.data, ws.max_batch);
   if (!actor_trunk_) return heads_forward(head_out, value, obs, obs, rows, b, lane);
@@ -147,6 +188,7 @@ void ActorCritic::forward(float* head_out, float* value, const float* obs, std::
 
 void ActorCritic::backward(const float* d_head, const float* d_value, const float* obs, std::int64_t rows,
                            const models::Workspace& ws, gpu::BlasLane lane) {
+  FH_EXPECT(!lstm_, "ActorCritic::backward: a recurrent policy runs backward_sequence()");
   const Buffers b = carve(ws.data, ws.max_batch);
   if (!actor_trunk_) return heads_backward(nullptr, d_head, d_value, obs, obs, rows, false, b, lane);
   if (config_.shared_trunk) {
@@ -157,6 +199,101 @@ void ActorCritic::backward(const float* d_head, const float* d_value, const floa
   heads_backward(nullptr, d_head, d_value, b.actor_out, b.critic_out, rows, true, b, lane);
   actor_trunk_->backward(nullptr, b.d_policy_in, obs, rows, b.actor_ws, lane, nullptr);
   critic_trunk_->backward(nullptr, b.d_value_in, obs, rows, b.critic_ws, lane, nullptr);
+}
+
+}  // namespace foxhunt::rl::ppo
+
+namespace foxhunt::rl::ppo {
+
+std::size_t ActorCritic::sequence_workspace_bytes(std::int64_t T, std::int64_t max_sequences) const {
+  return carve(nullptr, T * max_sequences, T).bytes;
+}
+
+void ActorCritic::gather_state(float* out, const float* state, const std::int32_t* rows, std::int64_t m,
+                               std::int64_t batch, cudaStream_t stream) const {
+  const std::int64_t plane = lstm_->state_features();
+  gpu::gather_rows(out, state, rows, m, plane, stream);
+  if (critic_lstm_) gpu::gather_rows(out + m * plane, state + batch * plane, rows, m, plane, stream);
+}
+
+void ActorCritic::step(float* head_out, float* value, float* state, const float* obs, const std::uint8_t* resets,
+                       std::int64_t rows, const models::Workspace& ws, gpu::BlasLane lane) {
+  FH_EXPECT(lstm_.has_value(), "ActorCritic::step: the policy is not recurrent");
+  FH_EXPECT(rows >= 1 && rows <= ws.max_batch, "ActorCritic::step: rows out of the workspace's range");
+  const Buffers b = carve(ws.data, ws.max_batch);
+  if (!critic_lstm_) {
+    const float* x = obs;
+    if (actor_trunk_) {
+      actor_trunk_->forward(b.actor_out, obs, rows, true, b.actor_ws, lane);
+      x = b.actor_out;
+    }
+    lstm_->step(b.lstm_out, state, x, resets, rows, b.lstm_ws, lane);
+    return heads_forward(head_out, value, b.lstm_out, b.lstm_out, rows, b, lane);
+  }
+  if (head_out != nullptr) {
+    const float* x = obs;
+    if (actor_trunk_) {
+      actor_trunk_->forward(b.actor_out, obs, rows, true, b.actor_ws, lane);
+      x = b.actor_out;
+    }
+    lstm_->step(b.lstm_out, state, x, resets, rows, b.lstm_ws, lane);
+  }
+  if (value != nullptr) {
+    const float* x = obs;
+    if (critic_trunk_) {
+      critic_trunk_->forward(b.critic_out, obs, rows, true, b.critic_ws, lane);
+      x = b.critic_out;
+    }
+    critic_lstm_->step(b.critic_lstm_out, state + rows * lstm_->state_features(), x, resets, rows, b.critic_lstm_ws,
+                       lane);
+  }
+  heads_forward(head_out, value, b.lstm_out, b.critic_lstm_out, rows, b, lane);
+}
+
+void ActorCritic::forward_sequence(float* head_out, float* value, const float* obs, const float* state0,
+                                   const std::uint8_t* resets, std::int64_t T, std::int64_t M,
+                                   const models::Workspace& ws, gpu::BlasLane lane) {
+  FH_EXPECT(lstm_.has_value(), "ActorCritic::forward_sequence: the policy is not recurrent");
+  FH_EXPECT(T >= 1 && M >= 1 && M <= ws.max_batch, "ActorCritic::forward_sequence: M out of the workspace's range");
+  const Buffers b = carve(ws.data, T * ws.max_batch, T);
+  const std::int64_t rows = T * M;
+  const float* x = obs;
+  if (actor_trunk_) {
+    actor_trunk_->forward(b.actor_out, obs, rows, true, b.actor_ws, lane);
+    x = b.actor_out;
+  }
+  lstm_->forward_sequence(b.lstm_out, nullptr, x, state0, resets, T, M, b.lstm_ws, lane);
+  if (!critic_lstm_) return heads_forward(head_out, value, b.lstm_out, b.lstm_out, rows, b, lane);
+  const float* xc = obs;
+  if (critic_trunk_) {
+    critic_trunk_->forward(b.critic_out, obs, rows, true, b.critic_ws, lane);
+    xc = b.critic_out;
+  }
+  const float* state0_c = state0 != nullptr ? state0 + M * lstm_->state_features() : nullptr;
+  critic_lstm_->forward_sequence(b.critic_lstm_out, nullptr, xc, state0_c, resets, T, M, b.critic_lstm_ws, lane);
+  heads_forward(head_out, value, b.lstm_out, b.critic_lstm_out, rows, b, lane);
+}
+
+void ActorCritic::backward_sequence(const float* d_head, const float* d_value, const float* obs, const float* state0,
+                                    const std::uint8_t* resets, std::int64_t T, std::int64_t M,
+                                    const models::Workspace& ws, gpu::BlasLane lane) {
+  const Buffers b = carve(ws.data, T * ws.max_batch, T);
+  const std::int64_t rows = T * M;
+  if (!critic_lstm_) {
+    heads_backward(b.d_core, d_head, d_value, b.lstm_out, b.lstm_out, rows, true, b, lane);
+    const float* x = actor_trunk_ ? b.actor_out : obs;
+    lstm_->backward_sequence(actor_trunk_ ? b.d_lstm_in : nullptr, b.d_core, x, state0, resets, T, M, b.lstm_ws, lane);
+    if (actor_trunk_) actor_trunk_->backward(nullptr, b.d_lstm_in, obs, rows, b.actor_ws, lane, nullptr);
+    return;
+  }
+  heads_backward(nullptr, d_head, d_value, b.lstm_out, b.critic_lstm_out, rows, true, b, lane);
+  lstm_->backward_sequence(actor_trunk_ ? b.d_lstm_in : nullptr, b.d_policy_in, actor_trunk_ ? b.actor_out : obs,
+                           state0, resets, T, M, b.lstm_ws, lane);
+  const float* state0_c = state0 != nullptr ? state0 + M * lstm_->state_features() : nullptr;
+  critic_lstm_->backward_sequence(critic_trunk_ ? b.d_critic_lstm_in : nullptr, b.d_value_in,
+                                  critic_trunk_ ? b.critic_out : obs, state0_c, resets, T, M, b.critic_lstm_ws, lane);
+  if (actor_trunk_) actor_trunk_->backward(nullptr, b.d_lstm_in, obs, rows, b.actor_ws, lane, nullptr);
+  if (critic_trunk_) critic_trunk_->backward(nullptr, b.d_critic_lstm_in, obs, rows, b.critic_ws, lane, nullptr);
 }
 
 }  // namespace foxhunt::rl::ppo

@@ -3,6 +3,11 @@
 // Adam, one gradient norm, one checkpoint):
 //   separate (default)  obs -> actor trunk (Mlp) -> policy head      obs -> critic trunk -> value head
 //   shared trunk        obs -> trunk -> policy head, value head (the trunk's gradient is the sum)
+//   recurrent           obs -> trunk -> LSTM -> policy head, and the same for the value head
+//                       (config.lstm_hidden > 0; one trunk and LSTM for both with shared_trunk).
+//                       The LSTMs keep PyTorch's init. The state of B rows is plane-major: the
+//                       actor's LSTM (B, 2H) = [h | c] per row, then the critic's (B, 2H) when
+//                       separate: state_features() = 2H or 4H floats per row in all.
 // Trunks are Mlp (every layer activated, tanh or relu); heads are identity Dense layers: the
 // policy head writes HeadShape::width() floats per row (logits or Gaussian means), the value head
 // one. Gaussian heads add "policy.log_std" (dim), state-independent. Init: orthogonal with gain
@@ -17,6 +22,7 @@
 #include "gpu/buffer.hpp"
 #include "gpu/context.hpp"
 #include "models/dense.hpp"
+#include "models/lstm.hpp"
 #include "models/mlp.hpp"
 #include "models/module.hpp"
 #include "rl/ppo/config.hpp"
@@ -48,13 +54,39 @@ class ActorCritic {
   void backward(const float* d_head, const float* d_value, const float* obs, std::int64_t rows,
                 const models::Workspace& ws, gpu::BlasLane lane);
 
+  // Recurrent policies (config.lstm_hidden > 0). State (B, state_features()).
+  bool recurrent() const noexcept { return lstm_.has_value(); }
+  std::int64_t state_features() const noexcept { return lstm_ ? lstm_->state_features() * (critic_lstm_ ? 2 : 1) : 0; }
+  // out (m, state) = the rows `rows` of state (B rows, plane-major as above).
+  void gather_state(float* out, const float* state, const std::int32_t* rows, std::int64_t m, std::int64_t batch,
+                    cudaStream_t stream) const;
+  // One step of B rows: rows with resets[b] != 0 (nullable) start from the zero state; state is
+  // updated in place. Either output may be null (separate networks: that network's state does
+  // not advance). ws: workspace_bytes(max rows).
+  void step(float* head_out, float* value, float* state, const float* obs, const std::uint8_t* resets,
+            std::int64_t rows, const models::Workspace& ws, gpu::BlasLane lane);
+  // Sequences, time-major: obs (T, M, C) -> head_out (T, M, width), value (T, M), from state0
+  // (M, S) with resets (T, M) applied before each step (the LSTM's forward_sequence). ws: a
+  // sequence workspace (max_batch = M sequences of up to the T it was sized for).
+  std::size_t sequence_workspace_bytes(std::int64_t T, std::int64_t max_sequences) const;
+  void forward_sequence(float* head_out, float* value, const float* obs, const float* state0,
+                        const std::uint8_t* resets, std::int64_t T, std::int64_t M, const models::Workspace& ws,
+                        gpu::BlasLane lane);
+  // Backpropagation through time after forward_sequence of the same arguments and workspace:
+  // overwrites every parameter gradient except the log-std's.
+  void backward_sequence(const float* d_head, const float* d_value, const float* obs, const float* state0,
+                         const std::uint8_t* resets, std::int64_t T, std::int64_t M, const models::Workspace& ws,
+                         gpu::BlasLane lane);
+
   // Gaussian heads: the log-std (dim) and its gradient in the arena; null otherwise.
   const float* log_std() const noexcept { return log_std_; }
   float* log_std_grad() noexcept { return log_std_grad_; }
 
  private:
   struct Buffers;
-  Buffers carve(std::byte* base, std::int64_t rows) const;
+  // rows: the rows of one call; lstm_T > 0: a sequence workspace of lstm_T steps of rows / lstm_T
+  // sequences (0: the LSTM's step workspace).
+  Buffers carve(std::byte* base, std::int64_t rows, std::int64_t lstm_T = 0) const;
   std::int64_t trunk_width() const;
   void heads_forward(float* head_out, float* value, const float* policy_in, const float* value_in, std::int64_t rows,
                      const Buffers& b, gpu::BlasLane lane);
@@ -64,6 +96,8 @@ class ActorCritic {
   PpoConfig config_;
   std::int64_t obs_dim_, head_width_;
   std::optional<models::Mlp> actor_trunk_, critic_trunk_;  // critic_trunk_: separate trunks only
+  std::optional<models::Lstm> lstm_;                       // recurrent: the actor's (or the shared) LSTM
+  std::optional<models::Lstm> critic_lstm_;                // recurrent with separate networks
   models::Dense policy_head_, value_head_;
   const float* log_std_ = nullptr;
   float* log_std_grad_ = nullptr;

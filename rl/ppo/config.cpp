@@ -17,6 +17,10 @@ void validate(const PpoConfig& c) {
   expect(c.rollout_steps >= 1, "rollout_steps must be >= 1");
   expect(c.epochs >= 1, "epochs must be >= 1");
   expect(c.minibatches >= 1, "minibatches must be >= 1");
+  expect(c.lstm_hidden >= 0, "lstm_hidden must be >= 0");
+  expect(!c.recurrent() || c.num_envs % c.minibatches == 0,
+         "a recurrent policy trains on whole sequences: num_envs (" + std::to_string(c.num_envs) +
+             ") must be a multiple of minibatches (" + std::to_string(c.minibatches) + ")");
   expect(c.batch_rows() % c.minibatches == 0, "num_envs x rollout_steps (" + std::to_string(c.batch_rows()) +
                                                     ") must be a multiple of minibatches (" +
                                                     std::to_string(c.minibatches) + ")");

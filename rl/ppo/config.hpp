@@ -22,6 +22,11 @@ struct PpoConfig {
   std::vector<std::int64_t> hidden{64, 64};
   gpu::Activation activation = gpu::Activation::tanh;  // tanh or relu
   bool shared_trunk = false;
+  // > 0: a recurrent policy, obs -> trunk -> LSTM(lstm_hidden) -> head, for the actor and the
+  // critic each (or one trunk and LSTM for both with shared_trunk). Trained on whole rollout
+  // sequences: each minibatch is num_envs / minibatches environments' T steps with their
+  // initial states.
+  std::int64_t lstm_hidden = 0;
   gpu::LinearMath math = gpu::LinearMath::fp32;  // fp32 | tf32 | bf16 GEMMs (f32 master weights)
   HeadShape head;                                // from the environment's action space
   float init_log_std = 0.f;                      // gaussian heads: the initial state-independent log-std
@@ -35,7 +40,7 @@ struct PpoConfig {
   float ent_coef = 0.01f, vf_coef = 0.5f;
   float max_grad_norm = 0.5f;  // 0: no clipping
   bool normalize_advantages = true;
-  float target_kl = 0.f;  // > 0: the remaining epochs of an update are skipped once an epoch's KL exceeds it
+  float target_kl = 0.f;             // > 0: the remaining epochs of an update are skipped once an epoch's KL exceeds it
   float lr = 2.5e-4f, lr_end = 0.f;  // linear from lr (first iteration) towards lr_end (after the last)
   std::int64_t anneal_iterations = 1;  // iterations of the anneal: the run's
   float adam_eps = 1e-5f, adam_beta1 = 0.9f, adam_beta2 = 0.999f;
@@ -44,6 +49,7 @@ struct PpoConfig {
 
   std::int64_t batch_rows() const noexcept { return num_envs * rollout_steps; }
   std::int64_t minibatch_rows() const noexcept { return batch_rows() / minibatches; }
+  bool recurrent() const noexcept { return lstm_hidden > 0; }
 };
 
 // Throws std::invalid_argument naming the field when the configuration cannot run.

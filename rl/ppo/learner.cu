@@ -5,6 +5,7 @@
 
 #include "gpu/adam.hpp"
 #include "gpu/check.hpp"
+#include "gpu/gather.hpp"
 #include "gpu/grad_norm.hpp"
 #include "gpu/launch.cuh"
 #include "rl/ppo/minibatch.hpp"
@@ -79,6 +80,20 @@ __global__ void __launch_bounds__(kEvThreads)
   }
 }
 
+// Recurrent minibatch: the rows (t, j) of the M environments envs[j], time-major, and their resets.
+__global__ void sequence_rows_kernel(std::int32_t* __restrict__ rows, std::uint8_t* __restrict__ mb_resets,
+                                     const std::int32_t* __restrict__ envs, const std::uint8_t* __restrict__ resets,
+                                     std::int64_t steps, std::int64_t num_envs, std::int64_t m) {
+  const std::int64_t total = steps * m;
+  for (std::int64_t k = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; k < total;
+       k += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t t = k / m, j = k % m;
+    const std::int64_t row = t * num_envs + envs[j];
+    rows[k] = static_cast<std::int32_t>(row);
+    mb_resets[k] = resets[row];
+  }
+}
+
 std::size_t n(std::int64_t a, std::int64_t b = 1) { return static_cast<std::size_t>(a * b); }
 
 }  // namespace
@@ -94,12 +109,26 @@ PpoLearner::PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasL
 
   const std::int64_t rows = config_.batch_rows(), mb = config_.minibatch_rows();
   const HeadShape& h = config_.head;
-  act_ws_.storage = gpu::DeviceBuffer<std::byte>(net_.workspace_bytes(rows));
-  act_ws_.view = models::Workspace{act_ws_.storage.data(), rows, false};
-  train_ws_ = gpu::DeviceBuffer<std::byte>(net_.workspace_bytes(mb));
-  train_view_ = models::Workspace{train_ws_.data(), mb, false};
-  perm_ = gpu::DeviceBuffer<std::int32_t>(n(rows));
-  perm_ws_ = gpu::DeviceBuffer<std::byte>(permutation_workspace_bytes(rows));
+  if (net_.recurrent()) {
+    // Acting and bootstrapping: steps of N rows. Training: T x M sequences.
+    const std::int64_t M = config_.num_envs / config_.minibatches;
+    act_ws_.storage = gpu::DeviceBuffer<std::byte>(net_.workspace_bytes(config_.num_envs));
+    act_ws_.view = models::Workspace{act_ws_.storage.data(), config_.num_envs, false};
+    train_ws_ = gpu::DeviceBuffer<std::byte>(net_.sequence_workspace_bytes(config_.rollout_steps, M));
+    train_view_ = models::Workspace{train_ws_.data(), M, false};
+    mb_state0_ = gpu::DeviceBuffer<float>(n(M, net_.state_features()));
+    mb_rows_ = gpu::DeviceBuffer<std::int32_t>(n(mb));
+    mb_resets_ = gpu::DeviceBuffer<std::uint8_t>(n(mb));
+    perm_ = gpu::DeviceBuffer<std::int32_t>(n(config_.num_envs));
+    perm_ws_ = gpu::DeviceBuffer<std::byte>(permutation_workspace_bytes(config_.num_envs));
+  } else {
+    act_ws_.storage = gpu::DeviceBuffer<std::byte>(net_.workspace_bytes(rows));
+    act_ws_.view = models::Workspace{act_ws_.storage.data(), rows, false};
+    train_ws_ = gpu::DeviceBuffer<std::byte>(net_.workspace_bytes(mb));
+    train_view_ = models::Workspace{train_ws_.data(), mb, false};
+    perm_ = gpu::DeviceBuffer<std::int32_t>(n(rows));
+    perm_ws_ = gpu::DeviceBuffer<std::byte>(permutation_workspace_bytes(rows));
+  }
   mb_obs_ = gpu::DeviceBuffer<float>(n(mb, obs_dim));
   if (h.kind == HeadShape::Kind::gaussian)
     mb_raw_ = gpu::DeviceBuffer<float>(n(mb, h.dim));
@@ -128,9 +157,18 @@ PpoLearner::PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasL
   adam_.decoupled = false;
 }
 
-void PpoLearner::minibatch(Rollout& r, const std::int32_t* rows, cudaStream_t s) {
+void PpoLearner::minibatch(Rollout& r, const std::int32_t* units, cudaStream_t s) {
   const HeadShape& h = config_.head;
   const std::int64_t mb = config_.minibatch_rows();
+  const std::int32_t* rows = units;  // feed-forward: rows; recurrent: environments
+  const std::int64_t M = config_.num_envs / config_.minibatches;
+  if (net_.recurrent()) {
+    sequence_rows_kernel<<<gpu::grid_stride_blocks(mb), gpu::kBlock, 0, s>>>(mb_rows_.data(), mb_resets_.data(), units,
+                                                                             r.resets.data(), r.steps, r.num_envs, M);
+    FH_CHECK_LAUNCH();
+    net_.gather_state(mb_state0_.data(), r.state0.data(), units, M, r.num_envs, s);
+    rows = mb_rows_.data();
+  }
   GatherSpec in{};
   in.obs = r.obs.data();
   in.obs_dtype = gpu::DType::f32;
@@ -148,13 +186,21 @@ void PpoLearner::minibatch(Rollout& r, const std::int32_t* rows, cudaStream_t s)
 
   gpu::BlasLane lane = lane_;
   lane.stream = s;
-  net_.forward(mb_head_.data(), mb_value_.data(), mb_obs_.data(), mb, train_view_, lane);
+  if (net_.recurrent())
+    net_.forward_sequence(mb_head_.data(), mb_value_.data(), mb_obs_.data(), mb_state0_.data(), mb_resets_.data(),
+                          r.steps, M, train_view_, lane);
+  else
+    net_.forward(mb_head_.data(), mb_value_.data(), mb_obs_.data(), mb, train_view_, lane);
   ppo_policy_loss(d_head_.data(), net_.log_std_grad(), loss_stats_.data(), mb_head_.data(), net_.log_std(),
                   mb_discrete_.data(), mb_raw_.data(), mb_logp_.data(), mb_adv_.data(), mb, h, config_.clip,
                   config_.ent_coef, config_.normalize_advantages, loss_ws_.data(), s);
   ppo_value_loss(d_value_.data(), loss_stats_.data(), mb_value_.data(), mb_val_.data(), mb_ret_.data(), mb,
                  config_.clip, config_.clip_value, config_.vf_coef, s);
-  net_.backward(d_head_.data(), d_value_.data(), mb_obs_.data(), mb, train_view_, lane);
+  if (net_.recurrent())
+    net_.backward_sequence(d_head_.data(), d_value_.data(), mb_obs_.data(), mb_state0_.data(), mb_resets_.data(),
+                           r.steps, M, train_view_, lane);
+  else
+    net_.backward(d_head_.data(), d_value_.data(), mb_obs_.data(), mb, train_view_, lane);
 
   const float* scale = nullptr;
   if (config_.max_grad_norm > 0) {
@@ -163,8 +209,8 @@ void PpoLearner::minibatch(Rollout& r, const std::int32_t* rows, cudaStream_t s)
     scale = scalars_.data() + kScale;
   }
   auto* adam_steps = reinterpret_cast<std::int64_t*>(counters_.data() + kAdamSteps);
-  gpu::adam_step_device(arena_.params(), arena_.adam_m(), arena_.adam_v(), arena_.grads(), arena_.padded_count(),
-                        adam_, scalars_.data() + kLr, adam_steps, scale, kl_stop_.data(), s);
+  gpu::adam_step_device(arena_.params(), arena_.adam_m(), arena_.adam_v(), arena_.grads(), arena_.padded_count(), adam_,
+                        scalars_.data() + kLr, adam_steps, scale, kl_stop_.data(), s);
   adam_advance_kernel<<<1, 1, 0, s>>>(adam_steps, kl_stop_.data());
   FH_CHECK_LAUNCH();
 }
@@ -179,7 +225,7 @@ void PpoLearner::enqueue_update(Rollout& r, cudaStream_t s) {
   begin_update_kernel<<<1, 1, 0, s>>>(kl_stop_.data(), counters_.data() + kCounterCount, adam_steps);
   FH_CHECK_LAUNCH();
   zero_loss_stats(loss_stats_.data(), s);
-  const std::int64_t units = config_.batch_rows();
+  const std::int64_t units = net_.recurrent() ? config_.num_envs : config_.batch_rows();
   const std::int64_t per_mb = units / config_.minibatches;
   for (int e = 0; e < config_.epochs; ++e) {
     random_permutation(perm_.data(), units, config_.seed, kPermutationStream, counters_.data() + kPermutations,

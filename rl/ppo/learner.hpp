@@ -1,7 +1,9 @@
 #pragma once
 // PpoLearner: the PPO update over a filled Rollout, entirely on the device and captured once as
 // one CUDA graph (all epochs and minibatches), so an iteration's update is one launch:
-//   per epoch   a fresh device-side permutation of the rollout's rows
+//   per epoch   a fresh device-side permutation of the rollout's rows (recurrent policies: of its
+//               environments, each minibatch their whole time-major sequences with the stored
+//               initial states and resets)
 //   per minibatch  gather -> forward -> clipped surrogate + entropy, clipped value loss
 //               -> backward -> global grad-norm clip -> Adam (lr and step count in device memory)
 //   after each epoch  with target_kl > 0, a device flag stops the remaining minibatches' Adam
@@ -29,8 +31,8 @@ namespace foxhunt::rl::ppo {
 // Means over the minibatches of one update (the last update published).
 struct UpdateStats {
   float policy_loss = 0, value_loss = 0, entropy = 0, approx_kl = 0, clip_fraction = 0;
-  float explained_variance = 0;  // 1 - Var(returns - values) / Var(returns) over the rollout
-  float lr = 0;                  // the update's learning rate
+  float explained_variance = 0;   // 1 - Var(returns - values) / Var(returns) over the rollout
+  float lr = 0;                   // the update's learning rate
   std::uint32_t minibatches = 0;  // minibatches whose Adam step ran (fewer after a KL stop)
 };
 
@@ -80,8 +82,9 @@ class PpoLearner {
   gpu::AdamConfig adam_;
   // Minibatch buffers (rows = config.minibatch_rows()).
   gpu::DeviceBuffer<float> mb_obs_, mb_raw_, mb_logp_, mb_adv_, mb_ret_, mb_val_, mb_head_, mb_value_;
-  gpu::DeviceBuffer<float> d_head_, d_value_;
-  gpu::DeviceBuffer<std::int32_t> mb_discrete_, perm_;
+  gpu::DeviceBuffer<float> d_head_, d_value_, mb_state0_;
+  gpu::DeviceBuffer<std::int32_t> mb_discrete_, perm_, mb_rows_;
+  gpu::DeviceBuffer<std::uint8_t> mb_resets_;
   gpu::DeviceBuffer<std::byte> perm_ws_, loss_ws_, norm_ws_;
   gpu::DeviceBuffer<float> scalars_;  // lr, grad norm, clip scale
   gpu::DeviceBuffer<std::uint32_t> kl_stop_;

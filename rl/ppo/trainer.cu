@@ -3,6 +3,7 @@
 #include <string>
 
 #include "gpu/check.hpp"
+#include "gpu/launch.cuh"
 #include "rl/ppo/gae.hpp"
 #include "rl/ppo/minibatch.hpp"
 
@@ -13,6 +14,20 @@ constexpr std::uint32_t kActStream = 0x50504f02u;  // Philox stream of the rollo
 
 void copy_d2d(void* dst, const void* src, std::size_t bytes, cudaStream_t s) {
   if (bytes > 0) FH_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+}
+
+__global__ void done_mask_kernel(std::uint8_t* __restrict__ done, const std::uint8_t* __restrict__ terminated,
+                                 const std::uint8_t* __restrict__ truncated, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    done[i] = (terminated[i] | truncated[i]) != 0 ? 1 : 0;
+}
+
+// done = terminated | truncated: the environments whose next step starts an episode.
+void done_mask(std::uint8_t* done, const std::uint8_t* terminated, const std::uint8_t* truncated, std::int64_t n,
+               cudaStream_t s) {
+  done_mask_kernel<<<gpu::grid_stride_blocks(n), gpu::kBlock, 0, s>>>(done, terminated, truncated, n);
+  FH_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -37,7 +52,8 @@ PpoTrainer::PpoTrainer(const PpoConfig& config, VecEnv& env, gpu::BlasLane lane)
     : config_(config),
       env_(env),
       learner_(config, env.obs_dim(), lane),
-      rollout_(config.rollout_steps, config.num_envs, env.obs_dim(), config.head, lane.stream),
+      rollout_(config.rollout_steps, config.num_envs, env.obs_dim(), config.head, learner_.network().state_features(),
+               lane.stream),
       head_(static_cast<std::size_t>(config.num_envs * config.head.width())),
       act_counter_(1) {
   FH_EXPECT(env.num_envs() == config.num_envs, "PpoTrainer: config.num_envs (" + std::to_string(config.num_envs) +
@@ -53,6 +69,10 @@ PpoTrainer::PpoTrainer(const PpoConfig& config, VecEnv& env, gpu::BlasLane lane)
 void PpoTrainer::reset(std::uint64_t seed) {
   const cudaStream_t s = learner_.lane().stream;
   env_.reset(rollout_.next_obs.data(), gpu::DType::f32, seed, s);
+  if (learner_.network().recurrent()) {
+    rollout_.state.zero(s);
+    rollout_.last_done.zero(s);
+  }
 }
 
 void PpoTrainer::enqueue_collect(cudaStream_t s) {
@@ -65,16 +85,24 @@ void PpoTrainer::enqueue_collect(cudaStream_t s) {
   const HeadShape& h = config_.head;
   const bool gaussian = h.kind == HeadShape::Kind::gaussian;
   const auto row_bytes = static_cast<std::size_t>(N * C) * sizeof(float);
+  const bool recurrent = net.recurrent();
+  const auto state_bytes = static_cast<std::size_t>(N * net.state_features()) * sizeof(float);
 
   copy_d2d(r.obs.data(), r.next_obs.data(), row_bytes, s);
+  if (recurrent) {
+    copy_d2d(r.state0.data(), r.state.data(), state_bytes, s);
+    copy_d2d(r.resets.data(), r.last_done.data(), static_cast<std::size_t>(N), s);
+  }
   for (std::int64_t t = 0; t < T; ++t) {
     float* obs_t = r.obs.data() + t * N * C;
     float* value_t = r.values.data() + t * N;
-    net.forward(head_.data(), value_t, obs_t, N, ws, lane);
+    if (recurrent)
+      net.step(head_.data(), value_t, r.state.data(), obs_t, r.resets.data() + t * N, N, ws, lane);
+    else
+      net.forward(head_.data(), value_t, obs_t, N, ws, lane);
     sample_actions(gaussian ? nullptr : r.discrete.data() + t * N * h.branches,
-                   gaussian ? r.raw.data() + t * N * h.dim : nullptr, r.env_actions.data(),
-                   r.logp.data() + t * N, head_.data(), net.log_std(), N, h, config_.seed, kActStream,
-                   act_counter_.data(), s);
+                   gaussian ? r.raw.data() + t * N * h.dim : nullptr, r.env_actions.data(), r.logp.data() + t * N,
+                   head_.data(), net.log_std(), N, h, config_.seed, kActStream, act_counter_.data(), s);
     advance_counter(act_counter_.data(), s);
 
     StepOutputs out;
@@ -90,12 +118,24 @@ void PpoTrainer::enqueue_collect(cudaStream_t s) {
     else
       in.discrete = r.discrete.data() + t * N * h.branches;
     env_.step(out, in, 1, s);
+    if (recurrent) {
+      // V(final obs) continues the old episode: one step from a copy of the state after step t.
+      copy_d2d(r.scratch_state.data(), r.state.data(), state_bytes, s);
+      net.step(nullptr, r.bootstrap.data() + t * N, r.scratch_state.data(), r.final_obs.data() + t * N * C, nullptr, N,
+               ws, lane);
+      done_mask(t + 1 < T ? r.resets.data() + (t + 1) * N : r.last_done.data(), out.terminated, out.truncated, N, s);
+    }
   }
-  // Values of every row's final observation (only truncated rows read theirs) and of the last.
-  net.forward(nullptr, r.bootstrap.data(), r.final_obs.data(), T * N, ws, lane);
-  net.forward(nullptr, r.next_value.data(), r.next_obs.data(), N, ws, lane);
-  gae(r.advantages.data(), r.returns.data(), r.rewards.data(), r.values.data(), r.bootstrap.data(),
-      r.next_value.data(), r.terminated.data(), r.truncated.data(), T, N, config_.gamma, config_.gae_lambda, s);
+  if (recurrent) {
+    copy_d2d(r.scratch_state.data(), r.state.data(), state_bytes, s);
+    net.step(nullptr, r.next_value.data(), r.scratch_state.data(), r.next_obs.data(), r.last_done.data(), N, ws, lane);
+  } else {
+    // Values of every row's final observation (only truncated rows read theirs) and of the last.
+    net.forward(nullptr, r.bootstrap.data(), r.final_obs.data(), T * N, ws, lane);
+    net.forward(nullptr, r.next_value.data(), r.next_obs.data(), N, ws, lane);
+  }
+  gae(r.advantages.data(), r.returns.data(), r.rewards.data(), r.values.data(), r.bootstrap.data(), r.next_value.data(),
+      r.terminated.data(), r.truncated.data(), T, N, config_.gamma, config_.gae_lambda, s);
   learner_.record_explained_variance(r, s);
 }
 
@@ -117,10 +157,10 @@ void PpoTrainer::iterate_eager() {
   ++iterations_;
 }
 
-void PpoTrainer::publish_stats() {
+void PpoTrainer::publish_stats(bool clear) {
   if (pending_) return;
   const cudaStream_t s = learner_.lane().stream;
-  env_.export_stats(episodes_exit_, true, s);
+  env_.export_stats(episodes_exit_, clear, s);
   learner_.publish_stats(s);
   pending_ = true;
 }
@@ -133,8 +173,8 @@ bool PpoTrainer::poll_stats(TrainerStats& out) {
   return true;
 }
 
-TrainerStats PpoTrainer::wait_stats() {
-  if (!pending_) publish_stats();
+TrainerStats PpoTrainer::wait_stats(bool clear) {
+  if (!pending_) publish_stats(clear);
   TrainerStats out;
   out.episodes = episodes_exit_.wait();
   out.update = learner_.stats().wait();

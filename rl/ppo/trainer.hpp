@@ -1,6 +1,6 @@
 #pragma once
 // PpoTrainer: synchronous PPO on one stream. An iteration is two graph launches:
-//   collect  T steps of N environments: policy forward -> sample (Philox on a
+//   collect  T steps of N environments: policy forward (or the LSTM step) -> sample (Philox on a
 //            device counter) -> env step -> store; then the values that bootstrap truncations
 //            and the last step, GAE, and the explained variance
 //   update   PpoLearner's epochs x minibatches
@@ -33,7 +33,8 @@ class PpoTrainer {
   // config.num_envs must equal env.num_envs() and config.head must fit env.action_space().
   PpoTrainer(const PpoConfig& config, VecEnv& env, gpu::BlasLane lane);
 
-  // Resets every environment from `seed`; the first observations go to the rollout.
+  // Resets every environment from `seed` (and a recurrent policy's state); the first
+  // observations go to the rollout.
   void reset(std::uint64_t seed);
   // One iteration (collect + update), replaying the captured graphs (captured at the first call).
   void iterate();
@@ -43,10 +44,12 @@ class PpoTrainer {
   void iterate_eager();
 
   // Episode statistics and the last update's statistics through the exit module: publish when
-  // nothing is pending, then poll without blocking (wait_stats blocks for the pending one).
-  void publish_stats();
+  // nothing is pending, then poll without blocking (wait_stats blocks for the pending one, or
+  // publishes and waits). clear: the episode statistics start a new window after the export.
+  void publish_stats(bool clear = true);
+  bool stats_pending() const noexcept { return pending_; }
   bool poll_stats(TrainerStats& out);
-  TrainerStats wait_stats();
+  TrainerStats wait_stats(bool clear = true);
 
   PpoLearner& learner() noexcept { return learner_; }
   Rollout& rollout() noexcept { return rollout_; }

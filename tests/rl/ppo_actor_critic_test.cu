@@ -142,6 +142,109 @@ TEST_F(PpoActorCriticTest, SkippedOutputsLeaveTheOtherUnchanged) {
   }
 }
 
+// The recurrent policy (trunk -> LSTM -> heads) over time-major sequences with initial states and
+// resets: every parameter's gradient against central finite differences.
+TEST_F(PpoActorCriticTest, RecurrentGradientsMatchFiniteDifferences) {
+  SCOPED_TRACE(seed_note());
+  for (const bool trunk : {true, false})
+    for (const bool shared : {false, true}) {
+      SCOPED_TRACE(std::string(trunk ? "trunk -> LSTM" : "LSTM on the observation") +
+                   (shared ? ", shared by actor and critic" : ", actor and critic each"));
+      PpoConfig c = small(shared, categorical(2, 3), trunk ? std::vector<std::int64_t>{6} : std::vector<std::int64_t>{},
+                          gpu::Activation::tanh);
+      c.lstm_hidden = 5;
+      const std::int64_t T = 4, M = 3, C = 4, rows = T * M;
+      ActorCritic net(c, C);
+      gpu::ParameterArena arena;
+      net.declare(arena);
+      arena.finalize(s());
+      std::mt19937_64 init_rng(seed_);
+      net.init(arena, init_rng, s());
+      net.bind(arena);
+      for (const auto& e : arena.entries())
+        test::upload_to(arena.params() + e.offset,
+                        test::random_uniform(static_cast<std::size_t>(e.numel), -0.6f, 0.6f, rng()), s());
+      gpu::DeviceBuffer<std::byte> ws_storage(net.sequence_workspace_bytes(T, M));
+      const models::Workspace ws{ws_storage.data(), M, false};
+      const std::int64_t W = net.head_width(), S = net.state_features();
+      ASSERT_EQ(S, shared ? 10 : 20);
+      const auto obs = test::random_uniform(static_cast<std::size_t>(rows * C), -1.f, 1.f, rng());
+      const auto state0 = test::random_uniform(static_cast<std::size_t>(M * S), -0.8f, 0.8f, rng());
+      std::vector<std::uint8_t> resets(static_cast<std::size_t>(rows), 0);
+      resets[2 * M + 1] = 1;  // environment 1 starts an episode at t = 2
+      const auto u = test::random_uniform(static_cast<std::size_t>(rows * W), -1.f, 1.f, rng());
+      const auto w = test::random_uniform(static_cast<std::size_t>(rows), -1.f, 1.f, rng());
+      auto d_obs = test::upload(obs, s()), d_s0 = test::upload(state0, s()), d_u = test::upload(u, s()),
+           d_w = test::upload(w, s());
+      auto d_resets = test::upload(resets, s());
+      gpu::DeviceBuffer<float> head(static_cast<std::size_t>(rows * W)), value(static_cast<std::size_t>(rows));
+      FH_CHECK(cudaMemsetAsync(arena.grads(), 0xFF, static_cast<std::size_t>(arena.padded_count()) * 4, s()));
+      net.forward_sequence(head.data(), value.data(), d_obs.data(), d_s0.data(), d_resets.data(), T, M, ws, lane());
+      net.backward_sequence(d_u.data(), d_w.data(), d_obs.data(), d_s0.data(), d_resets.data(), T, M, ws, lane());
+      const auto grads = test::download(arena.grads(), static_cast<std::size_t>(arena.padded_count()), s());
+      auto loss = [&] {
+        net.forward_sequence(head.data(), value.data(), d_obs.data(), d_s0.data(), d_resets.data(), T, M, ws, lane());
+        const auto h = test::download(head, s());
+        const auto v = test::download(value, s());
+        double L = 0;
+        for (std::size_t i = 0; i < h.size(); ++i) L += static_cast<double>(u[i]) * h[i];
+        for (std::size_t i = 0; i < v.size(); ++i) L += static_cast<double>(w[i]) * v[i];
+        return L;
+      };
+      double rms = 0;
+      for (const auto& e : arena.entries())
+        for (std::int64_t i = 0; i < e.numel; ++i)
+          rms += static_cast<double>(grads[e.offset + i]) * grads[e.offset + i];
+      rms = std::sqrt(rms / static_cast<double>(arena.count()));
+      int lstm_tensors = 0;
+      for (const auto& e : arena.entries()) {
+        lstm_tensors += e.name.find("lstm.") != std::string::npos ? 1 : 0;
+        for (std::int64_t i = 0; i < e.numel; ++i)
+          ASSERT_TRUE(std::isfinite(grads[e.offset + i])) << e.name << "[" << i << "] not written";
+        for (int k = 0; k < 4; ++k) {
+          const auto i = static_cast<std::int64_t>(rng()() % static_cast<std::uint64_t>(e.numel));
+          const double fd = test::central_difference(loss, arena.params() + e.offset, i, 1e-2f, s());
+          EXPECT_TRUE(test::fd_close(fd, grads[e.offset + i], 2e-2, 0.05 * rms)) << e.name << "[" << i << "]";
+        }
+      }
+      EXPECT_EQ(lstm_tensors, shared ? 3 : 6);
+    }
+}
+
+// Acting step by step (with the same resets) equals the sequence form the update trains on
+// (separate actor and critic LSTMs: both state planes carried).
+TEST_F(PpoActorCriticTest, RecurrentStepsEqualTheSequence) {
+  SCOPED_TRACE(seed_note());
+  PpoConfig c = small(false, gaussian(2), {8}, gpu::Activation::tanh);
+  c.lstm_hidden = 7;
+  const std::int64_t T = 6, M = 5, C = 3, rows = T * M;
+  Net n(c, C, M, seed_, s());
+  gpu::DeviceBuffer<std::byte> seq_storage(n.net.sequence_workspace_bytes(T, M));
+  const models::Workspace seq_ws{seq_storage.data(), M, false};
+  const std::int64_t W = n.net.head_width(), S = n.net.state_features();
+  const auto obs = test::random_uniform(static_cast<std::size_t>(rows * C), -1.f, 1.f, rng());
+  const auto state0 = test::random_uniform(static_cast<std::size_t>(M * S), -0.5f, 0.5f, rng());
+  std::vector<std::uint8_t> resets(static_cast<std::size_t>(rows), 0);
+  for (auto& r : resets) r = (rng()() % 5 == 0) ? 1 : 0;
+  auto d_obs = test::upload(obs, s()), d_s0 = test::upload(state0, s());
+  auto d_resets = test::upload(resets, s());
+  gpu::DeviceBuffer<float> head(static_cast<std::size_t>(rows * W)), value(static_cast<std::size_t>(rows));
+  n.net.forward_sequence(head.data(), value.data(), d_obs.data(), d_s0.data(), d_resets.data(), T, M, seq_ws, lane());
+  gpu::DeviceBuffer<float> state(static_cast<std::size_t>(M * S)), step_head(static_cast<std::size_t>(rows * W)),
+      step_value(static_cast<std::size_t>(rows));
+  test::poison(step_head, s());
+  test::poison(step_value, s());
+  FH_CHECK(cudaMemcpyAsync(state.data(), d_s0.data(), d_s0.bytes(), cudaMemcpyDeviceToDevice, s()));
+  for (std::int64_t t = 0; t < T; ++t)
+    n.net.step(step_head.data() + t * M * W, step_value.data() + t * M, state.data(), d_obs.data() + t * M * C,
+               d_resets.data() + t * M, M, n.ws, lane());
+  const auto a = test::download(head, s()), b = test::download(step_head, s());
+  const auto va = test::download(value, s()), vb = test::download(step_value, s());
+  std::vector<double> ad(a.begin(), a.end()), vad(va.begin(), va.end());
+  EXPECT_TRUE(test::all_close(b, ad, 1e-5, 1e-6));
+  EXPECT_TRUE(test::all_close(vb, vad, 1e-5, 1e-6));
+}
+
 // CleanRL's layer_init: orthogonal weights with gain sqrt(2) in the trunks, 0.01 on the policy
 // head, 1 on the value head, zero biases; the Gaussian log-std at init_log_std.
 TEST_F(PpoActorCriticTest, OrthogonalInitWithCleanRlGains) {
@@ -161,8 +264,9 @@ TEST_F(PpoActorCriticTest, OrthogonalInitWithCleanRlGains) {
     }
     ASSERT_EQ(e.shape.rank, 2);
     const std::int64_t rows = e.shape[0], cols = e.shape[1];
-    const double gain = e.name.rfind("policy.head", 0) == 0 ? 0.01 : e.name.rfind("value.head", 0) == 0 ? 1.0
-                                                                                                         : std::sqrt(2.0);
+    const double gain = e.name.rfind("policy.head", 0) == 0  ? 0.01
+                        : e.name.rfind("value.head", 0) == 0 ? 1.0
+                                                             : std::sqrt(2.0);
     // Orthonormal rows (rows <= cols) or columns, times gain: the Gram matrix of the shorter side.
     const bool by_rows = rows <= cols;
     const std::int64_t k = by_rows ? rows : cols, len = by_rows ? cols : rows;

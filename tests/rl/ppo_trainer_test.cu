@@ -1,8 +1,9 @@
 // PpoTrainer end to end on the device environments: the captured collection and update graphs
 // equal the same work enqueued eagerly (bitwise: parameters, Adam moments, rollout, counters) for
 // categorical (CartPole), multi-discrete (8 assets) and Gaussian (4 assets, continuous weights)
-// heads; the KL stop skips the remaining epochs' Adam steps; the learning rate anneals linearly
-// from the device counter; the steady state makes no device-to-host copy.
+// heads, feed-forward and recurrent; the KL stop skips the remaining epochs' Adam steps; the
+// learning rate anneals linearly from the device counter; the steady state makes no
+// device-to-host copy.
 #include "models/fd_support.hpp"
 
 #include <cstring>
@@ -59,10 +60,17 @@ bool bits_equal(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST_F(PpoTrainerTest, GraphReplayEqualsEagerWork) {
   SCOPED_TRACE(seed_note());
-  for (const std::string kind : {"cartpole", "ou8_correlated", "ou4_continuous"}) {
+  for (const std::string kind :
+       {"cartpole", "ou8_correlated", "ou4_continuous", "cartpole lstm", "ou4_continuous lstm"}) {
     SCOPED_TRACE(kind);
-    auto env_a = make_test_env(kind, 16), env_b = make_test_env(kind, 16);
-    const PpoConfig c = config_for(*env_a, seed_);
+    const bool lstm = kind.size() > 5 && kind.substr(kind.size() - 5) == " lstm";
+    const std::string env_kind = lstm ? kind.substr(0, kind.size() - 5) : kind;
+    auto env_a = make_test_env(env_kind, 16), env_b = make_test_env(env_kind, 16);
+    PpoConfig c = config_for(*env_a, seed_);
+    if (lstm) {
+      c.hidden = {16};
+      c.lstm_hidden = 12;
+    }
     PpoTrainer graphed(c, *env_a, lane()), eager(c, *env_b, lane());
     graphed.reset(seed_ + 1);
     eager.reset(seed_ + 1);
@@ -77,6 +85,10 @@ TEST_F(PpoTrainerTest, GraphReplayEqualsEagerWork) {
     EXPECT_EQ(test::download(graphed.learner().counters(), PpoLearner::kCounterCount, s()),
               test::download(eager.learner().counters(), PpoLearner::kCounterCount, s()));
     EXPECT_EQ(test::download(graphed.act_counter(), 1, s()), test::download(eager.act_counter(), 1, s()));
+    if (lstm) {
+      EXPECT_EQ(test::download(graphed.rollout().state, s()), test::download(eager.rollout().state, s()));
+      EXPECT_EQ(test::download(graphed.rollout().resets, s()), test::download(eager.rollout().resets, s()));
+    }
     const TrainerStats a = graphed.wait_stats(), b = eager.wait_stats();
     EXPECT_EQ(a.update.policy_loss, b.update.policy_loss);
     EXPECT_EQ(a.update.minibatches, b.update.minibatches);
@@ -104,8 +116,8 @@ TEST_F(PpoTrainerTest, KlStopSkipsTheRemainingEpochs) {
     for (int i = 0; i < 4; ++i) {
       t.iterate();
       const TrainerStats st = t.wait_stats();
-      const std::uint32_t want = target > 0 ? static_cast<std::uint32_t>(c.minibatches)
-                                            : static_cast<std::uint32_t>(c.epochs * c.minibatches);
+      const std::uint32_t want =
+          target > 0 ? static_cast<std::uint32_t>(c.minibatches) : static_cast<std::uint32_t>(c.epochs * c.minibatches);
       EXPECT_EQ(st.update.minibatches, want) << "update " << i;
       if (target > 0) EXPECT_GT(st.update.approx_kl, target);
       adam_steps += st.update.minibatches;
