@@ -45,7 +45,8 @@ struct PpoGreedyPolicy::Impl {
   gpu::ParameterArena arena;
   rl::ppo::ActorCritic net;
   models::OwnedWorkspace ws;
-  gpu::DeviceBuffer<float> head;
+  gpu::DeviceBuffer<float> head, state;
+  gpu::DeviceBuffer<std::uint8_t> reset_all;
 };
 
 PpoGreedyPolicy::PpoGreedyPolicy(const RunConfig& config, const fs::path& config_file, const rl::VecEnv& env,
@@ -68,6 +69,11 @@ PpoGreedyPolicy::PpoGreedyPolicy(const RunConfig& config, const fs::path& config
   const std::int64_t n = env.num_envs();
   m.ws.storage = gpu::DeviceBuffer<std::byte>(m.net.workspace_bytes(n));
   m.ws.view = models::Workspace{m.ws.storage.data(), n, false};
+  if (m.net.recurrent()) {
+    m.state = gpu::DeviceBuffer<float>(static_cast<std::size_t>(n * m.net.state_features()));
+    m.reset_all = gpu::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(n));
+    FH_CHECK(cudaMemsetAsync(m.reset_all.data(), 1, m.reset_all.bytes(), lane.stream));
+  }
 }
 
 PpoGreedyPolicy::~PpoGreedyPolicy() = default;
@@ -76,7 +82,11 @@ void PpoGreedyPolicy::act(const EvalActions& actions, const float* obs, std::int
                           cudaStream_t stream) {
   Impl& m = *impl_;
   FH_EXPECT(stream == m.lane.stream, "PpoGreedyPolicy::act: stream must be the policy's lane stream");
-  m.net.forward(m.head.data(), nullptr, obs, rows, m.ws.view, m.lane);
+  if (m.net.recurrent())
+    m.net.step(m.head.data(), nullptr, m.state.data(), obs, step == 0 ? m.reset_all.data() : nullptr, rows,
+               m.ws.view, m.lane);
+  else
+    m.net.forward(m.head.data(), nullptr, obs, rows, m.ws.view, m.lane);
   rl::ppo::greedy_actions(actions.discrete, actions.continuous, m.head.data(), rows, m.config.head, stream);
 }
 

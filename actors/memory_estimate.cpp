@@ -38,8 +38,10 @@ MemoryEstimate estimate_ppo_memory(const RunConfig& c, const EnvShape& env) {
   const auto rows = static_cast<std::size_t>(pc.batch_rows()), mb = static_cast<std::size_t>(pc.minibatch_rows());
   const auto C = static_cast<std::size_t>(env.obs_dim), W = static_cast<std::size_t>(pc.head.width());
   const std::size_t rollout = rows * (2 * C + 10 + static_cast<std::size_t>(pc.head.action_width())) * sizeof(float);
-  const std::size_t act_ws = net.workspace_bytes(pc.batch_rows());
-  const std::size_t train_ws = net.workspace_bytes(pc.minibatch_rows());
+  const std::size_t act_ws = pc.recurrent() ? net.workspace_bytes(pc.num_envs) : net.workspace_bytes(pc.batch_rows());
+  const std::size_t train_ws = pc.recurrent()
+                                   ? net.sequence_workspace_bytes(pc.rollout_steps, pc.num_envs / pc.minibatches)
+                                   : net.workspace_bytes(pc.minibatch_rows());
   m.learner = 4 * P + act_ws + train_ws + mb * (C + 2 * W + 10) * sizeof(float) + rows * sizeof(std::int32_t);
   m.collector = rollout + env.state_bytes();
   m.fixed = gpu::DeviceContext::kDefaultWorkspace + kGraphAllowanceBytes;

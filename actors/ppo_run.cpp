@@ -39,8 +39,12 @@ std::int64_t iterations_of(const RunConfig& c) {
 std::vector<DeviceSpan> ppo_state_spans(rl::ppo::PpoTrainer& t) {
   rl::ppo::Rollout& r = t.rollout();
   std::vector<DeviceSpan> spans{{"next_obs", r.next_obs.data(), r.next_obs.bytes()}};
-  spans.push_back({"learner_counters", t.learner().counters(),
-                   (rl::ppo::PpoLearner::kCounterCount + 1) * sizeof(std::uint64_t)});
+  if (!r.state.empty()) {
+    spans.push_back({"lstm_state", r.state.data(), r.state.bytes()});
+    spans.push_back({"last_done", r.last_done.data(), r.last_done.bytes()});
+  }
+  spans.push_back(
+      {"learner_counters", t.learner().counters(), (rl::ppo::PpoLearner::kCounterCount + 1) * sizeof(std::uint64_t)});
   spans.push_back({"act_counter", t.act_counter(), sizeof(std::uint64_t)});
   return spans;
 }
@@ -72,9 +76,10 @@ PpoConfig ppo_config(const RunConfig& c, const EnvShape& env) {
   p.hidden = c.learner.hidden;
   p.activation = c.learner.activation == "relu" ? gpu::Activation::relu : gpu::Activation::tanh;
   p.shared_trunk = c.learner.shared_trunk;
+  p.lstm_hidden = c.learner.lstm_hidden;
   p.math = parse_math(c.learner.math);
-  p.head = rl::ppo::head_for(env.action, c.learner.action_bound == "tanh" ? rl::ppo::HeadShape::Bound::tanh
-                                                                          : rl::ppo::HeadShape::Bound::clip);
+  p.head = rl::ppo::head_for(
+      env.action, c.learner.action_bound == "tanh" ? rl::ppo::HeadShape::Bound::tanh : rl::ppo::HeadShape::Bound::clip);
   p.init_log_std = static_cast<float>(c.learner.init_log_std);
   p.epochs = static_cast<int>(c.learner.epochs);
   p.minibatches = static_cast<int>(c.learner.minibatches);
@@ -100,6 +105,10 @@ PpoConfig ppo_config(const RunConfig& c, const EnvShape& env) {
 std::vector<std::pair<std::string, std::size_t>> ppo_state_arrays(const RunConfig& c, const EnvShape& env) {
   const auto n = static_cast<std::size_t>(c.env.num_envs);
   std::vector<std::pair<std::string, std::size_t>> a{{"next_obs", n * env.obs_dim * sizeof(float)}};
+  if (c.learner.lstm_hidden > 0) {
+    a.emplace_back("lstm_state", n * 2 * static_cast<std::size_t>(c.learner.lstm_hidden) * sizeof(float));
+    a.emplace_back("last_done", n);
+  }
   a.emplace_back("learner_counters", (rl::ppo::PpoLearner::kCounterCount + 1) * sizeof(std::uint64_t));
   a.emplace_back("act_counter", sizeof(std::uint64_t));
   return a;
@@ -150,13 +159,15 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
   ProgressReporter reporter(cfg, req.run_dir, req.console);
   const auto t0 = std::chrono::steady_clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  const double interval = static_cast<double>(cfg.logging.progress_interval_ms) / 1000.0;
-  double last_publish = -1e9;
+  // Windows of episode statistics end at fixed iterations (about 10k env steps each), never on
+  // the wall clock: the environments' statistics are part of a checkpoint, so a resumed run must
+  // clear them where the uninterrupted one does.
+  const std::int64_t stats_every = std::max<std::int64_t>(1, (10'000 + rows - 1) / rows);
   std::int64_t checkpoints = 0;
-  std::int64_t next_checkpoint = cfg.checkpoint.every_env_steps > 0
-                                     ? (trainer.env_steps() / cfg.checkpoint.every_env_steps + 1) *
-                                           cfg.checkpoint.every_env_steps
-                                     : -1;
+  std::int64_t next_checkpoint =
+      cfg.checkpoint.every_env_steps > 0
+          ? (trainer.env_steps() / cfg.checkpoint.every_env_steps + 1) * cfg.checkpoint.every_env_steps
+          : -1;
   auto report = [&](const rl::ppo::TrainerStats& st) {
     ProgressSnapshot snap;
     snap.counters.env_steps = trainer.env_steps();
@@ -178,11 +189,11 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
         break;
       }
       trainer.iterate();
-      if (seconds() - last_publish >= interval) {
-        trainer.publish_stats();
-        last_publish = seconds();
-      }
       rl::ppo::TrainerStats st;
+      if (trainer.iterations() % stats_every == 0) {
+        if (trainer.stats_pending()) report(trainer.wait_stats());
+        trainer.publish_stats();
+      }
       if (trainer.poll_stats(st)) report(st);
       if (next_checkpoint > 0 && trainer.env_steps() >= next_checkpoint && trainer.iterations() < total_iterations) {
         const fs::path dir = checkpoint();
@@ -193,7 +204,8 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
     }
     if (result.outcome.kind == RunOutcome::Kind::completed)
       result.outcome.reason = "reached the configured number of environment steps";
-    report(trainer.wait_stats());
+    if (trainer.stats_pending()) report(trainer.wait_stats());
+    report(trainer.wait_stats(false));  // the last window stays open: a resumed run continues it
   } catch (const std::exception& e) {
     result.outcome = {RunOutcome::Kind::failed, e.what()};
   }

@@ -6,8 +6,8 @@
 // A PPO checkpoint directory holds
 //   learner.safetensors   the networks and Adam's moments (gpu::ParameterArena)
 //   ppo.state             the trainer's device state: the observation after the last step, the
-//                         learner's counters (updates, Adam steps, permutation draws) and the
-//                         sampling counter
+//                         LSTM state and last dones (recurrent), the learner's counters (updates,
+//                         Adam steps, permutation draws) and the sampling counter
 //   env.state             the environments (actors/env_state.hpp)
 //   counters.json         env_steps (iterations x num_envs x rollout_steps) and updates
 // so a resumed run continues bitwise where the checkpoint was taken.

@@ -25,7 +25,7 @@ constexpr const char* kPpoOnlyKeys[] = {
     "learner.rollout_steps", "learner.epochs",     "learner.minibatches",  "learner.gamma",
     "learner.gae_lambda",    "learner.clip",       "learner.clip_value",   "learner.ent_coef",
     "learner.vf_coef",       "learner.normalize_advantages", "learner.target_kl", "learner.shared_trunk",
-    "learner.math",          "learner.init_log_std", "learner.action_bound"};
+    "learner.lstm_hidden",   "learner.math",       "learner.init_log_std", "learner.action_bound"};
 
 // PPO's defaults for the keys it shares with DQN (CleanRL's ppo.py): RunConfig holds DQN's, so a
 // file with learner.kind = "ppo" gets these for the keys it does not give.
@@ -48,6 +48,9 @@ constexpr const char* kPipelineKeys[] = {"pipeline.replay_ratio", "pipeline.lear
 
 void read_ppo_relations(config::Reader& r, const RunConfig& c) {
   const std::int64_t rows = c.env.num_envs * c.learner.rollout_steps;
+  if (c.learner.lstm_hidden > 0)
+    r.relation(c.env.num_envs % c.learner.minibatches == 0, "learner.minibatches", "env.num_envs",
+               "a recurrent policy trains on whole sequences: env.num_envs must be a multiple of learner.minibatches");
   r.relation(rows % c.learner.minibatches == 0, "learner.minibatches", "learner.rollout_steps",
                "env.num_envs x learner.rollout_steps (" + std::to_string(rows) +
                    ") must be a multiple of learner.minibatches");
@@ -144,6 +147,7 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file) {
   r.boolean("normalize_advantages", c.learner.normalize_advantages);
   r.number("target_kl", c.learner.target_kl, Range::closed(0.0, 100.0));
   r.boolean("shared_trunk", c.learner.shared_trunk);
+  r.integer("lstm_hidden", c.learner.lstm_hidden, 0, 4096);
   r.choice("math", c.learner.math, {"fp32", "tf32", "bf16"});
   r.number("init_log_std", c.learner.init_log_std, Range::closed(-20.0, 5.0));
   r.choice("action_bound", c.learner.action_bound, {"clip", "tanh"});
