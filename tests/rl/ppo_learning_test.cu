@@ -6,7 +6,9 @@
 //     log return x 100 as the reward): the greedy policy's mean episode Sharpe net of costs
 //     reaches half the OU oracle's and beats buy-and-hold on the same fresh episodes;
 //   continuous target weights on 4 OU assets (configs/markets/ou4_continuous.toml, a Gaussian
-//     head): a positive Sharpe above buy-and-hold's and random's.
+//     head): a positive Sharpe above buy-and-hold's and random's;
+//   CartPole-v1 without its velocities: an LSTM policy reaches 475, a feed-forward one does not;
+//   CartPole and both markets again with bf16 GEMMs.
 // Only the episode statistics leave the device, through the exit module.
 #include "models/fd_support.hpp"
 
@@ -21,6 +23,7 @@
 #include "rl/envs/market.hpp"
 #include "rl/envs/market_config.hpp"
 #include "rl/envs/market_policies.hpp"
+#include "rl/envs/obs_filter.hpp"
 #include "rl/ppo/trainer.hpp"
 #include "tests/support/paths.hpp"
 
@@ -29,18 +32,43 @@ namespace {
 
 class PpoLearning : public test::LaneTest {};
 
-// CleanRL ppo.py on CartPole-v1; returns the step count at which the mean return of the last
-// >= 100 episodes (whole chunks of 20 iterations) first reached 475, or -1.
-std::int64_t cartpole_solved_at(std::uint64_t seed, gpu::BlasLane lane, double* best) {
-  CartPoleEnv env(4);
+// CleanRL's ppo.py configuration on CartPole-v1 (PpoConfig's defaults).
+PpoConfig cleanrl_cartpole(gpu::LinearMath math) {
   PpoConfig c;
   c.num_envs = 4;
   c.rollout_steps = 128;
-  c.head = head_for(env.action_space());
+  c.math = math;
+  return c;
+}
+
+// CartPole-v1 without the velocities (observation columns 0 and 2): a recurrent policy (no
+// trunk, LSTM 64, lr 1e-3, no entropy bonus) on 32 environments x 128 steps, sequences of 8
+// environments per minibatch; or the same network shape without memory.
+PpoConfig novel_cartpole(bool lstm) {
+  PpoConfig c;
+  c.num_envs = 32;
+  c.rollout_steps = 128;
+  c.lr = 1e-3f;
+  c.ent_coef = 0.f;
+  if (lstm) {
+    c.hidden = {};
+    c.lstm_hidden = 64;
+  }
+  return c;
+}
+
+// Trains on CartPole (columns: the observation columns shown, empty: all) for total_steps and
+// returns the step count at which the mean return of the last >= 100 episodes (whole chunks of
+// 20 iterations) first reached 475, or -1.
+std::int64_t cartpole_solved_at(PpoConfig c, std::vector<std::int32_t> columns, std::int64_t total_steps,
+                                std::uint64_t seed, gpu::BlasLane lane, double* best) {
+  std::unique_ptr<VecEnv> env = std::make_unique<CartPoleEnv>(c.num_envs);
+  if (!columns.empty()) env = std::make_unique<ObservationFilter>(std::move(env), std::move(columns), lane.stream);
+  c.head = head_for(env->action_space());
   c.seed = seed;
-  const std::int64_t iterations = 500000 / c.batch_rows();
+  const std::int64_t iterations = total_steps / c.batch_rows();
   c.anneal_iterations = iterations;
-  PpoTrainer t(c, env, lane);
+  PpoTrainer t(c, *env, lane);
   t.reset(seed);
   struct Chunk {
     double episodes, return_sum;
@@ -49,6 +77,7 @@ std::int64_t cartpole_solved_at(std::uint64_t seed, gpu::BlasLane lane, double* 
   std::int64_t solved = -1;
   *best = 0;
   std::string curve;
+  std::int64_t next_point = 100000;
   for (std::int64_t i = 1; i <= iterations; ++i) {
     t.iterate();
     if (i % 20 != 0 && i != iterations) continue;
@@ -63,7 +92,8 @@ std::int64_t cartpole_solved_at(std::uint64_t seed, gpu::BlasLane lane, double* 
     const double mean = w.return_sum / w.episodes;
     *best = std::max(*best, mean);
     if (solved < 0 && mean >= 475.0) solved = t.env_steps();
-    if (i % 200 == 0) {
+    if (t.env_steps() >= next_point) {
+      next_point += 100000;
       char point[16];
       std::snprintf(point, sizeof point, " %.0f", mean);
       curve += point;
@@ -77,9 +107,31 @@ std::int64_t cartpole_solved_at(std::uint64_t seed, gpu::BlasLane lane, double* 
 TEST_F(PpoLearning, CartPoleCleanRlSettings) {
   for (std::uint64_t seed : {1ull, 2ull, 3ull}) {
     double best = 0;
-    EXPECT_GE(cartpole_solved_at(seed, lane(), &best), 0)
+    EXPECT_GE(cartpole_solved_at(cleanrl_cartpole(gpu::LinearMath::fp32), {}, 500000, seed, lane(), &best), 0)
         << "seed " << seed << ": the mean over 100 episodes never reached 475 (best " << best << ")";
   }
+}
+
+// The same with every GEMM in bf16 (f32 master weights and accumulation).
+TEST_F(PpoLearning, CartPoleCleanRlSettingsBf16) {
+  for (std::uint64_t seed : {1ull, 2ull, 3ull}) {
+    double best = 0;
+    EXPECT_GE(cartpole_solved_at(cleanrl_cartpole(gpu::LinearMath::bf16), {}, 500000, seed, lane(), &best), 0)
+        << "seed " << seed << ": the mean over 100 episodes never reached 475 (best " << best << ")";
+  }
+}
+
+// Memory makes the difference: the LSTM policy solves CartPole without velocities, the
+// feed-forward one of the same budget does not.
+TEST_F(PpoLearning, CartPoleNoVelocityNeedsTheLstm) {
+  for (std::uint64_t seed : {1ull, 2ull, 3ull}) {
+    double best = 0;
+    EXPECT_GE(cartpole_solved_at(novel_cartpole(true), {0, 2}, 1000000, seed, lane(), &best), 0)
+        << "seed " << seed << ": the LSTM policy's mean over 100 episodes never reached 475 (best " << best << ")";
+  }
+  double mlp_best = 0;
+  EXPECT_LT(cartpole_solved_at(novel_cartpole(false), {0, 2}, 1000000, 1, lane(), &mlp_best), 0);
+  EXPECT_LT(mlp_best, 475.0) << "the feed-forward policy solved CartPole without velocities";
 }
 
 // ---- markets ---------------------------------------------------------------------------------
@@ -177,26 +229,36 @@ PpoConfig market_ppo() {
   return c;
 }
 
+// fp32 and bf16 GEMMs, 3 seeds each.
 TEST_F(PpoLearning, OuMarketBeatsHalfOracleAndBuyAndHold) {
   const MarketConfig mc = market("ou_mean_reversion.toml", true);
-  for (std::uint64_t seed : {1ull, 2ull, 3ull}) {
-    const Scores o = train_market(mc, market_ppo(), 4'000'000, seed, lane());
-    EXPECT_GT(o.oracle, 0.0) << "seed " << seed;
-    EXPECT_GE(o.greedy, 0.5 * o.oracle) << "seed " << seed;
-    EXPECT_GT(o.greedy, o.hold) << "seed " << seed;
+  for (gpu::LinearMath math : {gpu::LinearMath::fp32, gpu::LinearMath::bf16}) {
+    PpoConfig c = market_ppo();
+    c.math = math;
+    for (std::uint64_t seed : {1ull, 2ull, 3ull}) {
+      const Scores o = train_market(mc, c, 4'000'000, seed, lane());
+      const char* m = math == gpu::LinearMath::bf16 ? " (bf16)" : "";
+      EXPECT_GT(o.oracle, 0.0) << "seed " << seed << m;
+      EXPECT_GE(o.greedy, 0.5 * o.oracle) << "seed " << seed << m;
+      EXPECT_GT(o.greedy, o.hold) << "seed " << seed << m;
+    }
   }
 }
 
 TEST_F(PpoLearning, ContinuousWeightsOnFourAssetsPositiveSharpe) {
   const MarketConfig mc = market("ou4_continuous.toml", false);
-  PpoConfig c = market_ppo();
-  c.ent_coef = 0.f;
-  c.init_log_std = -0.5f;
-  for (std::uint64_t seed : {1ull, 2ull, 3ull}) {
-    const Scores o = train_market(mc, c, 4'000'000, seed, lane());
-    EXPECT_GT(o.greedy, 0.0) << "seed " << seed;
-    EXPECT_GT(o.greedy, o.hold) << "seed " << seed;
-    EXPECT_GT(o.greedy, o.random) << "seed " << seed;
+  for (gpu::LinearMath math : {gpu::LinearMath::fp32, gpu::LinearMath::bf16}) {
+    PpoConfig c = market_ppo();
+    c.ent_coef = 0.f;
+    c.init_log_std = -0.5f;
+    c.math = math;
+    for (std::uint64_t seed : {1ull, 2ull, 3ull}) {
+      const Scores o = train_market(mc, c, 4'000'000, seed, lane());
+      const char* m = math == gpu::LinearMath::bf16 ? " (bf16)" : "";
+      EXPECT_GT(o.greedy, 0.0) << "seed " << seed << m;
+      EXPECT_GT(o.greedy, o.hold) << "seed " << seed << m;
+      EXPECT_GT(o.greedy, o.random) << "seed " << seed << m;
+    }
   }
 }
 
