@@ -130,8 +130,8 @@ std::vector<Baseline> run_baselines(const std::filesystem::path& script) {
   while (std::fgets(line, sizeof line, p)) {
     char impl[64], scenario[64];
     Baseline b;
-    if (std::sscanf(line, "RESULT %63s %63s seconds=%lf sps=%lf final_return=%lf", impl, scenario, &b.seconds,
-                    &b.sps, &b.final_return) == 5) {
+    if (std::sscanf(line, "RESULT %63s %63s seconds=%lf sps=%lf final_return=%lf", impl, scenario, &b.seconds, &b.sps,
+                    &b.final_return) == 5) {
       b.impl = impl;
       b.scenario = scenario;
       out.push_back(b);
@@ -180,9 +180,8 @@ int main(int argc, char** argv) {
   const auto base = run_baselines(script);
 
   bench::print_rule(132);
-  std::printf("%-20s %9s %9s %12s %8s %9s %12s %8s %9s %12s %8s %7s %7s\n", "scenario", "ours s", "floor s",
-              "ours SPS", "return", "torch s", "torch SPS", "return", "jax s", "jax SPS", "return", "x torch",
-              "x jax");
+  std::printf("%-20s %9s %9s %12s %8s %9s %12s %8s %9s %12s %8s %7s %7s\n", "scenario", "ours s", "floor s", "ours SPS",
+              "return", "torch s", "torch SPS", "return", "jax s", "jax SPS", "return", "x torch", "x jax");
   bench::print_rule(132);
   for (std::size_t i = 0; i < scenarios.size(); ++i) {
     const Result& f = fox[i];
