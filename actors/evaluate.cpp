@@ -177,6 +177,19 @@ EvalPlan plan_eval(const EvalRequest& req) {
   if (first.config.env.kind != "market" && (req.cost_multipliers.size() != 1 || req.cost_multipliers[0] != 1.0))
     throw std::invalid_argument("--cost-multipliers: env.kind = \"" + first.config.env.kind +
                                 "\" has no trading costs; allowed: 1 (the default)");
+  if (first.config.env.kind == "market") {
+    const rl::MarketConfig mc = market_config(first.config);
+    const bool split_market = mc.process == rl::PriceProcess::replay && mc.split.given;
+    plan.split = req.split ? *req.split : (split_market ? rl::Split::test : rl::Split::train);
+    try {
+      (void)rl::split_market(mc, plan.split);
+    } catch (const rl::ConfigError& e) {
+      throw std::invalid_argument(std::string("--split ") + rl::to_string(plan.split) + ": " + e.what());
+    }
+  } else if (req.split && *req.split != rl::Split::train) {
+    throw std::invalid_argument(std::string("--split ") + rl::to_string(*req.split) + ": env.kind = \"" +
+                                first.config.env.kind + "\" is not split by time; allowed: train");
+  }
   plan.episodes = req.episodes;
   plan.seed = req.seed ? *req.seed : eval_seed(first.config.run.seed);
   plan.cost_multipliers = req.cost_multipliers;
@@ -194,9 +207,10 @@ rl::MarketConfig scale_costs(rl::MarketConfig c, double m) {
   return c;
 }
 
-// The market environment of an evaluation run (the one place that builds it).
+// The market environment of an evaluation run (the one place that builds it): mc is already the
+// evaluated part (rl::split_market); a replay market's bars are loaded here.
 std::unique_ptr<rl::MarketEnv> make_eval_market(const rl::MarketConfig& mc, std::int64_t n) {
-  return std::make_unique<rl::MarketEnv>(mc, n);
+  return rl::make_market_env(mc, n);
 }
 
 // Device record of one run: the trace arrays for N environments and T steps.
@@ -410,7 +424,8 @@ EvalReport evaluate(const EvalPlan& plan) {
     return out;
   }
 
-  const rl::MarketConfig mc = market_config(cfg);
+  const rl::MarketConfig mc = rl::split_market(market_config(cfg), plan.split);
+  out.split = plan.split;
   out.steps = mc.episode_length;
   rep.steps = out.steps;
   rep.market = cfg.env.market;
@@ -494,9 +509,10 @@ std::string ci(const report::Interval& i, bool percent) {
 std::string format_eval_table(const EvalReport& r) {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "%lld environments x %lld steps, eval seed %llu\n",
+  std::snprintf(line, sizeof line, "%lld environments x %lld steps, eval seed %llu%s%s\n",
                 static_cast<long long>(r.episodes), static_cast<long long>(r.steps),
-                static_cast<unsigned long long>(r.seed));
+                static_cast<unsigned long long>(r.seed), r.split == rl::Split::train ? "" : ", split ",
+                r.split == rl::Split::train ? "" : rl::to_string(r.split));
   out += line;
   const report::Report& rep = r.report;
   if (rep.checkpoints.size() > 1)

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "actors/run_config.hpp"
+#include "rl/envs/market_config.hpp"
 #include "report/report.hpp"
 #include "rl/envs/episode_stats.hpp"
 
@@ -31,6 +32,9 @@ struct EvalRequest {
   std::optional<std::uint64_t> seed;             // --seed: default eval_seed(run.seed of the first checkpoint)
   std::vector<double> cost_multipliers = {1.0};  // --cost-multipliers
   std::optional<std::filesystem::path> report_dir;  // --report-dir
+  // --split: the part of a replay market's [split] replayed; default test when the market has a
+  // [split], else the whole market (train: simulated markets and CartPole have no other part).
+  std::optional<rl::Split> split;
 };
 
 struct EvalTarget {
@@ -44,6 +48,7 @@ struct EvalPlan {
   std::int64_t episodes = 0;
   std::uint64_t seed = 0;
   std::vector<double> cost_multipliers;
+  rl::Split split = rl::Split::train;
   // --report-dir, else <the multi-seed parent>/eval when the first --checkpoint was one, else
   // <first checkpoint directory>/eval.
   std::filesystem::path report_dir;
@@ -75,6 +80,7 @@ struct EvalReport {
   std::int64_t episodes = 0;  // environments run
   std::int64_t steps = 0;     // steps each environment ran
   std::uint64_t seed = 0;
+  rl::Split split = rl::Split::train;  // the part of a replay market evaluated
   // Per cost multiplier: each checkpoint's policy, then buy_and_hold, flat, ou_oracle (OU
   // markets), random.
   std::vector<EvalRow> rows;

@@ -18,7 +18,7 @@ using namespace foxhunt::actors;
 namespace {
 struct EvalArgs {
   std::vector<std::string> checkpoints;
-  std::string config, cost_multipliers = "1", report_dir;
+  std::string config, cost_multipliers = "1", report_dir, split;
   std::int64_t episodes = 100;
   std::uint64_t seed = 0;
 };
@@ -59,6 +59,9 @@ void add_eval_command(CLI::App& app, Console& io) {
           ->check(CLI::Validator(unsigned_integer, "UINT64"));
   e->add_option("--cost-multipliers", args->cost_multipliers,
                 "fees, half-spread and slippage scaled by each, one report row each (default 1), e.g. 0,1,2,5");
+  e->add_option("--split", args->split,
+                "part of a replay market's [split] to replay: train, validation or test (default: test when the "
+                "market has a [split], else the whole market)");
   e->add_option("--report-dir", args->report_dir,
                 "where report.json, equity.csv, report.html go (default: <checkpoint>/eval)");
   e->callback([args, seed, &io] {
@@ -70,6 +73,11 @@ void add_eval_command(CLI::App& app, Console& io) {
     if (!args->report_dir.empty()) req.report_dir = args->report_dir;
     EvalPlan plan;
     try {
+      if (!args->split.empty()) try {
+          req.split = rl::parse_split(args->split);
+        } catch (const std::invalid_argument& ex) {
+          throw std::invalid_argument(std::string("--split: ") + ex.what());
+        }
       req.cost_multipliers = parse_cost_multipliers(args->cost_multipliers);
       plan = plan_eval(req);
     } catch (const std::invalid_argument& ex) {

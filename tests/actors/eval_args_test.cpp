@@ -230,3 +230,32 @@ TEST(EvalArgsTest, CheckpointsOnDifferentMarketsAreRefused) {
   }
   fs::remove_all(root);
 }
+
+// --split: a replay market with [split] evaluates its test part by default; a part the market
+// does not have, or any part but train of a simulated market or CartPole, is refused naming it.
+TEST(EvalArgsTest, SplitDefaultsToTestAndRefusesMissingParts) {
+  const fs::path root = temp_root("split");
+  fs::remove_all(root);
+  {
+    FakeRun bars(true, false, market_env("example_bars.toml"), root / "bars");
+    EvalRequest req;
+    req.checkpoints = {bars.dir};
+    EXPECT_EQ(plan_eval(req).split, foxhunt::rl::Split::test);
+    req.split = foxhunt::rl::Split::validation;
+    EXPECT_EQ(plan_eval(req).split, foxhunt::rl::Split::validation);
+
+    FakeRun ou(true, false, market_env("ou_mean_reversion.toml"), root / "ou");
+    EvalRequest sim;
+    sim.checkpoints = {ou.dir};
+    EXPECT_EQ(plan_eval(sim).split, foxhunt::rl::Split::train);
+    sim.split = foxhunt::rl::Split::test;
+    expect_rejected(sim, {"--split test", "only replay markets"});
+
+    FakeRun cp;
+    EvalRequest cart;
+    cart.checkpoints = {cp.dir};
+    cart.split = foxhunt::rl::Split::validation;
+    expect_rejected(cart, {"--split validation", "cartpole", "allowed: train"});
+  }
+  fs::remove_all(root);
+}
