@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "actors/gpu_replay_stage.hpp"
+#include "actors/evaluate.hpp"
 #include "actors/train_run.hpp"
 #include "rl/envs/market_config.hpp"
 #include "rl/envs/ohlcv_csv.hpp"
@@ -185,6 +186,28 @@ TEST_F(WalkForward, TrainingIsBitwiseUnchangedWhenEveryBarPastTheTrainPartChange
     }
   EXPECT_FALSE(bytes_of(a / "learner.online.safetensors") == bytes_of(c / "learner.online.safetensors"))
       << "a change of train bars left the weights unchanged: the comparison cannot see the data";
+}
+
+// `foxhunt eval --split`: the same weights on the two CSVs score the same on the train part and
+// differently on the test part, whose bars differ (the default split of a market with [split]).
+TEST_F(WalkForward, EvalReplaysTheChosenPart) {
+  const fs::path a = train("a", daily_bars(kBars)), b = train("b", daily_bars(kTrainEnd));
+  ASSERT_FALSE(a.empty() || b.empty());
+  auto greedy_return = [](const fs::path& ckpt, std::optional<rl::Split> split) {
+    EvalRequest req;
+    req.checkpoints = {ckpt};
+    req.episodes = 8;
+    req.split = split;
+    const EvalPlan plan = plan_eval(req);
+    const EvalReport r = evaluate(plan);
+    EXPECT_EQ(r.split, split ? *split : rl::Split::test);
+    for (const auto& row : r.rows)
+      if (row.policy == "greedy") return row.stats.mean_total_return;
+    ADD_FAILURE() << "no greedy row";
+    return 0.0;
+  };
+  EXPECT_EQ(greedy_return(a, rl::Split::train), greedy_return(b, rl::Split::train));
+  EXPECT_NE(greedy_return(a, std::nullopt), greedy_return(b, std::nullopt));
 }
 
 }  // namespace
