@@ -6,7 +6,8 @@
 //     without velocities (its LSTM state and dones in ppo.state). The learning rate is constant
 //     (lr_end = lr): the anneal spans a run's own length;
 //   the shipped market configs train and their final checkpoints evaluate:
-//     configs/ppo_market.toml: the greedy Sharpe reaches half the OU oracle's, above buy-and-hold;
+//     configs/ppo_market.toml, over 4,096 paths: the greedy Sharpe reaches half the OU oracle's,
+//     above buy-and-hold, and buy-and-hold's correlation to the reference (itself) reads 1;
 //     configs/ppo_continuous_4asset.toml: positive, above buy-and-hold and random.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -107,8 +108,8 @@ const EvalRow& row(const EvalReport& r, const std::string& policy) {
   throw std::runtime_error("no row " + policy);
 }
 
-// Trains the shipped config to its end and evaluates the final checkpoint on 128 episodes.
-EvalReport train_and_evaluate(const std::string& config, const fs::path& dir) {
+// Trains the shipped config to its end and evaluates the final checkpoint on `episodes` paths.
+EvalReport train_and_evaluate(const std::string& config, const fs::path& dir, std::int64_t episodes = 128) {
   TrainRequest req;
   req.config = load_run_config(test::configs_dir() / (config + ".toml"));
   req.config.checkpoint.every_env_steps = 0;
@@ -118,7 +119,7 @@ EvalReport train_and_evaluate(const std::string& config, const fs::path& dir) {
   EXPECT_EQ(out.result.outcome.kind, RunOutcome::Kind::completed) << out.result.outcome.reason;
   EvalRequest ereq;
   ereq.checkpoints = {req.run_dir};
-  ereq.episodes = 128;
+  ereq.episodes = episodes;
   const EvalReport report = evaluate(plan_eval(ereq));
   std::printf("%s: %lld env steps, %lld updates\n%s", config.c_str(),
               static_cast<long long>(out.result.counters.env_steps),
@@ -126,8 +127,14 @@ EvalReport train_and_evaluate(const std::string& config, const fs::path& dir) {
   return report;
 }
 
+// Over 4,096 fresh paths; buy-and-hold's correlation to itself (the reference) reads 1.
 TEST_F(PpoRun, ShippedMarketConfigReachesHalfTheOracleSharpe) {
-  const EvalReport r = train_and_evaluate("ppo_market", dir_);
+  const EvalReport r = train_and_evaluate("ppo_market", dir_, 4096);
+  EXPECT_EQ(r.episodes, 4096);
+  const int corr = report::column_index(r.report, "corr_reference");
+  ASSERT_GE(corr, 0);
+  for (std::size_t i = 0; i < r.rows.size(); ++i)
+    if (r.rows[i].policy == "buy_and_hold") EXPECT_NEAR(r.report.runs[i].summary[corr].mean, 1.0, 1e-6);
   const double greedy = row(r, "greedy").stats.mean_sharpe, oracle = row(r, "ou_oracle").stats.mean_sharpe;
   EXPECT_GT(oracle, 0.0);
   EXPECT_GE(greedy, 0.5 * oracle);
