@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <stdexcept>
 #include <utility>
@@ -19,6 +20,7 @@
 #include "rl/envs/cartpole.hpp"
 #include "rl/envs/market.hpp"
 #include "rl/envs/market_policies.hpp"
+#include "rl/envs/ohlcv_csv.hpp"
 #include "rl/eval/metrics.hpp"
 
 namespace foxhunt::actors {
@@ -205,6 +207,24 @@ rl::MarketConfig scale_costs(rl::MarketConfig c, double m) {
   c.half_spread_bps *= m;
   c.slippage *= m;
   return c;
+}
+
+// "test part: bars 3115-3650, 2019-12-02 to 2021-12-31": the bars a replay market's part reads
+// (the first market.window of them are the observation's history).
+std::string describe_bars(const rl::MarketConfig& mc) {
+  const rl::OhlcvData d = rl::load_ohlcv(mc);
+  auto date = [](std::int64_t seconds) {
+    const std::time_t t = static_cast<std::time_t>(seconds);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+    return std::string(buf);
+  };
+  std::string s = std::string(rl::to_string(mc.replay_split)) + " part: bars " + std::to_string(d.first_bar) + "-" +
+                  std::to_string(d.first_bar + d.bars - 1);
+  if (!d.timestamps.empty()) s += ", " + date(d.timestamps.front()) + " to " + date(d.timestamps.back());
+  return s;
 }
 
 // The market environment of an evaluation run (the one place that builds it): mc is already the
@@ -429,6 +449,7 @@ EvalReport evaluate(const EvalPlan& plan) {
   out.steps = mc.episode_length;
   rep.steps = out.steps;
   rep.market = cfg.env.market;
+  if (mc.process == rl::PriceProcess::replay) rep.data = describe_bars(mc);
   rep.assets = mc.assets;
   rep.periods_per_year = 1.0 / mc.dt;
   rep.initial_equity = mc.initial_cash;
@@ -509,11 +530,11 @@ std::string ci(const report::Interval& i, bool percent) {
 std::string format_eval_table(const EvalReport& r) {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "%lld environments x %lld steps, eval seed %llu%s%s\n",
+  std::snprintf(line, sizeof line, "%lld environments x %lld steps, eval seed %llu\n",
                 static_cast<long long>(r.episodes), static_cast<long long>(r.steps),
-                static_cast<unsigned long long>(r.seed), r.split == rl::Split::train ? "" : ", split ",
-                r.split == rl::Split::train ? "" : rl::to_string(r.split));
+                static_cast<unsigned long long>(r.seed));
   out += line;
+  if (!r.report.data.empty()) out += r.report.data + "\n";
   const report::Report& rep = r.report;
   if (rep.checkpoints.size() > 1)
     for (std::size_t k = 0; k < rep.checkpoints.size(); ++k)

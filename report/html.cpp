@@ -160,6 +160,7 @@ std::string report_html(const Report& r) {
   s += "<p>" + std::to_string(r.episodes) + " episodes x " + std::to_string(r.steps) + " steps, eval seed " +
        std::to_string(r.seed) + ", " + xml_escape(r.environment) +
        (r.market.empty() ? std::string() : " " + xml_escape(r.market)) + "</p>\n";
+  if (!r.data.empty()) s += "<p>" + xml_escape(r.data) + "</p>\n";
   for (std::size_t k = 0; k < r.checkpoints.size() && k < 3; ++k)
     s += "<p>[" + std::to_string(k + 1) + "] " + xml_escape(r.checkpoints[k].path) + "</p>\n";
   if (r.checkpoints.size() > 3)

@@ -37,6 +37,7 @@ json report_json(const Report& r) {
   j["schema_version"] = kSchemaVersion;
   j["environment"] = r.environment;
   j["market"] = r.market;
+  j["data"] = r.data;
   j["assets"] = r.assets;
   j["episodes"] = r.episodes;
   j["steps"] = r.steps;

@@ -72,6 +72,9 @@ struct CheckpointInfo {
 struct Report {
   std::string environment;  // "market" | "cartpole"
   std::string market;       // the market config file (markets)
+  // What the paths replayed, for replay markets: the split part and its bars and dates (e.g.
+  // "test part: bars 3115-3650, 2019-12-02 to 2021-12-31"); empty for simulated markets.
+  std::string data;
   int assets = 0;
   std::int64_t episodes = 0;  // environments, one episode each
   std::int64_t steps = 0;     // steps each environment ran

@@ -201,6 +201,8 @@ TEST_F(WalkForward, EvalReplaysTheChosenPart) {
     const EvalPlan plan = plan_eval(req);
     const EvalReport r = evaluate(plan);
     EXPECT_EQ(r.split, split ? *split : rl::Split::test);
+    const std::string part = std::string(rl::to_string(r.split)) + " part: bars ";
+    EXPECT_EQ(r.report.data.rfind(part, 0), 0u) << "the report names the bars it read: " << r.report.data;
     for (const auto& row : r.rows)
       if (row.policy == "greedy") return row.stats.mean_total_return;
     ADD_FAILURE() << "no greedy row";

@@ -47,6 +47,7 @@ TEST(ReportFiles, JsonSchema) {
                {"schema_version", V::number_integer},
                {"environment", V::string},
                {"market", V::string},
+               {"data", V::string},
                {"assets", V::number_integer},
                {"episodes", V::number_integer},
                {"steps", V::number_integer},
