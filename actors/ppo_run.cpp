@@ -106,7 +106,9 @@ std::vector<std::pair<std::string, std::size_t>> ppo_state_arrays(const RunConfi
   const auto n = static_cast<std::size_t>(c.env.num_envs);
   std::vector<std::pair<std::string, std::size_t>> a{{"next_obs", n * env.obs_dim * sizeof(float)}};
   if (c.learner.lstm_hidden > 0) {
-    a.emplace_back("lstm_state", n * 2 * static_cast<std::size_t>(c.learner.lstm_hidden) * sizeof(float));
+    // [h | c] per row for the actor's LSTM, and the critic's unless the two share one.
+    const std::size_t planes = c.learner.shared_trunk ? 1 : 2;
+    a.emplace_back("lstm_state", n * planes * 2 * static_cast<std::size_t>(c.learner.lstm_hidden) * sizeof(float));
     a.emplace_back("last_done", n);
   }
   a.emplace_back("learner_counters", (rl::ppo::PpoLearner::kCounterCount + 1) * sizeof(std::uint64_t));

@@ -41,17 +41,15 @@ PpoConfig cleanrl_cartpole(gpu::LinearMath math) {
   return c;
 }
 
-// CartPole-v1 without the velocities (observation columns 0 and 2): a recurrent policy (no
-// trunk, LSTM 64, lr 1e-3, no entropy bonus) on 32 environments x 128 steps, sequences of 8
-// environments per minibatch; or the same network shape without memory.
+// CartPole-v1 without the velocities (observation columns 0 and 2), 8 environments x 128 steps,
+// CleanRL's update otherwise: a recurrent policy (trunk 64 -> LSTM 64, for actor and critic
+// each; sequences of 2 environments per minibatch), or the feed-forward 64-64 without memory.
 PpoConfig novel_cartpole(bool lstm) {
   PpoConfig c;
-  c.num_envs = 32;
+  c.num_envs = 8;
   c.rollout_steps = 128;
-  c.lr = 1e-3f;
-  c.ent_coef = 0.f;
   if (lstm) {
-    c.hidden = {};
+    c.hidden = {64};
     c.lstm_hidden = 64;
   }
   return c;
