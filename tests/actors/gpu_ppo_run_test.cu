@@ -21,6 +21,7 @@
 
 #include "actors/evaluate.hpp"
 #include "actors/train_run.hpp"
+#include "tests/support/file_bytes.hpp"
 #include "tests/support/gpu_test.hpp"
 #include "tests/support/paths.hpp"
 
@@ -30,20 +31,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<char> bytes_of(const fs::path& f) {
-  std::ifstream in(f, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// Differing bytes between two files (-1: a file is missing or the sizes differ).
-std::int64_t differing_bytes(const fs::path& a, const fs::path& b) {
-  if (!fs::exists(a) || !fs::exists(b)) return -1;
-  const auto x = bytes_of(a), y = bytes_of(b);
-  if (x.size() != y.size()) return -1;
-  std::int64_t d = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) d += x[i] != y[i];
-  return d;
-}
+using foxhunt::test::bytes_of;
+using foxhunt::test::differing_bytes;
 
 std::string ppo_config(std::int64_t total, bool recurrent) {
   const std::string env = recurrent ? std::string("[env]\nkind = \"cartpole\"\nnum_envs = 16\nobserve = [0, 2]\n")

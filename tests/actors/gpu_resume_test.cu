@@ -26,6 +26,7 @@
 
 #include "actors/dqn_stages.hpp"
 #include "actors/train_run.hpp"
+#include "tests/support/file_bytes.hpp"
 #include "tests/support/gpu_test.hpp"
 #include "tests/support/paths.hpp"
 
@@ -34,6 +35,9 @@ using namespace foxhunt::actors;
 namespace fs = std::filesystem;
 
 namespace {
+
+using foxhunt::test::bytes_of;
+using foxhunt::test::differing_bytes;
 
 constexpr std::int64_t kN = 16'384;  // 256 collects of 64 envs
 
@@ -64,21 +68,6 @@ std::string config_text(std::int64_t total, const Variant& v = {}) {
          std::to_string(v.every) + "\nreplay = \"" + v.replay +
          "\"\n"
          "[logging]\ntimeline = false\ntensorboard = false\nprogress_interval_ms = 100\n";
-}
-
-std::vector<char> bytes_of(const fs::path& f) {
-  std::ifstream in(f, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// Differing bytes between two files (-1: a file is missing or the sizes differ).
-std::int64_t differing_bytes(const fs::path& a, const fs::path& b) {
-  if (!fs::exists(a) || !fs::exists(b)) return -1;
-  const auto x = bytes_of(a), y = bytes_of(b);
-  if (x.size() != y.size()) return -1;
-  std::int64_t d = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) d += x[i] != y[i];
-  return d;
 }
 
 const std::vector<std::string> kLearnerFiles = {"learner.online.safetensors", "learner.target.safetensors",

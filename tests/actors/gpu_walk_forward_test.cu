@@ -25,6 +25,7 @@
 #include "actors/train_run.hpp"
 #include "rl/envs/market_config.hpp"
 #include "rl/envs/ohlcv_csv.hpp"
+#include "tests/support/file_bytes.hpp"
 #include "tests/support/gpu_test.hpp"
 
 using namespace foxhunt;
@@ -32,6 +33,8 @@ using namespace foxhunt::actors;
 namespace fs = std::filesystem;
 
 namespace {
+
+using foxhunt::test::bytes_of;
 
 constexpr int kBars = 1200;
 constexpr int kTrainEnd = 600;
@@ -117,11 +120,6 @@ tensorboard = false
 jsonl = false
 progress_interval_ms = 100
 )";
-
-std::vector<char> bytes_of(const fs::path& f) {
-  std::ifstream in(f, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
 
 const std::vector<std::string> kLearnerFiles = {"learner.online.safetensors", "learner.target.safetensors",
                                                 "learner.state.bin"};
