@@ -42,15 +42,20 @@ PpoConfig cleanrl_cartpole(gpu::LinearMath math) {
 }
 
 // CartPole-v1 without the velocities (observation columns 0 and 2), 8 environments x 128 steps,
-// CleanRL's update otherwise: a recurrent policy (trunk 64 -> LSTM 64, for actor and critic
-// each; sequences of 2 environments per minibatch), or the feed-forward 64-64 without memory.
+// configs/ppo_lstm_cartpole_novel.toml's update (relu, lr 1e-3, gamma = lambda = 0.98, no entropy
+// bonus): a recurrent policy (trunk 64 -> LSTM 128, for actor and critic each; sequences of 2
+// environments per minibatch), or the feed-forward 64-64 without memory under the same update.
 PpoConfig novel_cartpole(bool lstm) {
   PpoConfig c;
   c.num_envs = 8;
   c.rollout_steps = 128;
+  c.activation = gpu::Activation::relu;
+  c.lr = 1e-3f;
+  c.gamma = c.gae_lambda = 0.98f;
+  c.ent_coef = 0.f;
   if (lstm) {
     c.hidden = {64};
-    c.lstm_hidden = 64;
+    c.lstm_hidden = 128;
   }
   return c;
 }
