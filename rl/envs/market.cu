@@ -18,6 +18,7 @@
 #include "gpu/launch.cuh"
 #include "gpu/philox.cuh"
 #include "rl/envs/episode_stats.cuh"
+#include "rl/envs/market_process.cuh"
 #include "rl/envs/obs_store.cuh"
 #include "rl/envs/ohlcv_csv.hpp"
 
@@ -26,94 +27,12 @@ namespace {
 
 constexpr int kEnvBlock = 128;
 
-__device__ __forceinline__ float lane(float4 v, int k) { return k == 0 ? v.x : (k == 1 ? v.y : (k == 2 ? v.z : v.w)); }
-
 // Philox counters: steps use (counter << 4 | block); resets use the top bit, the step counter at
 // the reset and the burn-in step j (< 1024: j < window for burn-in steps, window for the initial
 // normals, window + 1 for the initial regime and replay offset), so no two draws share a block.
 __device__ __forceinline__ std::uint64_t step_base(std::uint64_t c) { return c << 4; }
 __device__ __forceinline__ std::uint64_t reset_base(std::uint64_t c, int j) {
   return (std::uint64_t{1} << 63) | (c << 14) | (static_cast<std::uint64_t>(j) << 4);
-}
-
-// Index of the first cdf entry >= u (u in (0, 1], the last entry is exactly 1).
-__device__ __forceinline__ int sample_cdf(const float* cdf, int count, float u) {
-  int k = 0;
-  while (k < count - 1 && u > cdf[k]) ++k;
-  return k;
-}
-
-// Poisson(lambda) by inversion for small lambda (validated lambda <= 1); u in [0, 1).
-__device__ __forceinline__ int poisson_small(double u, double p0, double lambda) {
-  int k = 0;
-  double pk = p0, cdf = p0;
-  while (u >= cdf && k < 32) {
-    ++k;
-    pk *= lambda / k;
-    cdf += pk;
-  }
-  return k;
-}
-
-// One step of the synthetic price law for every asset, then the regime transition.
-template <int MaxA>
-__device__ void advance_prices(double (&x)[MaxA], int& regime, const MarketParams& p, std::uint64_t seed,
-                               std::uint32_t env, std::uint64_t base) {
-  const int A = p.assets;
-  const int r = regime;
-  float eps[MaxA];
-#pragma unroll
-  for (int a = 0; a < MaxA; ++a) eps[a] = 0.0f;
-#pragma unroll
-  for (int b = 0; b < (MaxA + 3) / 4; ++b) {
-    if (4 * b < A) {
-      const float4 z = gpu::normal4(seed, env, base | static_cast<std::uint64_t>(b));
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-        if (4 * b + k < MaxA && 4 * b + k < A) eps[4 * b + k] = lane(z, k);
-    }
-  }
-  double jump[MaxA];
-#pragma unroll
-  for (int a = 0; a < MaxA; ++a) jump[a] = 0.0;
-  if (p.jumps) {
-#pragma unroll
-    for (int b = 0; b < (MaxA + 3) / 4; ++b) {
-      if (4 * b < A) {
-        const float4 u = gpu::uniform4(seed, env, base | static_cast<std::uint64_t>(4 + b));
-        const float4 z = gpu::normal4(seed, env, base | static_cast<std::uint64_t>(8 + b));
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int a = 4 * b + k;
-          if (a < MaxA && a < A) {
-            const int count = poisson_small(1.0 - static_cast<double>(lane(u, k)), p.jump_p0, p.jump_lambda_dt);
-            if (count > 0)
-              jump[a] = count * static_cast<double>(p.jump_mean) +
-                        sqrt(static_cast<double>(count)) * static_cast<double>(p.jump_stddev) * lane(z, k);
-          }
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int a = 0; a < MaxA; ++a) {
-    if (a < A) {
-      float z = eps[a];
-      if (p.correlated) {
-        z = 0.0f;
-#pragma unroll
-        for (int b = 0; b <= a; ++b) z += p.chol[a * kMaxAssets + b] * eps[b];
-      }
-      const int k = r * kMaxAssets + a;
-      const double m = p.mean[k];
-      x[a] =
-          m + (x[a] - m) * static_cast<double>(p.decay[k]) + p.drift[k] + static_cast<double>(p.noise[k]) * z + jump[a];
-    }
-  }
-  if (p.regimes > 1) {
-    const float u = gpu::uniform4(seed, env, base | 12u).x;
-    regime = sample_cdf(p.transition_cdf + r * kMaxRegimes, p.regimes, u);
-  }
 }
 
 // The price-level column of asset a (observation.price_level): how far the log price x stands from
