@@ -17,5 +17,6 @@ void add_devices_command(CLI::App& app, Console& console);  // apps/commands_dev
 void add_train_command(CLI::App& app, Console& console);    // apps/commands_train.cpp
 void add_check_command(CLI::App& app, Console& console);    // apps/commands_check.cpp
 void add_eval_command(CLI::App& app, Console& console);     // apps/commands_eval.cpp
+void add_pretrain_command(CLI::App& app, Console& console); // apps/commands_pretrain.cpp
 
 }  // namespace foxhunt::apps
