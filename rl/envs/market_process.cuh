@@ -8,8 +8,8 @@
 // Brownian normals, 4-7 jump counts, 8-11 jump sizes, 12 the regime transition, so `base` must
 // have its low 4 bits clear. The coefficients are MarketParams' (market_params.hpp).
 //
-// Internal linkage (an unnamed namespace), as when these lived in market.cu: every kernel file
-// that includes this compiles its own copy, so the environment's code and results are unchanged.
+// Internal linkage (an unnamed namespace): every kernel file that includes this compiles its own
+// copy, inlined into its kernels.
 #include <cuda_runtime.h>
 
 #include <cstdint>
