@@ -3,11 +3,8 @@
 // check (config, checkpoint, run directory), then the device, and only then the run directory is
 // created: a refused run writes nothing. Exit codes: 0 a completed or stopped run, 1 a failed run
 // or no device, 2 a refused one (bad config, checkpoint or run directory).
-#include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include <ctime>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -27,24 +24,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string timestamp() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
-  return buf;
-}
-
-void setup_logging(const fs::path& run_dir, const std::string& level) {
-  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
-  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((run_dir / "train.log").string());
-  auto logger = std::make_shared<spdlog::logger>("foxhunt", spdlog::sinks_init_list{console, file});
-  logger->set_level(spdlog::level::from_str(level));
-  logger->flush_on(spdlog::level::info);
-  spdlog::set_default_logger(logger);
-}
-
 struct PretrainArgs {
   std::string config, resume, run_dir;
   std::int64_t steps = -1;
@@ -59,7 +38,7 @@ int pretrain(const PretrainArgs& a, Console& io) {
     config = pretrain::load_pretrain_config(a.config);
     if (!a.resume.empty()) resume = actors::resolve_checkpoint(a.resume);
     const fs::path path =
-        a.run_dir.empty() ? fs::path("runs") / (config.run.name + "-" + timestamp()) : fs::path(a.run_dir);
+        a.run_dir.empty() ? default_run_dir(config.run.name) : fs::path(a.run_dir);
     dir = plan_run_dir(path, a.overwrite, resume);
   } catch (const std::invalid_argument& e) {
     io.err << "foxhunt pretrain: " << e.what() << "\n";
@@ -82,7 +61,7 @@ int pretrain(const PretrainArgs& a, Console& io) {
     io.err << "foxhunt pretrain: " << e.what() << "\n";
     return 2;
   }
-  setup_logging(dir.dir, config.run.level);
+  log_to_run_dir(dir.dir, config.run.level);
   spdlog::info("run directory {}", fs::absolute(dir.dir).string());
   actors::PretrainRequest req;
   req.config = config;

@@ -2,11 +2,8 @@
 // actors::run_training (actors/train_run.hpp). Order: every host check (config, checkpoint, run
 // directory, memory estimate), then the device (present, run.device among them, free memory),
 // and only then the run directory is created: a refused run writes nothing.
-#include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include <ctime>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -23,24 +20,6 @@ namespace fs = std::filesystem;
 using namespace foxhunt::actors;
 
 namespace {
-
-std::string timestamp() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
-  return buf;
-}
-
-void setup_logging(const fs::path& run_dir, const std::string& level) {
-  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
-  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((run_dir / "train.log").string());
-  auto logger = std::make_shared<spdlog::logger>("foxhunt", spdlog::sinks_init_list{console, file});
-  logger->set_level(spdlog::level::from_str(level));
-  logger->flush_on(spdlog::level::info);
-  spdlog::set_default_logger(logger);
-}
 
 struct TrainArgs {
   std::string config, resume, run_dir;
@@ -74,7 +53,7 @@ int train(const TrainArgs& a, Console& io) {
   try {
     run = check_run(a.config, a.resume);
     const fs::path path =
-        a.run_dir.empty() ? fs::path("runs") / (run.config.run.name + "-" + timestamp()) : fs::path(a.run_dir);
+        a.run_dir.empty() ? default_run_dir(run.config.run.name) : fs::path(a.run_dir);
     dir = plan_run_dir(path, a.overwrite, run.resume);
   } catch (const std::invalid_argument& e) {
     io.err << "foxhunt train: " << e.what() << "\n";
@@ -97,7 +76,7 @@ int train(const TrainArgs& a, Console& io) {
     io.err << "foxhunt train: " << e.what() << "\n";
     return 2;
   }
-  setup_logging(dir.dir, run.config.logging.level);
+  log_to_run_dir(dir.dir, run.config.logging.level);
   if (!dir.replaced.empty())
     spdlog::warn("--overwrite: replaced the contents of {}: {}", dir.dir.string(), [&] {
       std::string s;

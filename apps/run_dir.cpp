@@ -2,7 +2,13 @@
 
 #include <unistd.h>
 
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <ctime>
+#include <memory>
 #include <stdexcept>
 #include <system_error>
 
@@ -99,6 +105,24 @@ void prepare_run_dir(const RunDirPlan& plan) {
     }
   fs::create_directories(plan.dir, ec);
   if (ec) throw std::invalid_argument(flag(plan.dir) + ": cannot be created: " + ec.message());
+}
+
+std::filesystem::path default_run_dir(const std::string& name) {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  return std::filesystem::path("runs") / (name + "-" + buf);
+}
+
+void log_to_run_dir(const std::filesystem::path& run_dir, const std::string& level) {
+  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((run_dir / "train.log").string());
+  auto logger = std::make_shared<spdlog::logger>("foxhunt", spdlog::sinks_init_list{console, file});
+  logger->set_level(spdlog::level::from_str(level));
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
 }
 
 }  // namespace foxhunt::apps

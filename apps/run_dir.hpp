@@ -28,4 +28,10 @@ RunDirPlan plan_run_dir(const std::filesystem::path& dir, bool overwrite,
 // --run-dir and the filesystem's reason when that fails.
 void prepare_run_dir(const RunDirPlan& plan);
 
+// runs/<name>-<local time YYYYmmdd-HHMMSS>: the default --run-dir.
+std::filesystem::path default_run_dir(const std::string& name);
+
+// The default logger from here on: stderr and <run_dir>/train.log, at `level` (spdlog's names).
+void log_to_run_dir(const std::filesystem::path& run_dir, const std::string& level);
+
 }  // namespace foxhunt::apps
