@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "config/reader.hpp"
+#include "config/text_file.hpp"
 
 namespace foxhunt::actors {
 namespace {
@@ -300,15 +301,8 @@ PipelineConfig RunConfig::pipeline_config() const {
 RunConfig parse_run_config(const std::string& text, const std::string& source) { return read(text, source, nullptr); }
 
 RunConfig load_run_config(const fs::path& file) {
-  std::error_code ec;
-  if (fs::is_directory(file, ec))
-    throw std::invalid_argument(file.string() + ": is a directory, not a run config file");
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw std::invalid_argument(file.string() + ": cannot read the config file");
-  std::ostringstream s;
-  s << in.rdbuf();
   const fs::path base = file.parent_path();
-  return read(s.str(), file.string(), &base);
+  return read(config::read_config_text(file, "run config file"), file.string(), &base);
 }
 
 rl::MarketConfig market_config(const RunConfig& c) {

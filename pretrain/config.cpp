@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "config/reader.hpp"
+#include "config/text_file.hpp"
 #include "pretrain/model_factory.hpp"
 
 namespace foxhunt::pretrain {
@@ -263,15 +264,8 @@ PretrainConfig parse_pretrain_config(const std::string& text, const std::string&
 }
 
 PretrainConfig load_pretrain_config(const fs::path& file) {
-  std::error_code ec;
-  if (fs::is_directory(file, ec))
-    throw std::invalid_argument(file.string() + ": is a directory, not a pretrain config file");
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw std::invalid_argument(file.string() + ": cannot read the config file");
-  std::ostringstream s;
-  s << in.rdbuf();
   const fs::path base = file.parent_path();
-  return read(s.str(), file.string(), &base);
+  return read(config::read_config_text(file, "pretrain config file"), file.string(), &base);
 }
 
 std::string resolved_pretrain_toml(const PretrainConfig& c) {
