@@ -136,7 +136,7 @@ using Key = std::tuple<std::string, std::string, std::int64_t, std::int64_t, std
 // The baselines' best value per key (max samples/s, min microseconds) and the mode that gave it.
 std::map<Key, std::pair<double, std::string>> run_baselines(const std::string& args) {
   std::map<Key, std::pair<double, std::string>> best;
-  const std::string cmd = "python3 '" + script_path().string() + "' " + args + " 2>&1";
+  const std::string cmd = "python3 -u '" + script_path().string() + "' " + args + " 2>&1";
   std::printf("baselines: %s\n", cmd.c_str());
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return best;
@@ -150,6 +150,7 @@ std::map<Key, std::pair<double, std::string>> run_baselines(const std::string& a
       const bool higher_better = std::string(what) == "train_sps";
       auto it = best.find(k);
       if (it == best.end() || (higher_better ? v > it->second.first : v < it->second.first)) best[k] = {v, mode};
+      std::printf("  [baseline] %s", line);
     } else {
       std::printf("  [baseline] %s", line);
     }
@@ -182,6 +183,7 @@ double gemm_tflops(gpu::LinearMath math, gpu::BlasLane lane) {
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row shows as it is measured, also through a pipe
   gpu::DeviceContext ctx(0, 1);
   const gpu::BlasLane lane = ctx.blas(0);
   const cudaStream_t s = lane.stream;
@@ -216,6 +218,8 @@ int main(int argc, char** argv) {
       g.capture(s, [&](cudaStream_t) { chain->step(rows, chain->acts.front().data(), lane); });
       const double ms = bench::median_ms([&](int) { g.replay(s); }, s, 5, 50);
       ours[{family, "step_us", rows, 1, W}] = ms * 1e3;
+      std::printf("  ours %-7s step %lld rows x width %lld: %.1f us per step, %zu graph nodes\n", family.c_str(),
+                  static_cast<long long>(rows), static_cast<long long>(W), ms * 1e3, g.node_count());
     }
   }
 
