@@ -50,4 +50,15 @@ int sm_count() {
   return count;
 }
 
+int max_shared_bytes_per_block() {
+  static thread_local std::array<int, 64> cache{};
+  int dev = 0;
+  FH_CHECK(cudaGetDevice(&dev));
+  if (dev < 64 && cache[dev]) return cache[dev];
+  int bytes = 0;
+  FH_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (dev < 64) cache[dev] = bytes;
+  return bytes;
+}
+
 }  // namespace foxhunt::gpu

@@ -27,5 +27,8 @@ struct DeviceMemory {
 DeviceMemory device_memory(int ordinal);
 // Multiprocessor count of the current device, cached per device (launch-grid sizing).
 int sm_count();
+// The dynamic shared memory one block of the current device may opt in to, in bytes, cached per
+// device (the chunked kernels check their tiles against it).
+int max_shared_bytes_per_block();
 
 }  // namespace foxhunt::gpu

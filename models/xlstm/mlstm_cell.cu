@@ -410,13 +410,6 @@ void check_shape(const MlstmShape& s, const char* what) {
   FH_EXPECT(s.T <= (1 << 30) && s.heads * s.batch <= (1 << 30), std::string(what) + ": shape too large");
 }
 
-int max_dynamic_smem() {
-  int dev = 0, bytes = 0;
-  FH_CHECK(cudaGetDevice(&dev));
-  FH_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return bytes;
-}
-
 // The chunk length actually run: no more than T (a short sequence is one chunk), halved until the
 // backward's shared memory fits kSmemBudget (the chunk length changes rounding only). A fixed
 // budget keeps workspace sizing a host-only computation; the launchers check the device.
@@ -447,7 +440,7 @@ void mlstm_forward(float* h, float* state_out, const float* q, const float* k, c
   FH_EXPECT(h && q && k && v && i_pre && f_pre && workspace, "mlstm_forward: null h, input or workspace");
   const std::int64_t L = run_chunk(shape), D = shape.head_dim;
   const std::size_t smem = forward_smem_floats(L, D) * sizeof(float);
-  const int limit = max_dynamic_smem();
+  const int limit = gpu::max_shared_bytes_per_block();
   FH_EXPECT(smem <= static_cast<std::size_t>(limit),
             "mlstm_forward: chunk " + std::to_string(L) + " with head_dim " + std::to_string(D) + " needs " +
                 std::to_string(smem) + " bytes of shared memory, the device has " + std::to_string(limit));
@@ -468,7 +461,7 @@ void mlstm_backward(float* dq, float* dk, float* dv, float* di, float* df, const
             "mlstm_backward: null gradient, input or workspace");
   const std::int64_t L = run_chunk(shape), D = shape.head_dim;
   const std::size_t smem = backward_smem_floats(L, D) * sizeof(float);
-  const int limit = max_dynamic_smem();
+  const int limit = gpu::max_shared_bytes_per_block();
   FH_EXPECT(smem <= static_cast<std::size_t>(limit),
             "mlstm_backward: chunk " + std::to_string(L) + " with head_dim " + std::to_string(D) + " needs " +
                 std::to_string(smem) + " bytes of shared memory, the device has " + std::to_string(limit));
