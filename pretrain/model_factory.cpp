@@ -12,6 +12,7 @@
 #include "models/cfc/cfc.hpp"
 #include "models/lstm.hpp"
 #include "models/mamba2/mamba2.hpp"
+#include "models/mamba2/ssd.hpp"
 #include "models/xlstm/xlstm.hpp"
 
 namespace foxhunt::pretrain {
@@ -185,6 +186,10 @@ std::unique_ptr<models::RecurrentModule> make_mamba2(const ModelSpec& s) {
   if (m.expand * m.d_model % m.head_dim != 0)
     throw std::invalid_argument("model.head_dim = " + std::to_string(m.head_dim) +
                                 " must divide model.expand x model.hidden = " + std::to_string(m.expand * m.d_model));
+  if (m.head_dim * m.d_state > models::kSsdMaxStateTile)
+    throw std::invalid_argument("model.head_dim x model.d_state = " + std::to_string(m.head_dim * m.d_state) +
+                                " must be <= " + std::to_string(models::kSsdMaxStateTile) +
+                                " (the SSD keeps a head's state in shared memory)");
   return std::make_unique<models::Mamba2>(m);
 }
 

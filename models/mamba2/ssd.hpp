@@ -21,10 +21,13 @@
 // gradient is G_{c+1}) and the chunk recurrence's exp(a_t1), the gradient of a is reverse-summed
 // within the chunk into ddt (+= A da) and dA (+= dt da). dBm and dCm sum their heads in fixed
 // order, dA sums per-(b, chunk) partials in fixed order: no atomics, bitwise reproducible.
-// Kernels are plain fp32 CUDA (no tensor cores): one thread per output element in grid-stride loops
-// (the per-position backward: one warp per position), with the chunk's C B^T products, the chunk
-// states and their gradients kept in the caller's workspace (no allocation, no host
-// synchronization: every call is capturable in a CUDA graph).
+// Kernels are fp32 CUDA cores (no tensor cores): one block per (batch row, group, chunk) keeps the
+// chunk's Bm, Cm, C B^T and each head's tiles in shared memory and runs the group's heads in order;
+// the chunk recurrences are grid-stride loops over the state elements. The chunk actually run is
+// min(chunk, T), halved until the backward's tiles fit the 227 KiB a Hopper block may use (the
+// chunk length changes rounding only). Only the cumulative decays, the chunk states and the dA
+// shares live in the caller's workspace (no allocation, no host synchronization: every call is
+// capturable in a CUDA graph).
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -37,6 +40,8 @@ struct SsdShape {
   std::int64_t batch = 0, T = 0, heads = 0, head_dim = 0, groups = 1, state = 0, chunk = 64;
 };
 inline constexpr std::int64_t kSsdMaxChunk = 256;
+// head_dim x state at most: the backward keeps a head's (P, N) state and its gradient in shared memory.
+inline constexpr std::int64_t kSsdMaxStateTile = 16384;
 
 // Bytes of scratch ssd_forward and ssd_backward take for `shape` (the backward reads what the
 // forward left there). Throws std::invalid_argument naming a bad field.

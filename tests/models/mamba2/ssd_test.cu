@@ -1,8 +1,9 @@
 // The Mamba-2 SSD core: the chunked forward and its backward against a float64 sequential
 // recurrence and its exact reverse mode (several shapes: T a multiple of the chunk and not, a chunk
-// longer than T, chunk 1, one and several groups), the backward against central finite differences
-// of the GPU forward, the per-step form against the chunked form (a reset equals a fresh sequence),
-// a CUDA-graph replay against eager runs, reruns bitwise equal, and the argument checks.
+// longer than T, chunk 1, one and several groups, tiles that halve the chunk run), the backward
+// against central finite differences of the GPU forward, the per-step form against the chunked form
+// (a reset equals a fresh sequence), a CUDA-graph replay against eager runs, reruns bitwise equal,
+// and the argument checks.
 #include "models/fd_support.hpp"
 
 #include <algorithm>
@@ -201,6 +202,7 @@ TEST_F(SsdTest, ForwardAndBackwardMatchFloat64) {
       {2, 37, 6, 12, 3, 20, 8},    // odd sizes, 3 groups of 2 heads
       {1, 5, 2, 8, 2, 8, 64},      // one chunk shorter than L
       {1, 9, 1, 3, 1, 5, 1},       // chunks of one step
+      {1, 100, 2, 64, 1, 64, 256},  // tiles too large for L = 256: the chunk run is halved to 32
   };
   for (const SsdShape& shape : shapes) {
     SCOPED_TRACE(describe(shape));
@@ -457,6 +459,10 @@ TEST(SsdArguments, BadShapesThrowNamingTheField) {
   s = good;
   s.groups = 0;
   expect_throw(s, "groups");
+  s = good;
+  s.head_dim = 256;
+  s.state = 128;
+  expect_throw(s, "head_dim");
   s = good;
   s.heads = 0;
   EXPECT_THROW(ssd_step(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, s, nullptr),
