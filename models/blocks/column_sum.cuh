@@ -1,9 +1,10 @@
 #pragma once
 // Deterministic column sums for the blocks' parameter gradients: out[j] = sum over rows r of
 // term(r, j), j < J, in two passes without atomics. Pass one: partial p sums its own contiguous
-// chunk of rows in row order (thread j of a block handles column j, so a warp reads consecutive
-// columns of one row); pass two adds the partials in partial order. The order depends only on
-// (rows, J), so reruns and graph replays give the same bits. Device code; .cu files only.
+// chunk of rows; a block covers `cols` columns (J rounded up to a power of two, at most a block)
+// with kBlock / cols row lanes, lane l summing rows l, l + lanes, ... of the chunk in order, then
+// the lanes added in lane order. Pass two adds the partials in partial order. The order depends
+// only on (rows, J), so reruns and graph replays give the same bits. Device code; .cu files only.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,8 +16,8 @@
 
 namespace foxhunt::models::blocks_detail {
 
-inline constexpr std::int64_t kRowsPerPartial = 32;
-inline constexpr std::int64_t kMaxPartials = 256;
+inline constexpr std::int64_t kRowsPerPartial = 256;  // rows one partial sums, at least
+inline constexpr std::int64_t kMaxPartials = 2048;
 
 // Partials (row chunks) a sum over `rows` rows uses.
 inline std::int64_t column_partials(std::int64_t rows) {
@@ -26,21 +27,37 @@ inline std::int64_t column_partials(std::int64_t rows) {
 inline std::size_t column_sum_floats(std::int64_t rows, std::int64_t J) {
   return static_cast<std::size_t>(column_partials(rows) * J);
 }
+// Columns one block of pass one covers: J rounded up to a power of two, at most gpu::kBlock.
+inline int column_tile(std::int64_t J) {
+  int cols = 1;
+  while (cols < J && cols < gpu::kBlock) cols <<= 1;
+  return cols;
+}
 
-// part (P, J): part[p, j] = sum of term(r, j) over rows r of chunk p, in row order.
+// part (P, J): part[p, j] = sum of term(r, j) over rows r of chunk p (blockIdx.y), in the order the
+// header gives. Launched with gpu::kBlock threads.
 template <class Term>
 __global__ void column_partials_kernel(float* __restrict__ part, std::int64_t rows, std::int64_t J, std::int64_t chunk,
-                                       Term term) {
-  const std::int64_t j = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (j >= J) return;
+                                       int cols, Term term) {
+  __shared__ float lanes[gpu::kBlock];
+  const int tid = static_cast<int>(threadIdx.x), lane = tid / cols, jl = tid - lane * cols;
+  const int n_lanes = static_cast<int>(blockDim.x) / cols;
+  const std::int64_t j = blockIdx.x * static_cast<std::int64_t>(cols) + jl;
   const std::int64_t p = blockIdx.y;
   const std::int64_t r0 = p * chunk, r1 = std::min(rows, r0 + chunk);
   float acc = 0.f;
-  for (std::int64_t r = r0; r < r1; ++r) acc += term(r, j);
-  part[p * J + j] = acc;
+  if (j < J)
+    for (std::int64_t r = r0 + lane; r < r1; r += n_lanes) acc += term(r, j);
+  lanes[tid] = acc;
+  __syncthreads();
+  if (lane == 0 && j < J) {
+    float sum = 0.f;
+    for (int l = 0; l < n_lanes; ++l) sum += lanes[l * cols + jl];
+    part[p * J + j] = sum;
+  }
 }
 
-// out (J) = sum over p of part[p, j] for a (P, J) part, in partial order (column_sum.cu).
+// out (J) = sum over p of part[p, j] for a (P, J) part, in a fixed order (column_sum.cu).
 void column_finish(float* out, const float* part, std::int64_t P, std::int64_t J, cudaStream_t stream);
 
 // out (J) = sum_r term(r, j). scratch: column_sum_floats(rows, J) floats. Term: a device functor
@@ -50,8 +67,9 @@ void column_sum(float* out, std::int64_t rows, std::int64_t J, Term term, float*
   if (J <= 0) return;
   const std::int64_t P = column_partials(rows);
   const std::int64_t chunk = (rows + P - 1) / P;
-  const dim3 grid(static_cast<unsigned>(gpu::ceil_div(J, gpu::kBlock)), static_cast<unsigned>(P));
-  column_partials_kernel<<<grid, gpu::kBlock, 0, stream>>>(scratch, rows, J, chunk, term);
+  const int cols = column_tile(J);
+  const dim3 grid(static_cast<unsigned>(gpu::ceil_div(J, cols)), static_cast<unsigned>(P));
+  column_partials_kernel<<<grid, gpu::kBlock, 0, stream>>>(scratch, rows, J, chunk, cols, term);
   FH_CHECK_LAUNCH();
   column_finish(out, scratch, P, J, stream);
 }

@@ -71,8 +71,10 @@ TEST_F(RmsNormTest, PlainAndGatedMatchFloat64) {
   struct Case {
     std::int64_t rows, C;
   };
-  // Rows past kRowsPerPartial * kMaxPartials and C past one warp's 32 and past 1024.
-  for (const Case c : {Case{1, 1}, Case{5, 7}, Case{33, 64}, Case{200, 300}, Case{9000, 40}, Case{70, 1030}})
+  // Rows past kRowsPerPartial * kMaxPartials (more rows per partial) and C past one warp's 32, past
+  // a block's 256 columns and past 1024 (column sums: partials finished by a thread per column).
+  for (const Case c : {Case{1, 1}, Case{5, 7}, Case{33, 64}, Case{200, 300}, Case{9000, 40}, Case{530000, 3},
+                       Case{70, 1030}})
     for (const bool gated : {false, true}) {
       SCOPED_TRACE("rows=" + std::to_string(c.rows) + " C=" + std::to_string(c.C) + " gated=" + std::to_string(gated));
       const std::int64_t rows = c.rows, C = c.C, zs = C + 3;
