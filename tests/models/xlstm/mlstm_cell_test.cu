@@ -35,6 +35,10 @@ struct RefMlstm {
     std::vector<double> h, state;   // (B, T, H, D), (B, H, S_h)
     std::vector<double> C, n, m;    // per (b, h): T + 1 states (index 0: initial)
     std::vector<double> fp, ip;     // (B, T, H)
+    // (B, T, H): a bound on the condition number of h_t's denominator max(|n.q|, exp(-m)):
+    // sum_i |n|_i |q_i| / max(|n.q|, exp(-m)), |n| the normalizer's recurrence over |k|. float32
+    // loses about that factor times 6e-8 of h_t's relative accuracy where n.q nearly cancels.
+    std::vector<double> cond;
   };
   Tape forward(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
                const std::vector<float>& ig, const std::vector<float>& fg, const std::vector<float>& state0) const {
@@ -47,16 +51,17 @@ struct RefMlstm {
     tp.m.assign(B * H * (T + 1), 0);
     tp.fp.assign(B * T * H, 0);
     tp.ip.assign(B * T * H, 0);
+    tp.cond.assign(B * T * H, 0);
     const double scale = 1.0 / std::sqrt(static_cast<double>(D));
     for (std::int64_t b = 0; b < B; ++b)
       for (std::int64_t h = 0; h < H; ++h) {
         const std::int64_t bh = b * H + h;
-        std::vector<double> C(DD, 0), n(D, 0);
+        std::vector<double> C(DD, 0), n(D, 0), n_abs(D, 0);
         double m = 0;
         if (!state0.empty()) {
           const float* s0 = &state0[bh * S_h()];
           for (std::int64_t i = 0; i < DD; ++i) C[i] = s0[i];
-          for (std::int64_t i = 0; i < D; ++i) n[i] = s0[DD + i];
+          for (std::int64_t i = 0; i < D; ++i) n[i] = s0[DD + i], n_abs[i] = std::abs(n[i]);
           m = s0[DD + D];
         }
         auto save = [&](std::int64_t t) {
@@ -73,10 +78,12 @@ struct RefMlstm {
           for (std::int64_t j = 0; j < D; ++j)
             for (std::int64_t i = 0; i < D; ++i) C[j * D + i] = fp * C[j * D + i] + ip * v[x + j] * k[x + i] * scale;
           for (std::int64_t i = 0; i < D; ++i) n[i] = fp * n[i] + ip * k[x + i] * scale;
+          for (std::int64_t i = 0; i < D; ++i) n_abs[i] = fp * n_abs[i] + ip * std::abs(k[x + i]) * scale;
           m = mn;
-          double den = 0;
-          for (std::int64_t i = 0; i < D; ++i) den += n[i] * q[x + i];
+          double den = 0, den_abs = 0;
+          for (std::int64_t i = 0; i < D; ++i) den += n[i] * q[x + i], den_abs += n_abs[i] * std::abs(q[x + i]);
           const double gd = std::max(std::abs(den), std::exp(-m));
+          tp.cond[g] = den_abs / gd;
           for (std::int64_t j = 0; j < D; ++j) {
             double num = 0;
             for (std::int64_t i = 0; i < D; ++i) num += C[j * D + i] * q[x + i];
@@ -229,11 +236,24 @@ TEST_F(MlstmCellTest, ForwardMatchesFloat64) {
                   c.state0 ? in.dstate0.data() : nullptr, shape, ws.data(), s());
     const auto tp = ref(c).forward(in.q, in.k, in.v, in.ig, in.fg, in.state0);
     // fp32 rounds the log-gate sums and the stabilizer at |value| * 6e-8: with |ĩ| up to 100 and
-    // log f down to -30 per step, exp() of them carries ~1e-5 relative error.
-    // With |ĩ| up to 100 the floor exp(-m) of the denominator max(|n.q|, exp(-m)) is tiny, so h
-    // keeps only eps * sum|terms| / |n.q| of relative accuracy where n.q nearly cancels.
+    // log f down to -30 per step, exp() of them carries ~1e-5 relative error. Positions whose
+    // denominator is ill-conditioned (tp.cond > 1e3: n.q cancels to a thousandth of its terms)
+    // keep only cond * 6e-8 of relative accuracy in any float32 evaluation; they are left out of
+    // the comparison, and they must stay rare (so the check cannot pass by leaving everything out).
     const double tol = c.i_scale > 10 ? 5e-4 : 2e-5;
-    EXPECT_LT(test::rel_error(test::download(h, s()), tp.h), tol) << "h";
+    const std::vector<float> got = test::download(h, s());
+    EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](float v) { return std::isfinite(v); })) << "h not all finite";
+    std::vector<float> got_kept;
+    std::vector<double> ref_kept;
+    for (std::size_t g = 0; g < tp.cond.size(); ++g) {
+      if (tp.cond[g] > 1e3) continue;
+      for (std::int64_t j = 0; j < c.D; ++j) {
+        got_kept.push_back(got[g * c.D + j]);
+        ref_kept.push_back(tp.h[g * c.D + j]);
+      }
+    }
+    EXPECT_GE(ref_kept.size(), tp.h.size() * 9 / 10) << "ill-conditioned positions are not rare";
+    EXPECT_LT(test::rel_error(got_kept, ref_kept), tol) << "h (well-conditioned positions)";
     EXPECT_LT(test::rel_error(test::download(state, s()), tp.state), tol) << "final state";
   }
 }
