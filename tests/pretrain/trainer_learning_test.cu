@@ -11,9 +11,9 @@
 //
 // The OU bar is high: the predictable part of the next return is small (kappa dt = 5/252; the
 // window's linear R^2 is about 0.35%), so the model's excess risk must stay below ~2e-4 of the
-// target's variance. Hence many windows per step (8192: one step costs about what a small batch does
-// on an H200), small models (width 16) and a cosine decay to 0; 1M validation windows keep the
-// paired comparison's noise (~3e-5) well below the margin.
+// target's variance. Hence many windows per step (8192), small models (width 16) and a cosine decay
+// to 0; 1M validation windows keep the paired comparison's noise (~3e-5) well below the margin. A
+// step costs 1.5 (lstm) to 23 ms (xlstm) on an H200 (dev/cuda/pretrain_step_profile.cu).
 // Filter one family with --gtest_filter='*Learning*/mamba2'.
 #include <gtest/gtest.h>
 
@@ -85,7 +85,8 @@ TEST_P(TrainerLearningTest, ReachesTheLinearBaselineOnOuReturns) {
     spec.task.kind = TaskKind::returns;
     spec.task.loss = LossKind::mse;
     spec.task.targets = 1;
-    spec.optim = schedule(3e-3f, 200, 4000);
+    // CfC at lr 3e-3 ended between 0.91 and 1.0 of the baseline over seeds; at 1e-3 it holds above 0.99.
+    spec.optim = schedule(GetParam() == "cfc" ? 1e-3f : 3e-3f, 200, 4000);
     spec.window.window = 64;
     spec.window.horizon = 1;
     spec.batch = 8192;
