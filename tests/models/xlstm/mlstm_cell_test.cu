@@ -240,7 +240,8 @@ TEST_F(MlstmCellTest, ForwardMatchesFloat64) {
     // denominator is ill-conditioned (tp.cond > 1e3: n.q cancels to a thousandth of its terms)
     // keep only cond * 6e-8 of relative accuracy in any float32 evaluation; they are left out of
     // the comparison, and they must stay rare (so the check cannot pass by leaving everything out).
-    const double tol = c.i_scale > 10 ? 5e-4 : 2e-5;
+    // The kept positions may still lose up to 1e3 * 6e-8 = 6e-5: the small-gate cases' bound is 1e-4.
+    const double tol = c.i_scale > 10 ? 5e-4 : 1e-4;
     const std::vector<float> got = test::download(h, s());
     EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](float v) { return std::isfinite(v); })) << "h not all finite";
     std::vector<float> got_kept;
