@@ -84,23 +84,6 @@ struct DtBiasGradTerm {
   __device__ float operator()(std::int64_t r, std::int64_t h) const { return d_dt_raw[r * ld + h]; }
 };
 
-// dst (rows, cols) with row stride dst_ld from src with row stride src_ld.
-__global__ void copy_rows_kernel(float* __restrict__ dst, std::int64_t dst_ld, const float* __restrict__ src,
-                                 std::int64_t src_ld, std::int64_t rows, std::int64_t cols) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < rows * cols;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t r = i / cols, c = i - r * cols;
-    dst[r * dst_ld + c] = src[r * src_ld + c];
-  }
-}
-
-void copy_rows(float* dst, std::int64_t dst_ld, const float* src, std::int64_t src_ld, std::int64_t rows,
-               std::int64_t cols, cudaStream_t stream) {
-  copy_rows_kernel<<<gpu::grid_stride_blocks(rows * cols), gpu::kBlock, 0, stream>>>(dst, dst_ld, src, src_ld, rows,
-                                                                                     cols);
-  FH_CHECK_LAUNCH();
-}
-
 std::vector<float> uniform(std::size_t n, float lo, float hi, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> u(lo, hi);
   std::vector<float> v(n);
@@ -307,7 +290,6 @@ Mamba2Layer::StepBuffers Mamba2Layer::carve_step(WorkspaceCarver& c, std::int64_
   b.cm = c.take<float>(n(GN));
   b.dt = c.take<float>(n(H));
   b.a = c.take<float>(static_cast<std::size_t>(H));
-  b.ssm = c.take<float>(n(ssm_state_features()));
   b.y_ssd = c.take<float>(n(E));
   b.y = c.take<float>(n(E));
   b.y_norm = c.take<float>(n(E));
@@ -348,13 +330,9 @@ void Mamba2Layer::step_strided(float* out, float* state, std::int64_t state_stri
   dt_forward_kernel<<<gpu::grid_stride_blocks(batch * H), gpu::kBlock, 0, s>>>(b.dt, b.a, b.zxbcdt + E + conv_dim(), F,
                                                                                dt_bias_, a_log_, batch, H);
   FH_CHECK_LAUNCH();
-  // The SSD state of each row, contiguous for the core's step and back.
-  float* ssm_state = state + conv_state_features();
-  const std::int64_t S = ssm_state_features();
-  copy_rows(b.ssm, S, ssm_state, state_stride, batch, S, s);
+  // The SSD state of each row, in place inside the row's state.
   const SsdShape ssd{batch, 1, H, P, spec_.groups, spec_.d_state, spec_.chunk};
-  ssd_step(b.y_ssd, b.ssm, b.x, b.dt, b.a, b.bm, b.cm, reset, ssd, s);
-  copy_rows(ssm_state, state_stride, b.ssm, S, batch, S, s);
+  ssd_step(b.y_ssd, state + conv_state_features(), b.x, b.dt, b.a, b.bm, b.cm, reset, ssd, state_stride, s);
   skip_forward_kernel<<<gpu::grid_stride_blocks(batch * E), gpu::kBlock, 0, s>>>(b.y, b.y_ssd, b.x, d_, batch * E, H,
                                                                                  P);
   FH_CHECK_LAUNCH();

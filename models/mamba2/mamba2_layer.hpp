@@ -130,7 +130,7 @@ class Mamba2Layer final : public RecurrentModule {
   Buffers carve(WorkspaceCarver& c, std::int64_t max_batch) const;
   struct StepBuffers {
     float *zxbcdt = nullptr, *x = nullptr, *bm = nullptr, *cm = nullptr, *dt = nullptr, *a = nullptr;
-    float *ssm = nullptr, *y_ssd = nullptr, *y = nullptr, *y_norm = nullptr;
+    float *y_ssd = nullptr, *y = nullptr, *y_norm = nullptr;
   };
   StepBuffers carve_step(WorkspaceCarver& c, std::int64_t max_batch) const;
   void check_batch(std::int64_t batch, const Workspace& ws, const char* what) const;

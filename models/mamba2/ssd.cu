@@ -471,19 +471,20 @@ __global__ void ssd_da_reduce_kernel(float* __restrict__ dA, const float* __rest
   if (threadIdx.x == 0) dA[h] = acc;
 }
 
-// One step for (b, h, p): the row's state (zeroed first where reset[b] != 0) decays by
-// exp(dt A), gains dt x[p] Bm, and y[p] = S[p, :] . Cm.
-__global__ void ssd_step_kernel(float* __restrict__ y, float* __restrict__ state, const float* __restrict__ x,
-                                const float* __restrict__ dt, const float* __restrict__ A, const float* __restrict__ Bm,
-                                const float* __restrict__ Cm, const std::uint8_t* __restrict__ reset, Dims d) {
+// One step for (b, h, p): the row's state (at state + b * stride; zeroed first where reset[b] != 0)
+// decays by exp(dt A), gains dt x[p] Bm, and y[p] = S[p, :] . Cm.
+__global__ void ssd_step_kernel(float* __restrict__ y, float* __restrict__ state, std::int64_t stride,
+                                const float* __restrict__ x, const float* __restrict__ dt, const float* __restrict__ A,
+                                const float* __restrict__ Bm, const float* __restrict__ Cm,
+                                const std::uint8_t* __restrict__ reset, Dims d) {
   SSD_GRID_STRIDE(idx, d.B * d.H * d.P) {
-    const std::int64_t h = (idx / d.P) % d.H, b = idx / (d.P * d.H), g = h / d.hpg;
+    const std::int64_t hp = idx % (d.H * d.P), h = hp / d.P, b = idx / (d.P * d.H), g = h / d.hpg;
     const bool keep = reset == nullptr || reset[b] == 0;
     const float dth = dt[b * d.H + h];
     const float decay = expf(dth * A[h]), X = dth * x[idx];
     const float* bg = Bm + (b * d.G + g) * d.N;
     const float* cg = Cm + (b * d.G + g) * d.N;
-    float* S = state + idx * d.N;
+    float* S = state + b * stride + hp * d.N;
     float acc = 0.f;
     for (std::int64_t n = 0; n < d.N; ++n) {
       const float s = (keep ? S[n] * decay : 0.f) + X * bg[n];
@@ -575,13 +576,18 @@ void ssd_backward(float* dx, float* ddt, float* dA, float* dBm, float* dCm, cons
 }
 
 void ssd_step(float* y, float* state, const float* x, const float* dt, const float* A, const float* Bm, const float* Cm,
-              const std::uint8_t* reset, const SsdShape& shape, cudaStream_t stream) {
+              const std::uint8_t* reset, const SsdShape& shape, std::int64_t state_stride, cudaStream_t stream) {
   check_shape(shape, false);
   FH_EXPECT(y != nullptr && state != nullptr, "ssd_step: y and state must not be null");
   FH_EXPECT(x != nullptr && dt != nullptr && A != nullptr && Bm != nullptr && Cm != nullptr,
             "ssd_step: x, dt, A, Bm and Cm must not be null");
+  const std::int64_t row = shape.heads * shape.head_dim * shape.state;
+  if (state_stride == 0) state_stride = row;
+  FH_EXPECT(state_stride >= row, "ssd_step: state_stride must be 0 or >= heads x head_dim x state = " +
+                                     std::to_string(row) + ", got " + std::to_string(state_stride));
   Dims d{shape.batch, 1, shape.heads, shape.head_dim, shape.groups, shape.state, 1, 1, shape.heads / shape.groups};
-  ssd_step_kernel<<<blocks_for(d.B * d.H * d.P), gpu::kBlock, 0, stream>>>(y, state, x, dt, A, Bm, Cm, reset, d);
+  ssd_step_kernel<<<blocks_for(d.B * d.H * d.P), gpu::kBlock, 0, stream>>>(y, state, state_stride, x, dt, A, Bm, Cm,
+                                                                           reset, d);
   FH_CHECK_LAUNCH();
 }
 

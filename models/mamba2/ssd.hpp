@@ -60,9 +60,11 @@ void ssd_backward(float* dx, float* ddt, float* dA, float* dBm, float* dCm, cons
                   std::byte* workspace, cudaStream_t stream);
 
 // One recurrent step for acting: rows with reset[b] != 0 (reset nullable: none) first zero their
-// state; then state (B, H, P, N) is updated in place and y (B, H, P) written. x (B, H, P),
-// dt (B, H), Bm, Cm (B, G, N). shape.T and shape.chunk are ignored.
+// state; then the state is updated in place and y (B, H, P) written. Row b's state (H, P, N)
+// starts at state + b * state_stride (0: H * P * N, a (B, H, P, N) array; a larger stride reads
+// the SSD state inside a wider per-row state, as Mamba2Layer keeps it). x (B, H, P), dt (B, H),
+// Bm, Cm (B, G, N). shape.T and shape.chunk are ignored.
 void ssd_step(float* y, float* state, const float* x, const float* dt, const float* A, const float* Bm, const float* Cm,
-              const std::uint8_t* reset, const SsdShape& shape, cudaStream_t stream);
+              const std::uint8_t* reset, const SsdShape& shape, std::int64_t state_stride, cudaStream_t stream);
 
 }  // namespace foxhunt::models

@@ -331,8 +331,17 @@ TEST_F(SsdTest, StepsEqualSequenceAndResetEqualsFresh) {
   test::poison(y, s());
   for (std::int64_t t = 0; t < T; ++t)
     ssd_step(y.data() + t * B * H * P, state.data(), x.data() + t * B * H * P, dt.data() + t * B * H, A.data(),
-             Bm.data() + t * B * G * N, Cm.data() + t * B * G * N, d_resets.data() + t * B, shape, s());
+             Bm.data() + t * B * G * N, Cm.data() + t * B * G * N, d_resets.data() + t * B, shape, 0, s());
   const Vec y_steps = test::download(y, s()), final_steps = test::download(state, s());
+  {  // The same steps on states inside wider rows (state_stride): the same bits.
+    const std::int64_t row = H * P * N, stride = row + 3;
+    gpu::DeviceBuffer<float> wide(static_cast<std::size_t>(B * stride)), y_wide(y.size());
+    test::poison(wide, s());
+    for (std::int64_t t = 0; t < T; ++t)
+      ssd_step(y_wide.data() + t * B * H * P, wide.data(), x.data() + t * B * H * P, dt.data() + t * B * H, A.data(),
+               Bm.data() + t * B * G * N, Cm.data() + t * B * G * N, d_resets.data() + t * B, shape, stride, s());
+    EXPECT_EQ(test::download(y_wide, s()), y_steps) << "strided state";
+  }
 
   // What the steps should give, (T, B, H, P) and (B, H, P, N), from the two forwards.
   DVec want_y(y_steps.size()), want_final(final_steps.size());
@@ -384,7 +393,7 @@ TEST_F(SsdTest, GraphReplayEqualsEagerBitwise) {
   // The leading elements of the sequence's inputs serve as the step's inputs (they are large enough).
   auto step = [&](cudaStream_t cs) {
     ssd_step(d_y.data(), d_state.data(), dev.x.data(), dev.dt.data(), dev.A.data(), dev.Bm.data(), dev.Cm.data(),
-             d_reset.data(), step_shape, cs);
+             d_reset.data(), step_shape, 0, cs);
   };
   step(s());
   const Vec y_eager = test::download(d_y, s()), state_eager = test::download(d_state, s());
@@ -465,7 +474,7 @@ TEST(SsdArguments, BadShapesThrowNamingTheField) {
   expect_throw(s, "head_dim");
   s = good;
   s.heads = 0;
-  EXPECT_THROW(ssd_step(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, s, nullptr),
+  EXPECT_THROW(ssd_step(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, s, 0, nullptr),
                std::invalid_argument);
 }
 
