@@ -339,6 +339,22 @@ TEST(PretrainConfigTest, ModelFactoryKnowsLstmAndNamesUnknownKinds) {
   }
 }
 
+TEST(PretrainConfigTest, Mamba2StateTooLargeForTheSsdTilesIsNamed) {
+  ModelSpec spec;
+  spec.kind = "mamba2";
+  spec.in = 1;
+  spec.hidden = 128;
+  spec.sequence_length = 64;
+  spec.family.integers = {{"d_state", 256}, {"head_dim", 128}, {"expand", 2}, {"conv_kernel", 4}, {"chunk", 64}};
+  try {
+    make_model(spec);
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("model.head_dim x model.d_state = 32768 must be <= 16384"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(PretrainConfigTest, ShippedConfigsLoad) {
   const fs::path dir = configs() / "pretrain";
   ASSERT_TRUE(fs::is_directory(dir)) << dir;
