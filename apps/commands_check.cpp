@@ -1,16 +1,21 @@
 // `foxhunt check --config FILE [--resume DIR]`: the checks `foxhunt train` runs before it touches
 // the device, without a device: the config and the files it names, the checkpoint to resume, the
 // device-memory estimate. Prints the resolved config (every default filled in) and the estimate;
-// exit 0 when the run can start, 2 with every problem of the first bad file otherwise.
+// exit 0 when the run can start, 2 with every problem of the first bad file otherwise. A pretrain
+// config (one with [model] and [task] tables: configs/pretrain/) gets `foxhunt pretrain`'s checks.
 #include <exception>
 #include <memory>
 #include <string>
+
+#include <toml++/toml.h>
 
 #include "actors/memory_estimate.hpp"
 #include "actors/run_config.hpp"
 #include "actors/shipped_configs.hpp"
 #include "apps/commands.hpp"
 #include "apps/run_checks.hpp"
+#include "config/text_file.hpp"
+#include "pretrain/config.hpp"
 
 namespace foxhunt::apps {
 
@@ -18,6 +23,17 @@ namespace {
 struct CheckArgs {
   std::string config, resume;
 };
+
+// A pretrain config has [model] and [task] tables, which no run config has. A file that does not
+// parse is left to the run-config checks, which name its syntax error.
+bool is_pretrain_config(const std::string& path) {
+  try {
+    const toml::table root = toml::parse(config::read_config_text(path, "config"), path);
+    return root["model"].is_table() && root["task"].is_table();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
 }  // namespace
 
 void add_check_command(CLI::App& app, Console& io) {
@@ -33,6 +49,22 @@ void add_check_command(CLI::App& app, Console& io) {
       ->check(CLI::ExistingFile);
   c->add_option("--resume", args->resume, "checkpoint (or run) directory that `train --resume` would read");
   c->callback([args, &io] {
+    if (is_pretrain_config(args->config)) {
+      if (!args->resume.empty()) {
+        io.err << "foxhunt check: --resume: a pretrain checkpoint is checked by `foxhunt pretrain --resume`\n";
+        io.exit_code = 2;
+        return;
+      }
+      try {
+        const pretrain::PretrainConfig config = pretrain::load_pretrain_config(args->config);
+        io.out << "# " << args->config << ": ok (a pretrain config); the resolved config (every default filled in):\n"
+               << pretrain::resolved_pretrain_toml(config) << "\n";
+      } catch (const std::invalid_argument& e) {
+        io.err << "foxhunt check: " << e.what() << "\n";
+        io.exit_code = 2;
+      }
+      return;
+    }
     CheckedRun run;
     try {
       run = check_run(args->config, args->resume);

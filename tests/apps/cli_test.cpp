@@ -168,6 +168,30 @@ TEST_F(Cli, CheckAcceptsEveryShippedConfig) {
   EXPECT_GE(checked, 6) << "run configs in " << dir;
 }
 
+// A pretrain config gets `foxhunt pretrain`'s checks: every shipped one passes, a bad key and a bad
+// value are named with their lines.
+TEST_F(Cli, CheckValidatesPretrainConfigs) {
+  const fs::path dir = foxhunt::test::configs_dir() / "pretrain";
+  int checked = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".toml") continue;
+    const Result r = cli({"check", "--config", e.path().string()});
+    EXPECT_EQ(r.code, 0) << e.path() << "\n" << r.err;
+    EXPECT_NE(r.out.find("a pretrain config"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("[optim]"), std::string::npos) << r.out;
+    ++checked;
+  }
+  EXPECT_GE(checked, 8) << "pretrain configs in " << dir;
+  const fs::path bad = write("bad_pretrain.toml",
+                             "[model]\nkind = \"lstm\"\nwidth = 3\n[data]\nsource = \"market\"\nmarket = \"" +
+                                 (foxhunt::test::configs_dir() / "markets" / "ou_mean_reversion.toml").string() +
+                                 "\"\n[task]\nkind = \"returns\"\n[optim]\nlr = 7\n");
+  const Result r = cli({"check", "--config", bad.string()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("bad_pretrain.toml:3: model.width: unknown key"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("optim.lr = 7"), std::string::npos) << r.err;
+}
+
 TEST_F(Cli, CheckListsTheConfigsErrors) {
   const fs::path bad = write("bad.toml", config_text() + "[replay]\n");  // a table defined twice
   const fs::path typo = write("typo.toml", "[run]\ntotal_env_stepz = 5\n[env]\nkind = \"cartpole\"\n");
