@@ -10,6 +10,9 @@
 // Models: mamba2 = Mamba2 (4 layers, d_state 16, head_dim 16, expand 2); xlstm = Xlstm with blocks
 // "msms" (4 heads); cfc = 4 chained Cfc layers (backbone units = width). The PyTorch script builds
 // the same shapes; its best mode (eager, torch.compile, whole-step CUDA graph) is the baseline.
+// Arguments: [--quick] (the first training and step size only) [mamba2|xlstm|cfc ...] (default all):
+// PyTorch's compile of the xLSTM and CfC time loops takes minutes, so one family per run keeps a
+// run inside a device call.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -182,7 +185,21 @@ double gemm_tflops(gpu::LinearMath math, gpu::BlasLane lane) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  // usage: foxhunt_bench_sequence_models [--quick] [mamba2|xlstm|cfc ...] (default: all three)
+  bool quick = false;
+  std::vector<std::string> families;
+  for (int a = 1; a < argc; ++a) {
+    const std::string arg = argv[a];
+    if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "mamba2" || arg == "xlstm" || arg == "cfc") {
+      families.push_back(arg);
+    } else {
+      std::fprintf(stderr, "%s: unknown argument '%s' (allowed: --quick, mamba2, xlstm, cfc)\n", argv[0], arg.c_str());
+      return 2;
+    }
+  }
+  if (families.empty()) families = {"mamba2", "xlstm", "cfc"};
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row shows as it is measured, also through a pipe
   gpu::DeviceContext ctx(0, 1);
   const gpu::BlasLane lane = ctx.blas(0);
@@ -191,7 +208,6 @@ int main(int argc, char** argv) {
                                                                               {256, 64, 256}, {256, 256, 256}};
   std::vector<std::pair<std::int64_t, std::int64_t>> steps = {{4096, 64}, {4096, 256}};
   if (quick) train.resize(1), steps.resize(1);
-  const std::vector<std::string> families = {"mamba2", "xlstm", "cfc"};
 
   gpu::DeviceBuffer<float> lr(1);
   gpu::DeviceBuffer<std::int64_t> counter(1);
@@ -238,7 +254,9 @@ int main(int argc, char** argv) {
   const double ssd_tf = ssd_flops(sh) / (ssd_ms * 1e-3) / 1e12;
   const double fp32_tf = gemm_tflops(gpu::LinearMath::fp32, lane), bf16_tf = gemm_tflops(gpu::LinearMath::bf16, lane);
 
-  const auto base = run_baselines(quick ? "--quick" : "");
+  std::string script_args = quick ? "--quick" : "";
+  for (const auto& f : families) script_args += " " + f;
+  const auto base = run_baselines(script_args);
   std::printf("\nSequence models: foxhunt vs the best PyTorch mode on the same GPU (4 layers, 1 input feature)\n");
   std::printf("%-8s %-10s %6s %5s %6s %14s %14s %-10s %8s %8s\n", "family", "what", "batch", "T", "width", "ours",
               "torch", "mode", "x torch", "target");
