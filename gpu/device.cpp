@@ -39,26 +39,29 @@ DeviceMemory device_memory(int ordinal) {
   return m;
 }
 
-int sm_count() {
-  static thread_local std::array<int, 64> cache{};
+namespace {
+
+// An attribute of the current device, cached per device in `cache` (one per attribute).
+int cached_attribute(std::array<int, 64>& cache, cudaDeviceAttr attr) {
   int dev = 0;
   FH_CHECK(cudaGetDevice(&dev));
   if (dev < 64 && cache[dev]) return cache[dev];
-  int count = 0;
-  FH_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
-  if (dev < 64) cache[dev] = count;
-  return count;
+  int value = 0;
+  FH_CHECK(cudaDeviceGetAttribute(&value, attr, dev));
+  if (dev < 64) cache[dev] = value;
+  return value;
+}
+
+}  // namespace
+
+int sm_count() {
+  static thread_local std::array<int, 64> cache{};
+  return cached_attribute(cache, cudaDevAttrMultiProcessorCount);
 }
 
 int max_shared_bytes_per_block() {
   static thread_local std::array<int, 64> cache{};
-  int dev = 0;
-  FH_CHECK(cudaGetDevice(&dev));
-  if (dev < 64 && cache[dev]) return cache[dev];
-  int bytes = 0;
-  FH_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (dev < 64) cache[dev] = bytes;
-  return bytes;
+  return cached_attribute(cache, cudaDevAttrMaxSharedMemoryPerBlockOptin);
 }
 
 }  // namespace foxhunt::gpu

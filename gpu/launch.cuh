@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "gpu/device.hpp"
@@ -10,6 +11,10 @@
 namespace foxhunt::gpu {
 
 inline constexpr int kBlock = 256;
+// The shared memory a chunked kernel sizes its tiles for: sm_90's opt-in maximum per block. A
+// fixed budget keeps workspace sizing a host-only computation; launchers check the device
+// (max_shared_bytes_per_block).
+inline constexpr std::size_t kSharedBudgetBytes = 227 * 1024;
 
 // Blocks for a grid-stride loop over n items: enough to fill every SM several times, no more.
 inline int grid_stride_blocks(std::int64_t n, int block = kBlock, int per_sm = 8) {

@@ -80,7 +80,7 @@ __device__ __forceinline__ std::int64_t ix_bht(const Dims& d, std::int64_t b, st
 __device__ __forceinline__ std::int64_t ix_state(const Dims& d, std::int64_t b, std::int64_t h, std::int64_t c) {
   return ((b * d.H + h) * d.nc + c) * d.P * d.N;
 }
-__host__ __device__ __forceinline__ std::int64_t chunk_end(const Dims& d, std::int64_t c) {  // last position, inclusive
+__device__ __forceinline__ std::int64_t chunk_end(const Dims& d, std::int64_t c) {  // last position, inclusive
   const std::int64_t next = (c + 1) * d.L;
   return (next < d.T ? next : d.T) - 1;
 }
@@ -97,10 +97,11 @@ inline constexpr int kChunkThreads = 256;
 struct Tile {
   int L, N, P, LS, NS, PS;  // sizes and padded row strides
 };
-__host__ __device__ inline Tile tile_of(const Dims& d) {
-  const int L = static_cast<int>(d.L), N = static_cast<int>(d.N), P = static_cast<int>(d.P);
-  return Tile{L, N, P, L + 1, N + 1, P + 1};
+__host__ __device__ inline Tile make_tile(std::int64_t L, std::int64_t N, std::int64_t P) {
+  const int l = static_cast<int>(L), n = static_cast<int>(N), p = static_cast<int>(P);
+  return Tile{l, n, p, l + 1, n + 1, p + 1};
 }
+__host__ __device__ inline Tile tile_of(const Dims& d) { return make_tile(d.L, d.N, d.P); }
 std::size_t forward_smem_floats(const Tile& k) {
   return static_cast<std::size_t>(2 * k.L * k.NS + 2 * k.L * k.LS + k.L * k.PS + 2 * k.L);
 }
@@ -109,17 +110,11 @@ std::size_t backward_smem_floats(const Tile& k) {
 }
 
 // The chunk length actually run: no more than T (a short sequence is one chunk), halved until the
-// backward's tiles fit kSmemBudget (the chunk length changes rounding only). A fixed budget keeps
-// workspace sizing a host-only computation; the launchers check the device.
-constexpr std::size_t kSmemBudget = 227 * 1024;  // sm_90's opt-in maximum per block
+// backward's tiles fit gpu::kSharedBudgetBytes (the chunk length changes rounding only).
 std::int64_t run_chunk(const SsdShape& s) {
   std::int64_t L = std::min(s.chunk, s.T);
-  auto bytes = [&](std::int64_t l) {
-    const Tile k{static_cast<int>(l), static_cast<int>(s.state), static_cast<int>(s.head_dim), static_cast<int>(l + 1),
-                 static_cast<int>(s.state + 1), static_cast<int>(s.head_dim + 1)};
-    return backward_smem_floats(k) * sizeof(float);
-  };
-  while (L > 1 && bytes(L) > kSmemBudget) L = (L + 1) / 2;
+  while (L > 1 && backward_smem_floats(make_tile(L, s.state, s.head_dim)) * sizeof(float) > gpu::kSharedBudgetBytes)
+    L = (L + 1) / 2;
   return L;
 }
 

@@ -411,12 +411,10 @@ void check_shape(const MlstmShape& s, const char* what) {
 }
 
 // The chunk length actually run: no more than T (a short sequence is one chunk), halved until the
-// backward's shared memory fits kSmemBudget (the chunk length changes rounding only). A fixed
-// budget keeps workspace sizing a host-only computation; the launchers check the device.
-constexpr std::size_t kSmemBudget = 227 * 1024;  // sm_90's opt-in maximum per block
+// backward's shared memory fits gpu::kSharedBudgetBytes (the chunk length changes rounding only).
 std::int64_t run_chunk(const MlstmShape& s) {
   std::int64_t L = s.chunk < s.T ? s.chunk : s.T;
-  while (L > 1 && backward_smem_floats(L, s.head_dim) * sizeof(float) > kSmemBudget) L = (L + 1) / 2;
+  while (L > 1 && backward_smem_floats(L, s.head_dim) * sizeof(float) > gpu::kSharedBudgetBytes) L = (L + 1) / 2;
   return L;
 }
 
