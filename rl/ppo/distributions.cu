@@ -15,17 +15,6 @@ using heads::for_each_row;
 using heads::group_sum;
 using heads::kPerLane;
 
-// The Philox block of (row counter c, sub-block j): word 3 of the counter carries j.
-__device__ __forceinline__ uint4 draw_block(std::uint64_t seed, std::uint32_t stream_id, std::uint64_t c,
-                                            std::uint32_t j) {
-  return gpu::philox4x32_10(
-      make_uint4(static_cast<std::uint32_t>(c), static_cast<std::uint32_t>(c >> 32), stream_id, j),
-      gpu::philox_key(seed));
-}
-__device__ __forceinline__ std::uint32_t word(const uint4& b, int k) {
-  return k == 0 ? b.x : k == 1 ? b.y : k == 2 ? b.z : b.w;
-}
-
 __global__ void sample_kernel(std::int32_t* __restrict__ discrete, float* __restrict__ raw,
                               float* __restrict__ env_actions, float* __restrict__ logp, const float* __restrict__ head,
                               const float* __restrict__ log_std, std::int64_t rows, HeadShape shape, int lanes,
@@ -40,32 +29,8 @@ __global__ void sample_kernel(std::int32_t* __restrict__ discrete, float* __rest
       for (int j = 0; j < kPerLane; ++j) {
         const int b = sub + j * lanes;
         if (b >= aw) break;
-        const uint4 bits = draw_block(seed, stream_id, c, static_cast<std::uint32_t>(b >> 2));
-        if (!shape.gaussian()) {
-          const float* l = h + b * shape.choices;
-          const heads::Branch st = heads::categorical_branch(l, shape.choices);
-          // Inverse CDF: the running sum repeats Z's sum term by term, so it reaches u * Z <= Z.
-          const float target = gpu::u32_to_uniform_open0(word(bits, b & 3)) * st.z;
-          int a = shape.choices - 1;
-          float cum = 0.f;
-          for (int k = 0; k < shape.choices; ++k) {
-            cum += expf(l[k] - st.max);
-            if (cum >= target) {
-              a = k;
-              break;
-            }
-          }
-          discrete[row * aw + b] = a;
-          lp += heads::categorical_logp(l, shape.choices, st, a);
-        } else {
-          const float2 n = (b & 2) ? gpu::normal2(bits.z, bits.w) : gpu::normal2(bits.x, bits.y);
-          const float z = (b & 1) ? n.y : n.x;
-          const float mean = h[b], ls = log_std[b];
-          const float u = mean + expf(ls) * z;
-          raw[row * aw + b] = u;
-          env_actions[row * aw + b] = heads::bound_action(u, shape);
-          lp += heads::gaussian_logp(u, mean, ls, shape);
-        }
+        lp += heads::sample_branch(discrete + row * aw, raw + row * aw, env_actions + row * aw, h, log_std, b,
+                                   shape, seed, stream_id, c);
       }
     }
     lp = group_sum(lp, lanes);

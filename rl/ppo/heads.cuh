@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "gpu/launch.cuh"
+#include "gpu/philox.cuh"
 #include "rl/ppo/distributions.hpp"
 
 namespace foxhunt::rl::ppo::heads {
@@ -52,6 +53,18 @@ __device__ __forceinline__ void for_each_row(std::int64_t rows, int lanes, F&& f
     const std::int64_t row = base + lane / lanes;
     f(row, lane & (lanes - 1), row < rows);
   }
+}
+
+// The Philox block of (row counter c, sub-block j): word 3 of the counter carries j
+// (rl/ppo/distributions.hpp's layout).
+__device__ __forceinline__ uint4 draw_block(std::uint64_t seed, std::uint32_t stream_id, std::uint64_t c,
+                                            std::uint32_t j) {
+  return gpu::philox4x32_10(
+      make_uint4(static_cast<std::uint32_t>(c), static_cast<std::uint32_t>(c >> 32), stream_id, j),
+      gpu::philox_key(seed));
+}
+__device__ __forceinline__ std::uint32_t word(const uint4& b, int k) {
+  return k == 0 ? b.x : k == 1 ? b.y : k == 2 ? b.z : b.w;
 }
 
 // One categorical branch of `choices` logits: max, Z = sum exp(l - max), log Z and the entropy
@@ -102,6 +115,70 @@ __device__ __forceinline__ float gaussian_entropy(float log_std) { return 0.5f +
 __device__ __forceinline__ float bound_action(float u, const HeadShape& s) {
   if (s.bound == HeadShape::Bound::tanh) return s.low + (tanhf(u) + 1.f) * 0.5f * (s.high - s.low);
   return fminf(fmaxf(u, s.low), s.high);
+}
+
+// Draws branch (dimension) b of the row whose Philox row counter is c, from head row h, and
+// stores it (discrete, or raw and env_action, each pointing at the row's first entry); returns
+// its log-prob term.
+__device__ __forceinline__ float sample_branch(std::int32_t* discrete, float* raw, float* env_action, const float* h,
+                                               const float* log_std, int b, const HeadShape& shape,
+                                               std::uint64_t seed, std::uint32_t stream_id, std::uint64_t c) {
+  const uint4 bits = draw_block(seed, stream_id, c, static_cast<std::uint32_t>(b >> 2));
+  if (!shape.gaussian()) {
+    const float* l = h + b * shape.choices;
+    const Branch st = categorical_branch(l, shape.choices);
+    // Inverse CDF: the running sum repeats Z's sum term by term, so it reaches u * Z <= Z.
+    const float target = gpu::u32_to_uniform_open0(word(bits, b & 3)) * st.z;
+    int a = shape.choices - 1;
+    float cum = 0.f;
+    for (int k = 0; k < shape.choices; ++k) {
+      cum += expf(l[k] - st.max);
+      if (cum >= target) {
+        a = k;
+        break;
+      }
+    }
+    discrete[b] = a;
+    return categorical_logp(l, shape.choices, st, a);
+  }
+  const float2 n = (b & 2) ? gpu::normal2(bits.z, bits.w) : gpu::normal2(bits.x, bits.y);
+  const float z = (b & 1) ? n.y : n.x;
+  const float mean = h[b], ls = log_std[b];
+  const float u = mean + expf(ls) * z;
+  raw[b] = u;
+  env_action[b] = bound_action(u, shape);
+  return gaussian_logp(u, mean, ls, shape);
+}
+
+// d pg / d r of the clipped surrogate pg = max(-a r, -a clamp(r, 1 - eps, 1 + eps)) under
+// torch's tie rules for max and clamp; *pg gets the surrogate.
+__device__ __forceinline__ float surrogate_slope(float a, float r, float eps, float* pg) {
+  const float lo = 1.f - eps, hi = 1.f + eps;
+  const float pg1 = -a * r;
+  const float pg2 = -a * fminf(fmaxf(r, lo), hi);
+  const float inside = (r >= lo && r <= hi) ? 1.f : 0.f;
+  *pg = pg1 >= pg2 ? pg1 : pg2;
+  if (pg1 > pg2) return -a;
+  if (pg1 < pg2) return -a * inside;
+  return -a * 0.5f * (1.f + inside);
+}
+
+// The value loss term of one row, (v - R)^2 or its clipped max, into *loss; returns its
+// derivative in v (same tie rules).
+__device__ __forceinline__ float value_term(float v, float old_v, float ret, float clip_eps, bool clip, float* loss) {
+  const float e1 = v - ret;
+  const float l1 = e1 * e1, g1 = 2.f * e1;
+  if (!clip) {
+    *loss = l1;
+    return g1;
+  }
+  const float dv = v - old_v;
+  const float vc = old_v + fminf(fmaxf(dv, -clip_eps), clip_eps);
+  const float e2 = vc - ret;
+  const float l2 = e2 * e2;
+  const float g2 = (dv >= -clip_eps && dv <= clip_eps) ? 2.f * e2 : 0.f;
+  *loss = l1 >= l2 ? l1 : l2;
+  return l1 > l2 ? g1 : l1 < l2 ? g2 : 0.5f * (g1 + g2);
 }
 
 }  // namespace foxhunt::rl::ppo::heads

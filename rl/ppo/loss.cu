@@ -87,18 +87,6 @@ __global__ void adv_finish_kernel(float* __restrict__ norm, const double* __rest
   }
 }
 
-// d pg_i / d r_i under torch's tie rules for max and clamp.
-__device__ __forceinline__ float surrogate_slope(float a, float r, float eps, float* pg) {
-  const float lo = 1.f - eps, hi = 1.f + eps;
-  const float pg1 = -a * r;
-  const float pg2 = -a * fminf(fmaxf(r, lo), hi);
-  const float inside = (r >= lo && r <= hi) ? 1.f : 0.f;
-  *pg = pg1 >= pg2 ? pg1 : pg2;
-  if (pg1 > pg2) return -a;
-  if (pg1 < pg2) return -a * inside;
-  return -a * 0.5f * (1.f + inside);
-}
-
 // One pass over the rows: log-prob, entropy, ratio, gradient into d_head; per-block partials of the
 // statistics and of d loss / d log_std (before the 1/B and the entropy term).
 __global__ void policy_rows_kernel(float* __restrict__ d_head, double* __restrict__ partials,
@@ -143,7 +131,7 @@ __global__ void policy_rows_kernel(float* __restrict__ d_head, double* __restric
     const float log_ratio = lp - old_logp[row];
     const float r = expf(log_ratio);
     float pg;
-    const float slope = surrogate_slope(a, r, clip_eps, &pg);
+    const float slope = heads::surrogate_slope(a, r, clip_eps, &pg);
     const float coef = slope * r * inv_b;  // d loss / d logp_new of this row
     if (sub == 0) {
       acc[0] += pg;
@@ -231,19 +219,8 @@ __global__ void value_loss_kernel(float* __restrict__ d_values, LossStats* __res
   const float grad_scale = vf_coef * 0.5f / static_cast<float>(rows);
   double acc = 0;
   for (std::int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
-    const float v = values[i], ret = returns[i];
-    const float e1 = v - ret;
-    const float l1 = e1 * e1, g1 = 2.f * e1;
-    float l = l1, g = g1;
-    if (clip) {
-      const float dv = v - old_values[i];
-      const float vc = old_values[i] + fminf(fmaxf(dv, -clip_eps), clip_eps);
-      const float e2 = vc - ret;
-      const float l2 = e2 * e2;
-      const float g2 = (dv >= -clip_eps && dv <= clip_eps) ? 2.f * e2 : 0.f;
-      l = l1 >= l2 ? l1 : l2;
-      g = l1 > l2 ? g1 : l1 < l2 ? g2 : 0.5f * (g1 + g2);
-    }
+    float l;
+    const float g = heads::value_term(values[i], clip ? old_values[i] : 0.f, returns[i], clip_eps, clip, &l);
     acc += l;
     if (d_values) d_values[i] = g * grad_scale;
   }
