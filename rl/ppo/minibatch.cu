@@ -35,7 +35,7 @@ __global__ void permutation_keys_kernel(std::uint32_t* __restrict__ keys, std::i
   }
 }
 
-__global__ void advance_kernel(std::uint64_t* counter) { *counter += 1; }
+__global__ void advance_kernel(std::uint64_t* counter, std::uint64_t by) { *counter += by; }
 
 template <class Obs, int VEC>
 __global__ void gather_kernel(GatherOut out, GatherSpec in, const std::int32_t* __restrict__ indices,
@@ -131,9 +131,9 @@ void gather_minibatch(const GatherOut& out, const GatherSpec& in, const std::int
     launch_gather<float>(out, in, indices, rows, vec4, stream);
 }
 
-void advance_counter(std::uint64_t* counter, cudaStream_t stream) {
+void advance_counter(std::uint64_t* counter, cudaStream_t stream, std::uint64_t by) {
   FH_EXPECT(counter, "advance_counter: null counter");
-  advance_kernel<<<1, 1, 0, stream>>>(counter);
+  advance_kernel<<<1, 1, 0, stream>>>(counter, by);
   FH_CHECK_LAUNCH();
 }
 

@@ -57,7 +57,7 @@ struct GatherOut {
 void gather_minibatch(const GatherOut& out, const GatherSpec& in, const std::int32_t* indices, std::int64_t rows,
                       cudaStream_t stream);
 
-// *counter += 1 on the device (a graph node that advances a Philox step counter).
-void advance_counter(std::uint64_t* counter, cudaStream_t stream);
+// *counter += by on the device (a graph node that advances a Philox step counter).
+void advance_counter(std::uint64_t* counter, cudaStream_t stream, std::uint64_t by = 1);
 
 }  // namespace foxhunt::rl::ppo
