@@ -78,6 +78,13 @@ class ActorCritic {
                          const std::uint8_t* resets, std::int64_t T, std::int64_t M, const models::Workspace& ws,
                          gpu::BlasLane lane);
 
+  // The layers, for kernels that run the networks' math themselves (rl/ppo/fused_mlp.hpp). The
+  // critic's trunk is null with a shared trunk; both are null without hidden layers.
+  models::Mlp* actor_trunk() noexcept { return actor_trunk_ ? &*actor_trunk_ : nullptr; }
+  models::Mlp* critic_trunk() noexcept { return critic_trunk_ ? &*critic_trunk_ : nullptr; }
+  models::Dense& policy_head() noexcept { return policy_head_; }
+  models::Dense& value_head() noexcept { return value_head_; }
+
   // Gaussian heads: the log-std (dim) and its gradient in the arena; null otherwise.
   const float* log_std() const noexcept { return log_std_; }
   float* log_std_grad() noexcept { return log_std_grad_; }

@@ -30,6 +30,9 @@ struct PpoConfig {
   gpu::LinearMath math = gpu::LinearMath::fp32;  // fp32 | tf32 | bf16 GEMMs (f32 master weights)
   HeadShape head;                                // from the environment's action space
   float init_log_std = 0.f;                      // gaussian heads: the initial state-independent log-std
+  // Small feed-forward networks run as whole-network kernels (rl/ppo/fused_mlp.hpp) when they fit;
+  // false: the GEMM path always.
+  bool fused_kernels = true;
 
   // Update.
   int epochs = 4;
