@@ -106,6 +106,8 @@ PpoLearner::PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasL
   std::mt19937_64 rng(config_.seed);
   net_.init(arena_, rng, s);
   net_.bind(arena_);
+  if (config_.fused_kernels && fused_unsupported_reason(config_, obs_dim).empty())
+    fused_ = std::make_unique<FusedActorCritic>(net_, config_);
 
   const std::int64_t rows = config_.batch_rows(), mb = config_.minibatch_rows();
   const HeadShape& h = config_.head;
@@ -128,6 +130,10 @@ PpoLearner::PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasL
     train_view_ = models::Workspace{train_ws_.data(), mb, false};
     perm_ = gpu::DeviceBuffer<std::int32_t>(n(rows));
     perm_ws_ = gpu::DeviceBuffer<std::byte>(permutation_workspace_bytes(rows));
+  }
+  if (fused_) {
+    fused_ws_ = gpu::DeviceBuffer<std::byte>(fused_->minibatch_workspace_bytes(mb));
+    adv_norms_ = gpu::DeviceBuffer<float>(n(config_.minibatches, 2));
   }
   mb_obs_ = gpu::DeviceBuffer<float>(n(mb, obs_dim));
   if (h.kind == HeadShape::Kind::gaussian)
@@ -157,7 +163,22 @@ PpoLearner::PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasL
   adam_.decoupled = false;
 }
 
-void PpoLearner::minibatch(Rollout& r, const std::int32_t* units, cudaStream_t s) {
+void PpoLearner::fused_minibatch(Rollout& r, const std::int32_t* rows, int index, cudaStream_t s) {
+  const HeadShape& h = config_.head;
+  FusedMinibatchInputs in{};
+  in.obs = r.obs.data();
+  in.discrete = h.gaussian() ? nullptr : r.discrete.data();
+  in.raw = h.gaussian() ? r.raw.data() : nullptr;
+  in.logp = r.logp.data();
+  in.advantages = r.advantages.data();
+  in.returns = r.returns.data();
+  in.values = r.values.data();
+  fused_->minibatch(loss_stats_.data(), in, rows, config_.minibatch_rows(),
+                    config_.normalize_advantages ? adv_norms_.data() + 2 * index : nullptr, fused_ws_.data(), s);
+}
+
+void PpoLearner::minibatch(Rollout& r, const std::int32_t* units, int index, cudaStream_t s) {
+  if (fused_) return fused_minibatch(r, units, index, s);
   const HeadShape& h = config_.head;
   const std::int64_t mb = config_.minibatch_rows();
   const std::int32_t* rows = units;  // feed-forward: rows; recurrent: environments
@@ -201,7 +222,9 @@ void PpoLearner::minibatch(Rollout& r, const std::int32_t* units, cudaStream_t s
                            r.steps, M, train_view_, lane);
   else
     net_.backward(d_head_.data(), d_value_.data(), mb_obs_.data(), mb, train_view_, lane);
+}
 
+void PpoLearner::optimizer_step(cudaStream_t s) {
   const float* scale = nullptr;
   if (config_.max_grad_norm > 0) {
     gpu::global_grad_norm(scalars_.data() + kNorm, arena_.grads(), arena_.padded_count(), norm_ws_.data(), s);
@@ -231,7 +254,12 @@ void PpoLearner::enqueue_update(Rollout& r, cudaStream_t s) {
     random_permutation(perm_.data(), units, config_.seed, kPermutationStream, counters_.data() + kPermutations,
                        perm_ws_.data(), s);
     advance_counter(counters_.data() + kPermutations, s);
-    for (int m = 0; m < config_.minibatches; ++m) minibatch(r, perm_.data() + m * per_mb, s);
+    if (fused_ && config_.normalize_advantages)
+      fused_->advantage_norms(adv_norms_.data(), r.advantages.data(), perm_.data(), per_mb, config_.minibatches, s);
+    for (int m = 0; m < config_.minibatches; ++m) {
+      minibatch(r, perm_.data() + m * per_mb, m, s);
+      optimizer_step(s);
+    }
     if (config_.target_kl > 0) {
       kl_check_kernel<<<1, 1, 0, s>>>(kl_stop_.data(), loss_stats_.data(), config_.target_kl);
       FH_CHECK_LAUNCH();

@@ -5,13 +5,16 @@
 //               environments, each minibatch their whole time-major sequences with the stored
 //               initial states and resets)
 //   per minibatch  gather -> forward -> clipped surrogate + entropy, clipped value loss
-//               -> backward -> global grad-norm clip -> Adam (lr and step count in device memory)
+//               -> backward -> global grad-norm clip -> Adam (lr and step count in device memory);
+//               a network that fits rl/ppo/fused_mlp.hpp (config.fused_kernels) runs gather to
+//               backward as two launches
 //   after each epoch  with target_kl > 0, a device flag stops the remaining minibatches' Adam
 //               steps once the last minibatch's approx-KL exceeds it (the host decides nothing).
 // The learning rate anneals linearly over config.anneal_iterations updates, from a device counter.
 // Statistics (losses, entropy, approx-KL, clip fraction, explained variance, lr) stay on the
 // device until publish_stats() sends them through the exit module.
 #include <cstdint>
+#include <memory>
 #include <random>
 
 #include "gpu/adam.hpp"
@@ -23,6 +26,7 @@
 #include "models/module.hpp"
 #include "rl/ppo/actor_critic.hpp"
 #include "rl/ppo/config.hpp"
+#include "rl/ppo/fused_mlp.hpp"
 #include "rl/ppo/loss.hpp"
 #include "rl/ppo/rollout.hpp"
 
@@ -48,6 +52,8 @@ class PpoLearner {
 
   // Workspace of the networks for acting and bootstrapping over up to the rollout's rows.
   const models::Workspace& act_workspace() const noexcept { return act_ws_.view; }
+  // The fused kernels of this network, or null when it runs on the GEMM path.
+  const FusedActorCritic* fused() const noexcept { return fused_.get(); }
 
   // One update from `rollout` (advantages and returns filled). First call: eager work captured
   // into the update graph, later calls replay it (the rollout's buffers must stay the same).
@@ -70,12 +76,16 @@ class PpoLearner {
 
  private:
   void enqueue_update(Rollout& rollout, cudaStream_t stream);
-  void minibatch(Rollout& rollout, const std::int32_t* indices, cudaStream_t stream);
+  void minibatch(Rollout& rollout, const std::int32_t* indices, int index, cudaStream_t stream);
+  // Global grad-norm clip and Adam over the gradients a minibatch wrote.
+  void optimizer_step(cudaStream_t stream);
+  void fused_minibatch(Rollout& rollout, const std::int32_t* indices, int index, cudaStream_t stream);
 
   PpoConfig config_;
   gpu::BlasLane lane_;
   gpu::ParameterArena arena_;
   ActorCritic net_;
+  std::unique_ptr<FusedActorCritic> fused_;
   models::OwnedWorkspace act_ws_;
   gpu::DeviceBuffer<std::byte> train_ws_;
   models::Workspace train_view_;
@@ -85,7 +95,8 @@ class PpoLearner {
   gpu::DeviceBuffer<float> d_head_, d_value_, mb_state0_;
   gpu::DeviceBuffer<std::int32_t> mb_discrete_, perm_, mb_rows_;
   gpu::DeviceBuffer<std::uint8_t> mb_resets_;
-  gpu::DeviceBuffer<std::byte> perm_ws_, loss_ws_, norm_ws_;
+  gpu::DeviceBuffer<std::byte> perm_ws_, loss_ws_, norm_ws_, fused_ws_;
+  gpu::DeviceBuffer<float> adv_norms_;  // fused: (minibatches, 2) per epoch
   gpu::DeviceBuffer<float> scalars_;  // lr, grad norm, clip scale
   gpu::DeviceBuffer<std::uint32_t> kl_stop_;
   gpu::DeviceBuffer<std::uint64_t> counters_;  // [updates, adam steps (int64 view), permutation draws]

@@ -87,6 +87,7 @@ void PpoTrainer::enqueue_collect(cudaStream_t s) {
   const auto row_bytes = static_cast<std::size_t>(N * C) * sizeof(float);
   const bool recurrent = net.recurrent();
   const auto state_bytes = static_cast<std::size_t>(N * net.state_features()) * sizeof(float);
+  const FusedActorCritic* fused = learner_.fused();
 
   copy_d2d(r.obs.data(), r.next_obs.data(), row_bytes, s);
   if (recurrent) {
@@ -96,14 +97,21 @@ void PpoTrainer::enqueue_collect(cudaStream_t s) {
   for (std::int64_t t = 0; t < T; ++t) {
     float* obs_t = r.obs.data() + t * N * C;
     float* value_t = r.values.data() + t * N;
-    if (recurrent)
-      net.step(head_.data(), value_t, r.state.data(), obs_t, r.resets.data() + t * N, N, ws, lane);
-    else
-      net.forward(head_.data(), value_t, obs_t, N, ws, lane);
-    sample_actions(gaussian ? nullptr : r.discrete.data() + t * N * h.branches,
-                   gaussian ? r.raw.data() + t * N * h.dim : nullptr, r.env_actions.data(), r.logp.data() + t * N,
-                   head_.data(), net.log_std(), N, h, config_.seed, kActStream, act_counter_.data(), s);
-    advance_counter(act_counter_.data(), s);
+    std::int32_t* discrete_t = gaussian ? nullptr : r.discrete.data() + t * N * h.branches;
+    float* raw_t = gaussian ? r.raw.data() + t * N * h.dim : nullptr;
+    if (fused) {
+      // One launch; the draw counter advances by T after the loop (the same numbers).
+      fused->act(FusedActOutputs{discrete_t, raw_t, r.env_actions.data(), r.logp.data() + t * N, value_t}, obs_t, N,
+                 config_.seed, kActStream, act_counter_.data(), static_cast<std::uint64_t>(t), s);
+    } else {
+      if (recurrent)
+        net.step(head_.data(), value_t, r.state.data(), obs_t, r.resets.data() + t * N, N, ws, lane);
+      else
+        net.forward(head_.data(), value_t, obs_t, N, ws, lane);
+      sample_actions(discrete_t, raw_t, r.env_actions.data(), r.logp.data() + t * N, head_.data(), net.log_std(), N, h,
+                     config_.seed, kActStream, act_counter_.data(), s);
+      advance_counter(act_counter_.data(), s);
+    }
 
     StepOutputs out;
     out.obs = t + 1 < T ? static_cast<void*>(r.obs.data() + (t + 1) * N * C) : r.next_obs.data();
@@ -129,6 +137,10 @@ void PpoTrainer::enqueue_collect(cudaStream_t s) {
   if (recurrent) {
     copy_d2d(r.scratch_state.data(), r.state.data(), state_bytes, s);
     net.step(nullptr, r.next_value.data(), r.scratch_state.data(), r.next_obs.data(), r.last_done.data(), N, ws, lane);
+  } else if (fused) {
+    advance_counter(act_counter_.data(), s, static_cast<std::uint64_t>(T));
+    fused->values(r.bootstrap.data(), r.final_obs.data(), T * N, s);
+    fused->values(r.next_value.data(), r.next_obs.data(), N, s);
   } else {
     // Values of every row's final observation (only truncated rows read theirs) and of the last.
     net.forward(nullptr, r.bootstrap.data(), r.final_obs.data(), T * N, ws, lane);
