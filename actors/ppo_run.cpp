@@ -81,6 +81,7 @@ PpoConfig ppo_config(const RunConfig& c, const EnvShape& env) {
   p.head = rl::ppo::head_for(
       env.action, c.learner.action_bound == "tanh" ? rl::ppo::HeadShape::Bound::tanh : rl::ppo::HeadShape::Bound::clip);
   p.init_log_std = static_cast<float>(c.learner.init_log_std);
+  p.fused_kernels = c.learner.fused_kernels;
   p.epochs = static_cast<int>(c.learner.epochs);
   p.minibatches = static_cast<int>(c.learner.minibatches);
   p.gamma = static_cast<float>(c.learner.gamma);

@@ -26,7 +26,8 @@ constexpr const char* kPpoOnlyKeys[] = {
     "learner.rollout_steps", "learner.epochs",     "learner.minibatches",  "learner.gamma",
     "learner.gae_lambda",    "learner.clip",       "learner.clip_value",   "learner.ent_coef",
     "learner.vf_coef",       "learner.normalize_advantages", "learner.target_kl", "learner.shared_trunk",
-    "learner.lstm_hidden",   "learner.math",       "learner.init_log_std", "learner.action_bound"};
+    "learner.lstm_hidden",   "learner.math",       "learner.init_log_std", "learner.action_bound",
+    "learner.fused_kernels"};
 
 // PPO's defaults for the keys it shares with DQN (CleanRL's ppo.py): RunConfig holds DQN's, so a
 // file with learner.kind = "ppo" gets these for the keys it does not give.
@@ -152,6 +153,7 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file) {
   r.choice("math", c.learner.math, {"fp32", "tf32", "bf16"});
   r.number("init_log_std", c.learner.init_log_std, Range::closed(-20.0, 5.0));
   r.choice("action_bound", c.learner.action_bound, {"clip", "tanh"});
+  r.boolean("fused_kernels", c.learner.fused_kernels);
 
   r.table("pipeline");
   r.number("replay_ratio", c.pipeline.replay_ratio, Range::open_low(0.0, 1024.0));

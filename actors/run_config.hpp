@@ -85,6 +85,7 @@ struct RunConfig {
     std::string math = "fp32";      // fp32 | tf32 | bf16 GEMMs (f32 master weights and accumulation)
     double init_log_std = 0.0;      // continuous actions: the Gaussian's initial log-std
     std::string action_bound = "clip";  // continuous actions: clip | tanh
+    bool fused_kernels = true;          // small feed-forward networks as whole-network kernels
   } learner;
   struct Pipeline {
     double replay_ratio = 0.25;  // updates per environment step
