@@ -78,7 +78,8 @@ std::unique_ptr<rl::VecEnv> make_bench_env(const Scenario& sc) {
   return std::make_unique<rl::MarketEnv>(rl::load_market_config(cfg), sc.envs);
 }
 
-Result bench_foxhunt(const Scenario& sc, gpu::DeviceContext& ctx, double per_node) {
+// fused: the whole-network kernels (rl/ppo/fused_mlp.hpp); false: the cuBLASLt path.
+Result bench_foxhunt(const Scenario& sc, gpu::DeviceContext& ctx, double per_node, bool fused) {
   const cudaStream_t s = ctx.stream();
   FH_CHECK(cudaStreamSynchronize(s));
   const auto t0 = std::chrono::steady_clock::now();
@@ -87,6 +88,7 @@ Result bench_foxhunt(const Scenario& sc, gpu::DeviceContext& ctx, double per_nod
   c.num_envs = sc.envs;
   c.rollout_steps = sc.steps;
   c.head = rl::ppo::head_for(env->action_space());
+  c.fused_kernels = fused;
   const std::int64_t iterations = sc.total / c.batch_rows();
   c.anneal_iterations = iterations;
   rl::ppo::PpoTrainer t(c, *env, ctx.blas());
@@ -108,10 +110,11 @@ Result bench_foxhunt(const Scenario& sc, gpu::DeviceContext& ctx, double per_nod
   // The halves' stream times (after the run: the split of an iteration, not part of the result).
   const double collect_ms = bench::median_stream_ms([&](int) { t.collect(); }, s, 2, 15);
   const double update_ms = bench::median_stream_ms([&](int) { t.learner().update(t.rollout()); }, s, 2, 15);
-  std::printf("  %-20s collect %.3f ms, update %.3f ms per iteration (stream time)\n", sc.name.c_str(), collect_ms,
-              update_ms);
-  std::printf("  %-20s %lld iterations, %zu + %zu graph nodes each, %.3f s, final return %.3f (%g episodes)\n",
-              sc.name.c_str(), static_cast<long long>(iterations), t.collect_graph_nodes(), t.learner().graph_nodes(),
+  const char* path = t.learner().fused() ? "fused" : "gemm";
+  std::printf("  %-20s %-5s collect %.3f ms, update %.3f ms per iteration (stream time)\n", sc.name.c_str(), path,
+              collect_ms, update_ms);
+  std::printf("  %-20s %-5s %lld iterations, %zu + %zu graph nodes each, %.3f s, final return %.3f (%g episodes)\n",
+              sc.name.c_str(), path, static_cast<long long>(iterations), t.collect_graph_nodes(), t.learner().graph_nodes(),
               r.seconds, r.final_return, st.episodes.episodes);
   return r;
 }
@@ -169,9 +172,12 @@ int main(int argc, char** argv) {
   std::printf("PPO training: foxhunt vs PyTorch and JAX (PureJaxRL style) on the same GPU\n");
   const double per_node = node_seconds(ctx.stream());
   std::printf("  graph replay floor: %.2f us per empty-kernel node\n", per_node * 1e6);
-  std::vector<Result> fox;
+  std::vector<Result> fox, gemm;
   for (const auto& sc : scenarios)
-    if (only.empty() || only == sc.name) fox.push_back(bench_foxhunt(sc, ctx, per_node));
+    if (only.empty() || only == sc.name) {
+      fox.push_back(bench_foxhunt(sc, ctx, per_node, true));
+      gemm.push_back(bench_foxhunt(sc, ctx, per_node, false));
+    }
   if (ours_only) return 0;
 
   const auto script = find_file("FOXHUNT_BENCH_SCRIPTS", "bench", "ppo.py",
@@ -179,21 +185,23 @@ int main(int argc, char** argv) {
   std::printf("baselines: %s\n", script.string().c_str());
   const auto base = run_baselines(script);
 
-  bench::print_rule(132);
-  std::printf("%-20s %9s %9s %12s %8s %9s %12s %8s %9s %12s %8s %7s %7s\n", "scenario", "ours s", "floor s", "ours SPS",
-              "return", "torch s", "torch SPS", "return", "jax s", "jax SPS", "return", "x torch", "x jax");
-  bench::print_rule(132);
+  bench::print_rule(142);
+  std::printf("%-20s %9s %9s %9s %12s %8s %9s %12s %8s %9s %12s %8s %7s %7s\n", "scenario", "ours s", "floor s",
+              "gemm s", "ours SPS", "return", "torch s", "torch SPS", "return", "jax s", "jax SPS", "return", "x torch",
+              "x jax");
+  bench::print_rule(142);
   for (std::size_t i = 0; i < scenarios.size(); ++i) {
     const Result& f = fox[i];
     const Baseline* t = find(base, "torch", scenarios[i].name);
     const Baseline* j = find(base, "jax", scenarios[i].name);
-    std::printf("%-20s %9.3f %9.3f %12.3g %8.2f %9.3f %12.3g %8.2f %9.3f %12.3g %8.2f %7.2f %7.2f\n",
-                scenarios[i].name.c_str(), f.seconds, f.floor_seconds, f.sps, f.final_return, t ? t->seconds : 0.0,
+    std::printf("%-20s %9.3f %9.3f %9.3f %12.3g %8.2f %9.3f %12.3g %8.2f %9.3f %12.3g %8.2f %7.2f %7.2f\n",
+                scenarios[i].name.c_str(), f.seconds, f.floor_seconds, gemm[i].seconds, f.sps, f.final_return, t ? t->seconds : 0.0,
                 t ? t->sps : 0.0, t ? t->final_return : 0.0, j ? j->seconds : 0.0, j ? j->sps : 0.0,
                 j ? j->final_return : 0.0, t && t->seconds > 0 ? t->seconds / f.seconds : 0.0,
                 j && j->seconds > 0 ? j->seconds / f.seconds : 0.0);
   }
-  bench::print_rule(132);
+  bench::print_rule(142);
+  std::printf("(gemm s: the same run on the cuBLASLt path, learner.fused_kernels = false)\n");
   std::printf("TARGET cleanrl_cartpole wall: %.3f s (target <= 1.2 s): %s\n", fox[0].seconds,
               fox[0].seconds <= 1.2 ? "PASS" : "FAIL");
   std::printf("TARGET throughput_cartpole: %.3g env-steps/s (target >= 5e7): %s\n", fox[1].sps,
