@@ -115,12 +115,15 @@ TEST_F(PpoActorCriticTest, GradientsMatchFiniteDifferences) {
       if (e.name == "policy.log_std") continue;  // not a function of head or value
       for (int k = 0; k < 4; ++k) {
         const auto i = static_cast<std::int64_t>(rng()() % static_cast<std::uint64_t>(e.numel));
-        // A ReLU kink within the step spoils that difference; a kink within both steps is rare.
+        // A ReLU kink within the step spoils that difference; a kink within all three steps is rare.
         const double fd = test::central_difference(loss, n.arena.params() + e.offset, i, 1e-2f, s());
         if (test::fd_close(fd, grads[e.offset + i], 2e-2, 0.05 * rms)) continue;
         const double fd_fine = test::central_difference(loss, n.arena.params() + e.offset, i, 1e-3f, s());
-        EXPECT_TRUE(test::fd_close(fd_fine, grads[e.offset + i], 2e-2, 0.05 * rms))
-            << e.name << "[" << i << "] (step 1e-2: " << fd << ")";
+        if (test::fd_close(fd_fine, grads[e.offset + i], 2e-2, 0.05 * rms)) continue;
+        // A pre-activation within 1e-3 of a ReLU kink for some row: a step ten times finer.
+        const double fd_finer = test::central_difference(loss, n.arena.params() + e.offset, i, 1e-4f, s());
+        EXPECT_TRUE(test::fd_close(fd_finer, grads[e.offset + i], 2e-2, 0.05 * rms))
+            << e.name << "[" << i << "] (step 1e-2: " << fd << ", 1e-3: " << fd_fine << ")";
       }
     }
   }
