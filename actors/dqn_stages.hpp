@@ -100,7 +100,10 @@ class DqnCollectorStage final : public CollectorStage {
   // The latest exported window of episode statistics (tests read it after the run).
   const gpu::ExitSlot<rl::EpisodeStats>& episode_stats() const noexcept { return stats_exit_; }
   cudaStream_t stream() const noexcept { return lane_.stream(); }
-  void set_timeline(StreamTimeline* t) noexcept { lane_.set_timeline(t, "collector"); }
+  bool record_timeline(StreamTimeline* t) override {
+    lane_.set_timeline(t, "collector");
+    return true;
+  }
 
  private:
   CudaLane lane_;
@@ -146,7 +149,10 @@ class DqnLearnerStage final : public LearnerStage {
 
   rl::DqnLearner& learner() noexcept { return *learner_; }
   cudaStream_t stream() const noexcept { return lane_.stream(); }
-  void set_timeline(StreamTimeline* t) noexcept { lane_.set_timeline(t, "learner"); }
+  bool record_timeline(StreamTimeline* t) override {
+    lane_.set_timeline(t, "learner");
+    return true;
+  }
 
   // Snapshots go round a ring of this many buffers (version % kSnapshotRing), so the last few
   // published versions stay readable for a final checkpoint (at most three are ever pending in
@@ -188,7 +194,10 @@ class PolicyPublishStage final : public TargetSyncStage {
   std::string health() override { return lane_.health(); }
 
   LocalDeviceHandle sync(const LocalDeviceHandle& snapshot, int buffer, std::uint64_t reuse_after) override;
-  void set_timeline(StreamTimeline* t) noexcept { lane_.set_timeline(t, "target_sync"); }
+  bool record_timeline(StreamTimeline* t) override {
+    lane_.set_timeline(t, "target_sync");
+    return true;
+  }
 
  private:
   CudaLane lane_;

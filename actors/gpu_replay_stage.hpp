@@ -73,7 +73,10 @@ class GpuReplayStage final : public ReplayStage {
   rl::SampledBatchView batch_view(int b) { return batches_.at(static_cast<std::size_t>(b)).view(); }
   cudaStream_t stream() const noexcept { return lane_.stream(); }
   rl::ReplayBuffer& buffer() noexcept { return *buffer_; }
-  void set_timeline(StreamTimeline* t) noexcept { lane_.set_timeline(t, "replay"); }
+  bool record_timeline(StreamTimeline* t) override {
+    lane_.set_timeline(t, "replay");
+    return true;
+  }
 
  private:
   CudaLane lane_;

@@ -50,7 +50,7 @@ struct RunHooks {
   int scheduler_threads = 4;
   bool low_latency_scheduler = false;                    // configure_actor_system's low_latency
   SupervisorPolicy policy{0, std::chrono::seconds(10)};  // pipeline actors are not restarted
-  // Timeline: stages record into it (CudaLane::set_timeline); written as Chrome trace to
+  // Timeline: stages record into it (Stage::record_timeline); written as Chrome trace to
   // timeline_file after the streams are synchronized (nothing when either is empty).
   std::shared_ptr<StreamTimeline> timeline;
   std::filesystem::path timeline_file;

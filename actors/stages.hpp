@@ -21,6 +21,8 @@
 
 namespace foxhunt::actors {
 
+class StreamTimeline;
+
 // Named scalars a stage reports (episode return, loss, epsilon, ...): copied out of an exit slot.
 using Scalars = std::vector<std::pair<std::string, double>>;
 
@@ -45,6 +47,12 @@ class Stage {
   virtual std::string health() { return {}; }
   // Non-blocking: scalars that completed since the last call (reads an exit slot), if any.
   virtual bool poll_metrics(Scalars& out) { return false; }
+  // Records this stage's busy intervals into `timeline` (which outlives the run) from now on;
+  // false: the stage records none (the CPU fakes).
+  virtual bool record_timeline(StreamTimeline* timeline) {
+    (void)timeline;
+    return false;
+  }
 };
 
 class CollectorStage : public Stage {

@@ -130,13 +130,11 @@ TrainOutcome run_training(const TrainRequest& req) {
     if (cfg.logging.timeline && first) {
       // Busy intervals of the first ~20k pieces of work (the cap bounds the timing events).
       auto timeline = std::make_shared<StreamTimeline>(20'000);
-      if (auto c = std::dynamic_pointer_cast<DqnCollectorStage>(stages.collector)) {
-        timeline->start(c->stream());
+      bool recorded = false;
+      for (Stage* stage : stages.all())
+        if (stage != nullptr && stage->record_timeline(timeline.get())) recorded = true;
+      if (recorded) {
         timeline->reserve(20'000);  // its timing events created now, not by the actors while they run
-        c->set_timeline(timeline.get());
-        if (auto l = std::dynamic_pointer_cast<DqnLearnerStage>(stages.learner)) l->set_timeline(timeline.get());
-        if (auto t = std::dynamic_pointer_cast<PolicyPublishStage>(stages.target_sync)) t->set_timeline(timeline.get());
-        if (auto rp = std::dynamic_pointer_cast<GpuReplayStage>(stages.replay)) rp->set_timeline(timeline.get());
         hooks.timeline = timeline;
         hooks.timeline_file = req.run_dir / "timeline.json";
       }
