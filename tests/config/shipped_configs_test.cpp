@@ -77,7 +77,9 @@ TEST(ShippedRunConfigs, EveryRunConfigLoadsAndRoundTrips) {
     SCOPED_TRACE(e.path().string());
     RunConfig c;
     ASSERT_NO_THROW(c = load_run_config(e.path()));
-    if (c.env.kind == "market") EXPECT_NO_THROW(market_config(c));
+    if (c.env.kind == "market") {
+      EXPECT_NO_THROW(market_config(c));
+    }
     // The resolved config (what a run directory keeps) reads back to the same settings.
     expect_same(parse_run_config(resolved_toml(c), "resolved"), c);
     ++n;
