@@ -126,24 +126,29 @@ PpoLearner::PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasL
   } else {
     act_ws_.storage = gpu::DeviceBuffer<std::byte>(net_.workspace_bytes(rows));
     act_ws_.view = models::Workspace{act_ws_.storage.data(), rows, false};
-    train_ws_ = gpu::DeviceBuffer<std::byte>(net_.workspace_bytes(mb));
-    train_view_ = models::Workspace{train_ws_.data(), mb, false};
+    if (!fused_) {
+      train_ws_ = gpu::DeviceBuffer<std::byte>(net_.workspace_bytes(mb));
+      train_view_ = models::Workspace{train_ws_.data(), mb, false};
+    }
     perm_ = gpu::DeviceBuffer<std::int32_t>(n(rows));
     perm_ws_ = gpu::DeviceBuffer<std::byte>(permutation_workspace_bytes(rows));
   }
   if (fused_) {
+    // The fused minibatch reads the rollout in place: none of the GEMM path's minibatch buffers.
     fused_ws_ = gpu::DeviceBuffer<std::byte>(fused_->minibatch_workspace_bytes(mb));
     adv_norms_ = gpu::DeviceBuffer<float>(n(config_.minibatches, 2));
+  } else {
+    mb_obs_ = gpu::DeviceBuffer<float>(n(mb, obs_dim));
+    if (h.kind == HeadShape::Kind::gaussian)
+      mb_raw_ = gpu::DeviceBuffer<float>(n(mb, h.dim));
+    else
+      mb_discrete_ = gpu::DeviceBuffer<std::int32_t>(n(mb, h.branches));
+    for (auto* b : {&mb_logp_, &mb_adv_, &mb_ret_, &mb_val_, &mb_value_, &d_value_})
+      *b = gpu::DeviceBuffer<float>(n(mb));
+    mb_head_ = gpu::DeviceBuffer<float>(n(mb, h.width()));
+    d_head_ = gpu::DeviceBuffer<float>(n(mb, h.width()));
+    loss_ws_ = gpu::DeviceBuffer<std::byte>(policy_loss_workspace_bytes(mb, h));
   }
-  mb_obs_ = gpu::DeviceBuffer<float>(n(mb, obs_dim));
-  if (h.kind == HeadShape::Kind::gaussian)
-    mb_raw_ = gpu::DeviceBuffer<float>(n(mb, h.dim));
-  else
-    mb_discrete_ = gpu::DeviceBuffer<std::int32_t>(n(mb, h.branches));
-  for (auto* b : {&mb_logp_, &mb_adv_, &mb_ret_, &mb_val_, &mb_value_, &d_value_}) *b = gpu::DeviceBuffer<float>(n(mb));
-  mb_head_ = gpu::DeviceBuffer<float>(n(mb, h.width()));
-  d_head_ = gpu::DeviceBuffer<float>(n(mb, h.width()));
-  loss_ws_ = gpu::DeviceBuffer<std::byte>(policy_loss_workspace_bytes(mb, h));
   norm_ws_ = gpu::DeviceBuffer<std::byte>(gpu::grad_norm_workspace_bytes(arena_.padded_count()));
   scalars_ = gpu::DeviceBuffer<float>(4);
   kl_stop_ = gpu::DeviceBuffer<std::uint32_t>(1);

@@ -90,7 +90,7 @@ class PpoLearner {
   gpu::DeviceBuffer<std::byte> train_ws_;
   models::Workspace train_view_;
   gpu::AdamConfig adam_;
-  // Minibatch buffers (rows = config.minibatch_rows()).
+  // The GEMM path's minibatch buffers (rows = config.minibatch_rows()); empty when fused.
   gpu::DeviceBuffer<float> mb_obs_, mb_raw_, mb_logp_, mb_adv_, mb_ret_, mb_val_, mb_head_, mb_value_;
   gpu::DeviceBuffer<float> d_head_, d_value_, mb_state0_;
   gpu::DeviceBuffer<std::int32_t> mb_discrete_, perm_, mb_rows_;
