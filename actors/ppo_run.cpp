@@ -46,6 +46,10 @@ std::vector<DeviceSpan> ppo_state_spans(rl::ppo::PpoTrainer& t) {
   spans.push_back(
       {"learner_counters", t.learner().counters(), (rl::ppo::PpoLearner::kCounterCount + 1) * sizeof(std::uint64_t)});
   spans.push_back({"act_counter", t.act_counter(), sizeof(std::uint64_t)});
+  if (rl::ppo::RewardNormalizer* rn = t.reward_normalizer()) {
+    spans.push_back({"reward_returns", rn->returns(), rn->returns_buffer().bytes()});
+    spans.push_back({"reward_moments", rn->moments(), rn->moments_buffer().bytes()});
+  }
   return spans;
 }
 
@@ -92,6 +96,7 @@ PpoConfig ppo_config(const RunConfig& c, const EnvShape& env) {
   p.vf_coef = static_cast<float>(c.learner.vf_coef);
   p.max_grad_norm = static_cast<float>(c.learner.grad_clip);
   p.normalize_advantages = c.learner.normalize_advantages;
+  p.normalize_rewards = c.learner.normalize_rewards;
   p.target_kl = static_cast<float>(c.learner.target_kl);
   p.lr = static_cast<float>(c.learner.lr);
   p.lr_end = static_cast<float>(c.learner.lr_end);
@@ -114,6 +119,10 @@ std::vector<std::pair<std::string, std::size_t>> ppo_state_arrays(const RunConfi
   }
   a.emplace_back("learner_counters", (rl::ppo::PpoLearner::kCounterCount + 1) * sizeof(std::uint64_t));
   a.emplace_back("act_counter", sizeof(std::uint64_t));
+  if (c.learner.normalize_rewards) {
+    a.emplace_back("reward_returns", n * sizeof(float));
+    a.emplace_back("reward_moments", 3 * sizeof(double));
+  }
   return a;
 }
 

@@ -27,7 +27,7 @@ constexpr const char* kPpoOnlyKeys[] = {
     "learner.gae_lambda",    "learner.clip",       "learner.clip_value",   "learner.ent_coef",
     "learner.vf_coef",       "learner.normalize_advantages", "learner.target_kl", "learner.shared_trunk",
     "learner.lstm_hidden",   "learner.math",       "learner.init_log_std", "learner.action_bound",
-    "learner.fused_kernels"};
+    "learner.fused_kernels", "learner.normalize_rewards"};
 
 // PPO's defaults for the keys it shares with DQN (CleanRL's ppo.py): RunConfig holds DQN's, so a
 // file with learner.kind = "ppo" gets these for the keys it does not give.
@@ -147,6 +147,7 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file) {
   r.number("ent_coef", c.learner.ent_coef, Range::closed(0.0, 100.0));
   r.number("vf_coef", c.learner.vf_coef, Range::closed(0.0, 100.0));
   r.boolean("normalize_advantages", c.learner.normalize_advantages);
+  r.boolean("normalize_rewards", c.learner.normalize_rewards);
   r.number("target_kl", c.learner.target_kl, Range::closed(0.0, 100.0));
   r.boolean("shared_trunk", c.learner.shared_trunk);
   r.integer("lstm_hidden", c.learner.lstm_hidden, 0, 4096);

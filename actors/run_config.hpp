@@ -79,6 +79,7 @@ struct RunConfig {
     bool clip_value = true;
     double ent_coef = 0.01, vf_coef = 0.5;
     bool normalize_advantages = true;
+    bool normalize_rewards = false;  // rewards / running std of a discounted return
     double target_kl = 0.0;   // > 0: an update stops its Adam steps once an epoch's approx-KL exceeds it
     bool shared_trunk = false;
     std::int64_t lstm_hidden = 0;   // > 0: a recurrent policy (trunk -> LSTM -> heads)

@@ -43,6 +43,9 @@ struct PpoConfig {
   float ent_coef = 0.01f, vf_coef = 0.5f;
   float max_grad_norm = 0.5f;  // 0: no clipping
   bool normalize_advantages = true;
+  // Rewards divided by the running std of a discounted return (rl/ppo/reward_norm.hpp), as
+  // Gymnasium's NormalizeReward: keeps the value targets near unit scale whatever the reward's.
+  bool normalize_rewards = false;
   float target_kl = 0.f;             // > 0: the remaining epochs of an update are skipped once an epoch's KL exceeds it
   float lr = 2.5e-4f, lr_end = 0.f;  // linear from lr (first iteration) towards lr_end (after the last)
   std::int64_t anneal_iterations = 1;  // iterations of the anneal: the run's

@@ -64,11 +64,13 @@ PpoTrainer::PpoTrainer(const PpoConfig& config, VecEnv& env, gpu::BlasLane lane)
                 want.action_width() == config.head.action_width(),
             "PpoTrainer: config.head does not fit the environment's action space");
   act_counter_.zero(lane.stream);
+  if (config.normalize_rewards) reward_norm_.emplace(config.num_envs, config.gamma, lane.stream);
 }
 
 void PpoTrainer::reset(std::uint64_t seed) {
   const cudaStream_t s = learner_.lane().stream;
   env_.reset(rollout_.next_obs.data(), gpu::DType::f32, seed, s);
+  if (reward_norm_) reward_norm_->reset(s);
   if (learner_.network().recurrent()) {
     rollout_.state.zero(s);
     rollout_.last_done.zero(s);
@@ -126,6 +128,7 @@ void PpoTrainer::enqueue_collect(cudaStream_t s) {
     else
       in.discrete = r.discrete.data() + t * N * h.branches;
     env_.step(out, in, 1, s);
+    if (reward_norm_) reward_norm_->apply(out.reward, out.terminated, out.truncated, s);
     if (recurrent) {
       // V(final obs) continues the old episode: one step from a copy of the state after step t.
       copy_d2d(r.scratch_state.data(), r.state.data(), state_bytes, s);

@@ -15,6 +15,7 @@
 #include "rl/envs/episode_stats.hpp"
 #include "rl/envs/vec_env.hpp"
 #include "rl/ppo/learner.hpp"
+#include "rl/ppo/reward_norm.hpp"
 #include "rl/ppo/rollout.hpp"
 
 namespace foxhunt::rl::ppo {
@@ -60,6 +61,8 @@ class PpoTrainer {
   void set_iterations(std::int64_t done) noexcept { iterations_ = done; }  // resume
   // The sampling counter (device; checkpointed).
   std::uint64_t* act_counter() noexcept { return act_counter_.data(); }
+  // The reward normalizer's state (checkpointed); null without config.normalize_rewards.
+  RewardNormalizer* reward_normalizer() noexcept { return reward_norm_ ? &*reward_norm_ : nullptr; }
 
  private:
   void enqueue_collect(cudaStream_t stream);
@@ -70,6 +73,7 @@ class PpoTrainer {
   Rollout rollout_;
   gpu::DeviceBuffer<float> head_;  // (N, width): the step's policy output
   gpu::DeviceBuffer<std::uint64_t> act_counter_;
+  std::optional<RewardNormalizer> reward_norm_;
   gpu::CudaGraph collect_graph_;
   gpu::ExitSlot<EpisodeStats> episodes_exit_;
   bool pending_ = false;
