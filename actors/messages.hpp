@@ -14,6 +14,14 @@
 //   target_sync--(synced_atom, event_T)-->                          learner     credit: snapshot reusable
 //   target_sync--(policy_atom, handle{buffer, event_T})-->          collector
 //   collector  --(released_atom, buffer, event_C)-->                target_sync credit: buffer reusable
+// PPO (actors/ppo_pipeline.hpp):
+//   collector  --(rollout_atom, handle{slot, event_C})-->           learner     once the collect COMPLETED
+//   learner    --(slot_free_atom, slot, event_L)-->                 collector   credit: slot reusable after
+//                                                                               event_L (sent when the update
+//                                                                               is ENQUEUED)
+//   learner    --(policy_atom, handle{buffer, version, event_L})--> collector
+//   collector  --(released_atom, buffer, event_C)-->                learner     credit: buffer reusable
+//   learner    --(finished_atom)-->                                 collector   every update of the run done
 // Completion messages (collected_atom, *_done_atom) are sent to an actor by its own stage's
 // completion callback (Stage::when_done) once the GPU has finished the work: they bound how far
 // the host runs ahead. Credits that only order device work travel with an event instead.
@@ -46,3 +54,4 @@ CAF_ADD_ATOM(foxhunt_actors, foxhunt::actors, finished_atom, "finished")
 CAF_ADD_ATOM(foxhunt_actors, foxhunt::actors, stop_atom, "stop")
 CAF_ADD_ATOM(foxhunt_actors, foxhunt::actors, fault_atom, "fault")
 CAF_ADD_ATOM(foxhunt_actors, foxhunt::actors, failure_atom, "failure")
+CAF_ADD_ATOM(foxhunt_actors, foxhunt::actors, rollout_atom, "rollout")

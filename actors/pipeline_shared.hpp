@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "actors/checkpoint_store.hpp"
+#include "actors/runtime.hpp"
 #include "actors/stages.hpp"
 
 namespace foxhunt::actors {
@@ -78,25 +79,6 @@ struct PipelineStages {
   std::shared_ptr<LearnerStage> learner;
   std::shared_ptr<TargetSyncStage> target_sync;
   std::vector<Stage*> all() const { return {collector.get(), replay.get(), learner.get(), target_sync.get()}; }
-};
-
-// Host counts and the latest stage scalars, written by the actors and read by the progress line.
-struct Progress {
-  std::atomic<std::int64_t> env_steps{0};  // transitions handed to replay
-  std::atomic<std::int64_t> updates_issued{0};
-  std::atomic<std::int64_t> updates_done{0};
-  std::atomic<std::int64_t> policy_version{0};  // snapshots published to target-sync
-  std::atomic<std::int64_t> policy_swaps{0};    // policy buffers the collector switched to
-  std::atomic<std::int64_t> checkpoints{0};
-  std::atomic<std::int64_t> held_slot_credits{0};  // slots held back by the replay ratio now
-
-  void put_scalars(const Scalars& s);
-  Scalars scalars() const;
-  Counters counters() const;
-
- private:
-  mutable std::mutex mutex_;
-  std::map<std::string, double> scalars_;
 };
 
 // What every pipeline actor shares: configuration, progress, and the periodic checkpoint writer.

@@ -37,20 +37,7 @@ std::int64_t iterations_of(const RunConfig& c) {
 }
 
 std::vector<DeviceSpan> ppo_state_spans(rl::ppo::PpoTrainer& t) {
-  rl::ppo::Rollout& r = t.rollout();
-  std::vector<DeviceSpan> spans{{"next_obs", r.next_obs.data(), r.next_obs.bytes()}};
-  if (!r.state.empty()) {
-    spans.push_back({"lstm_state", r.state.data(), r.state.bytes()});
-    spans.push_back({"last_done", r.last_done.data(), r.last_done.bytes()});
-  }
-  spans.push_back(
-      {"learner_counters", t.learner().counters(), (rl::ppo::PpoLearner::kCounterCount + 1) * sizeof(std::uint64_t)});
-  spans.push_back({"act_counter", t.act_counter(), sizeof(std::uint64_t)});
-  if (rl::ppo::RewardNormalizer* rn = t.reward_normalizer()) {
-    spans.push_back({"reward_returns", rn->returns(), rn->returns_buffer().bytes()});
-    spans.push_back({"reward_moments", rn->moments(), rn->moments_buffer().bytes()});
-  }
-  return spans;
+  return ppo_state_spans(t.rollout(), t.learner().counters(), t.act_counter(), t.reward_normalizer());
 }
 
 Scalars scalars_of(const rl::ppo::TrainerStats& s) {
@@ -72,6 +59,26 @@ Scalars scalars_of(const rl::ppo::TrainerStats& s) {
 }
 
 }  // namespace
+
+std::vector<DeviceSpan> ppo_state_spans(rl::ppo::Rollout& carry, std::uint64_t* learner_counters,
+                                        std::uint64_t* act_counter, rl::ppo::RewardNormalizer* reward_norm) {
+  rl::ppo::Rollout& r = carry;
+  std::vector<DeviceSpan> spans{{"next_obs", r.next_obs.data(), r.next_obs.bytes()}};
+  if (!r.state.empty()) {
+    spans.push_back({"lstm_state", r.state.data(), r.state.bytes()});
+    spans.push_back({"last_done", r.last_done.data(), r.last_done.bytes()});
+  }
+  spans.push_back(
+      {"learner_counters", learner_counters, (rl::ppo::PpoLearner::kCounterCount + 1) * sizeof(std::uint64_t)});
+  spans.push_back({"act_counter", act_counter, sizeof(std::uint64_t)});
+  if (reward_norm != nullptr) {
+    spans.push_back({"reward_returns", reward_norm->returns(), reward_norm->returns_buffer().bytes()});
+    spans.push_back({"reward_moments", reward_norm->moments(), reward_norm->moments_buffer().bytes()});
+  }
+  return spans;
+}
+
+std::int64_t ppo_iterations(const RunConfig& c) { return iterations_of(c); }
 
 PpoConfig ppo_config(const RunConfig& c, const EnvShape& env) {
   PpoConfig p;
@@ -128,6 +135,7 @@ std::vector<std::pair<std::string, std::size_t>> ppo_state_arrays(const RunConfi
 
 TrainOutcome run_ppo_training(const TrainRequest& req) {
   const RunConfig& cfg = req.config;
+  if (cfg.pipeline.mode == "actors") return run_training(req);
   if (req.resume) require_resumable(cfg, *req.resume);  // before anything is created
   std::string why;
   if (gpu::device_count(&why) < 1)

@@ -1,6 +1,7 @@
 #pragma once
-// `foxhunt train` for learner.kind = "ppo": rl::ppo::PpoTrainer's synchronous collect -> update
-// loop on one stream, with the same run directory as the DQN pipeline (resolved config, progress
+// `foxhunt train` for learner.kind = "ppo" with pipeline.mode = "sync": rl::ppo::PpoTrainer's
+// synchronous collect -> update loop on one stream (pipeline.mode = "actors": the actor runtime,
+// actors/ppo_pipeline.hpp, through run_training), with the same run directory as the DQN pipeline (resolved config, progress
 // line, metrics.jsonl, TensorBoard, checkpoints, --resume).
 //
 // A PPO checkpoint directory holds
@@ -15,9 +16,12 @@
 #include <vector>
 
 #include "actors/env_shape.hpp"
+#include "actors/env_state.hpp"
 #include "actors/run_config.hpp"
 #include "actors/train_run.hpp"
 #include "rl/ppo/config.hpp"
+#include "rl/ppo/reward_norm.hpp"
+#include "rl/ppo/rollout.hpp"
 
 namespace foxhunt::actors {
 
@@ -26,6 +30,14 @@ rl::ppo::PpoConfig ppo_config(const RunConfig& config, const EnvShape& env);
 
 // The arrays of ppo.state as (name, bytes), in file order (the checkpoint validator's list).
 std::vector<std::pair<std::string, std::size_t>> ppo_state_arrays(const RunConfig& config, const EnvShape& env);
+
+// The spans of ppo.state, in file order: the carried rollout state (next_obs; LSTM state and
+// last dones), the learner's counters, the sampling counter, the reward normalizer's state.
+std::vector<DeviceSpan> ppo_state_spans(rl::ppo::Rollout& carry, std::uint64_t* learner_counters,
+                                        std::uint64_t* act_counter, rl::ppo::RewardNormalizer* reward_norm);
+
+// Iterations (updates) of a run: total_env_steps / (num_envs x rollout_steps), at least 1.
+std::int64_t ppo_iterations(const RunConfig& config);
 
 TrainOutcome run_ppo_training(const TrainRequest& request);
 

@@ -38,6 +38,7 @@ void apply_ppo_defaults(const config::Reader& r, RunConfig& c) {
   if (!r.given("learner.grad_clip")) c.learner.grad_clip = 0.5;
   if (!r.given("learner.adam_eps")) c.learner.adam_eps = 1e-5;
   if (!r.given("learner.lr_end")) c.learner.lr_end = 0.0;
+  if (!r.given("pipeline.mode")) c.pipeline.mode = "sync";
 }
 
 constexpr const char* kReplayKeys[] = {"replay.capacity", "replay.batch_size", "replay.prioritized",
@@ -157,6 +158,8 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file) {
   r.boolean("fused_kernels", c.learner.fused_kernels);
 
   r.table("pipeline");
+  r.choice("mode", c.pipeline.mode, {"actors", "sync"});
+  r.integer("policy_lag", c.pipeline.policy_lag, 0, 1);
   r.number("replay_ratio", c.pipeline.replay_ratio, Range::open_low(0.0, 1024.0));
   r.integer("learning_starts", c.pipeline.learning_starts, 1, kBig);
   r.integer("ratio_slack", c.pipeline.ratio_slack, 1, 1'000'000);
@@ -180,6 +183,11 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file) {
   // Relations between keys.
   if (ppo) read_ppo_relations(r, c);
   const bool dqn = !ppo;
+  const bool ppo_actors = ppo && c.pipeline.mode == "actors";
+  r.relation(ppo || c.pipeline.mode == "actors", "pipeline.mode", "learner.kind",
+             "DQN trains through the actors only (\"actors\"); \"sync\" is PPO's synchronous loop");
+  r.no_effect("pipeline.policy_lag", ppo_actors, "pipeline.mode",
+              "the lag of PPO's collector in the actor runtime (learner.kind = \"ppo\", pipeline.mode = \"actors\")");
   r.relation(!dqn || c.pipeline.learning_starts < c.run.total_env_steps, "pipeline.learning_starts", "run.total_env_steps",
              "learning must start before the run ends (no update would run)");
   r.relation(!dqn || c.pipeline.learning_starts >= c.replay.batch_size, "pipeline.learning_starts", "replay.batch_size",
@@ -219,8 +227,12 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file) {
   for (const char* k : kPpoOnlyKeys) r.no_effect(k, ppo, "learner.kind", "a PPO key");
   if (ppo) {
     for (const char* k : kReplayKeys) r.no_effect(k, false, "learner.kind", "PPO keeps no replay");
-    for (const char* k : kPipelineKeys)
-      r.no_effect(k, false, "learner.kind", "PPO runs its collect -> update loop on one stream");
+    for (const char* k : kPipelineKeys) {
+      if (std::string(k) == "pipeline.completions")
+        r.no_effect(k, ppo_actors, "pipeline.mode", "the synchronous loop has no actors to tell");
+      else
+        r.no_effect(k, false, "learner.kind", "PPO has no replay, ratio, slots or target sync");
+    }
     r.no_effect("env.steps_per_slot", false, "learner.kind", "PPO's rollout length is learner.rollout_steps");
     r.no_effect("checkpoint.replay", false, "learner.kind", "PPO keeps no replay");
   }

@@ -89,6 +89,13 @@ struct RunConfig {
     bool fused_kernels = true;          // small feed-forward networks as whole-network kernels
   } learner;
   struct Pipeline {
+    // How the agent trains: "actors" (the actor runtime: DQN's collector / replay / learner /
+    // target sync, or PPO's collector and learner exchanging rollout slots) or "sync" (PPO only:
+    // rl::ppo::PpoTrainer's collect -> update loop on one stream). Default: DQN "actors", PPO "sync".
+    std::string mode = "actors";
+    // PPO through the actors: rollouts the collector runs ahead of the learner (0: synchronous
+    // PPO, each rollout acts with the policy after the previous rollout's update; 1: one ahead).
+    int policy_lag = 0;
     double replay_ratio = 0.25;  // updates per environment step
     std::int64_t learning_starts = 1'000;
     std::int64_t ratio_slack = 8;

@@ -12,6 +12,9 @@
 #include "actors/dqn_stages.hpp"
 #include "actors/env_shape.hpp"
 #include "actors/gpu_replay_stage.hpp"
+#include "actors/pipeline.hpp"
+#include "actors/ppo_gpu_stages.hpp"
+#include "actors/ppo_run.hpp"
 #include "gpu/check.hpp"
 #include "gpu/device.hpp"
 #include "rl/envs/cartpole.hpp"
@@ -185,6 +188,60 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   stages.learner = learner;
   stages.target_sync = sync;
   return stages;
+}
+
+std::int64_t ppo_stats_every(const RunConfig& config, const StageOptions& options) {
+  const std::int64_t rows = config.env.num_envs * config.learner.rollout_steps;
+  return std::max<std::int64_t>(1, (options.stats_every + rows - 1) / rows);
+}
+
+PpoStages make_ppo_stages(const RunConfig& config, const std::optional<std::filesystem::path>& resume,
+                          const StageOptions& options) {
+  std::string why;
+  if (gpu::device_count(&why) < 1)
+    throw std::runtime_error("foxhunt train needs a CUDA device: " + (why.empty() ? std::string("none found") : why));
+  const int device = config.run.device;
+  FH_CHECK(cudaSetDevice(device));
+  const rl::ppo::PpoConfig pc = ppo_config(config, env_shape(config));
+  std::unique_ptr<rl::VecEnv> env = make_env(config, config.env.num_envs);
+  const std::int64_t obs_dim = env->obs_dim();
+  const std::int64_t every = ppo_stats_every(config, options);
+  auto learner = std::make_shared<PpoGpuLearnerStage>(pc, obs_dim, every, device);
+  auto collector =
+      std::make_shared<PpoGpuCollectorStage>(std::move(env), pc, config.pipeline.policy_lag + 1, every, device);
+  std::vector<rl::ppo::Rollout*> slots;
+  for (int k = 0; k < collector->rollout_slots(); ++k) slots.push_back(&collector->rollout(k));
+  learner->attach_rollouts(std::move(slots));
+  collector->attach_learner(learner);
+  rl::ppo::PpoLearner& l = learner->learner();
+  if (resume) {
+    const Counters start = CheckpointStore::read_counters(*resume);
+    learner->load(*resume);
+    collector->restore(*resume, l.arena().params(), l.arena().padded_count(), start.env_steps / pc.batch_rows(),
+                       start.policy_version);
+  } else {
+    collector->start(config.run.seed, l.arena().params(), l.arena().padded_count());
+  }
+  PpoStages stages;
+  stages.collector = collector;
+  stages.learner = learner;
+  return stages;
+}
+
+std::shared_ptr<StageSet> make_stage_set(const RunConfig& config, const std::optional<std::filesystem::path>& resume,
+                                         const StageOptions& options, const PipelineConfig& pipeline,
+                                         PipelineStages* dqn) {
+  if (config.learner.kind == "ppo") {
+    PpoPipelineConfig p;
+    const std::int64_t rows = config.env.num_envs * config.learner.rollout_steps;
+    p.total_rollouts = std::min(ppo_iterations(config), (pipeline.total_env_steps + rows - 1) / rows);
+    p.policy_lag = config.pipeline.policy_lag;
+    p.start = pipeline.start;
+    return make_ppo_stage_set(p, make_ppo_stages(config, resume, options));
+  }
+  PipelineStages stages = make_stages(config, resume, options);
+  if (dqn != nullptr) *dqn = stages;
+  return make_dqn_stage_set(pipeline, stages);
 }
 
 }  // namespace foxhunt::actors

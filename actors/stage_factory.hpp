@@ -1,12 +1,13 @@
 #pragma once
-// Builds the four stages of a run from its configuration: the one place that knows which
-// rl/ and models/ classes implement the roles. `resume` is a checkpoint directory whose learner
-// state the learner stage loads.
+// Builds the stages of a run from its configuration, by learner.kind: the one place that knows
+// which rl/ and models/ classes implement the roles. `resume` is a checkpoint directory whose
+// state the stages load.
 #include <filesystem>
 #include <memory>
 #include <optional>
 
 #include "actors/pipeline_shared.hpp"
+#include "actors/ppo_pipeline.hpp"
 #include "actors/run_config.hpp"
 #include "rl/dqn/learner.hpp"
 #include "rl/envs/vec_env.hpp"
@@ -40,7 +41,22 @@ struct StageOptions {
   std::int64_t stats_every = 10'000;  // env steps per window of episode statistics (cleared after each)
   std::int64_t metrics_every = 100;   // updates between learner metrics publications
 };
+// The DQN stages (learner.kind = "dqn").
 PipelineStages make_stages(const RunConfig& config, const std::optional<std::filesystem::path>& resume,
                            const StageOptions& options = {});
+// The PPO stages (learner.kind = "ppo"): a collector with pipeline.policy_lag + 1 rollout slots
+// and the learner. `resume`: a checkpoint of either PPO loop (actors or sync).
+PpoStages make_ppo_stages(const RunConfig& config, const std::optional<std::filesystem::path>& resume,
+                          const StageOptions& options = {});
+// Rollouts per window of episode statistics: ceil(options.stats_every / rows), as the
+// synchronous loop's windows.
+std::int64_t ppo_stats_every(const RunConfig& config, const StageOptions& options);
+
+// The agent of a run by learner.kind, running under `pipeline` (its total_env_steps: where this
+// run, or segment, ends; start: the resumed counts; checkpoint_every). `dqn`, when given,
+// receives a DQN run's stages (tests look at them).
+std::shared_ptr<StageSet> make_stage_set(const RunConfig& config, const std::optional<std::filesystem::path>& resume,
+                                         const StageOptions& options, const PipelineConfig& pipeline,
+                                         PipelineStages* dqn = nullptr);
 
 }  // namespace foxhunt::actors

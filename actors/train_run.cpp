@@ -13,8 +13,6 @@
 #include "actors/checkpoint_check.hpp"
 #include "actors/checkpoint_store.hpp"
 #include "actors/completion_poller.hpp"
-#include "actors/dqn_stages.hpp"
-#include "actors/gpu_replay_stage.hpp"
 #include "actors/metrics_log.hpp"
 #include "actors/ppo_run.hpp"
 #include "actors/progress_reporter.hpp"
@@ -74,7 +72,7 @@ std::vector<std::pair<std::string, std::string>> write_kept_configs(const fs::pa
 
 TrainOutcome run_training(const TrainRequest& req) {
   const RunConfig& cfg = req.config;
-  if (cfg.learner.kind == "ppo") return run_ppo_training(req);
+  if (cfg.learner.kind == "ppo" && cfg.pipeline.mode == "sync") return run_ppo_training(req);
   if (req.resume) require_resumable(cfg, *req.resume);  // before anything is created
   fs::create_directories(req.run_dir);
   // The run's configuration as it trains (a market with its resolved [split]): beside the
@@ -113,7 +111,10 @@ TrainOutcome run_training(const TrainRequest& req) {
   // goes in segments of every_env_steps: each segment is a run_pipeline ending at its boundary
   // (quiesced, complete final checkpoint), and the next one resumes from that checkpoint exactly
   // as --resume would (fresh stages, the run's own total_env_steps for every schedule).
-  const bool segmented = cfg.checkpoint.replay == "always" && cfg.checkpoint.every_env_steps > 0;
+  // PPO's actors write no periodic checkpoints of their own (a learner-only one could not resume
+  // the environments): every PPO checkpoint is a segment end.
+  const bool segmented = (cfg.checkpoint.replay == "always" || cfg.learner.kind == "ppo") &&
+                         cfg.checkpoint.every_env_steps > 0;
   std::optional<fs::path> resume = req.resume;
   for (bool first = true;; first = false) {
     PipelineConfig seg = pcfg;
@@ -123,15 +124,16 @@ TrainOutcome run_training(const TrainRequest& req) {
       seg.total_env_steps = std::min(cfg.run.total_env_steps, (seg.start.env_steps / every + 1) * every);
     }
     out.stages = PipelineStages{};  // the previous segment's device memory goes before the next is built
-    out.stages = make_stages(cfg, resume, req.stage_options);
-    PipelineStages& stages = out.stages;
+    out.agent = nullptr;
+    out.agent = make_stage_set(cfg, resume, req.stage_options, seg, &out.stages);
+    StageSet& agent = *out.agent;
     hooks.timeline = nullptr;
     hooks.timeline_file.clear();
     if (cfg.logging.timeline && first) {
       // Busy intervals of the first ~20k pieces of work (the cap bounds the timing events).
       auto timeline = std::make_shared<StreamTimeline>(20'000);
       bool recorded = false;
-      for (Stage* stage : stages.all())
+      for (Stage* stage : agent.all())
         if (stage != nullptr && stage->record_timeline(timeline.get())) recorded = true;
       if (recorded) {
         timeline->reserve(20'000);  // its timing events created now, not by the actors while they run
@@ -140,7 +142,7 @@ TrainOutcome run_training(const TrainRequest& req) {
       }
     }
     reporter.restart_clock();
-    out.result = run_pipeline(seg, stages, hooks);
+    out.result = run_stage_set(agent, hooks);
     const RunResult& r = out.result;
     if (!segmented || seg.total_env_steps >= cfg.run.total_env_steps) break;
     // A stop, a failure or a missing checkpoint ends the run here (with that outcome).

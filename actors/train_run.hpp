@@ -40,14 +40,17 @@ struct TrainRequest {
 
 struct TrainOutcome {
   RunResult result;
-  PipelineStages stages;  // quiesced (every stream synchronized)
+  std::shared_ptr<StageSet> agent;  // the run's stages, quiesced (every stream synchronized); null: sync PPO
+  PipelineStages stages;            // a DQN run's stages (empty for other kinds)
 };
 
 // Throws (before anything runs) std::invalid_argument / std::runtime_error for a configuration
 // or checkpoint that cannot run (a resume is checked by require_resumable before the run
 // directory is created); otherwise the run's outcome (failures are in result.outcome).
-// checkpoint.replay = "always" (with every_env_steps > 0): the run goes in segments ending at each
-// multiple of every_env_steps, each a run_pipeline with its own complete final checkpoint (replay
+// The agent's stages come from make_stage_set (by learner.kind); PPO with pipeline.mode = "sync"
+// runs run_ppo_training's loop instead. checkpoint.replay = "always" (DQN) or any PPO run through
+// the actors (with every_env_steps > 0): the run goes in segments ending at each multiple of
+// every_env_steps (PPO: at the first rollout boundary at or after it), each a run_pipeline with its own complete final checkpoint (replay
 // buffer included: the periodic one), the next resuming from it as --resume would; the outcome,
 // the stages and the counts are the last segment's (the counts are the run's).
 TrainOutcome run_training(const TrainRequest& request);

@@ -277,11 +277,15 @@ void PpoLearner::enqueue_update(Rollout& r, cudaStream_t s) {
 }
 
 void PpoLearner::update(Rollout& r) {
-  if (!graph_.captured() || captured_for_ != &r) {
-    graph_.capture(lane_.stream, [&](cudaStream_t cs) { enqueue_update(r, cs); });
-    captured_for_ = &r;
-  }
-  graph_.replay(lane_.stream);
+  for (const auto& [rollout, graph] : graphs_)
+    if (rollout == &r) {
+      graph.replay(lane_.stream);
+      return;
+    }
+  gpu::CudaGraph graph;
+  graph.capture(lane_.stream, [&](cudaStream_t cs) { enqueue_update(r, cs); });
+  graphs_.emplace_back(&r, std::move(graph));
+  graphs_.back().second.replay(lane_.stream);
 }
 
 void PpoLearner::update_eager(Rollout& r) { enqueue_update(r, lane_.stream); }

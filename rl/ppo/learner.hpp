@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <vector>
 
 #include "gpu/adam.hpp"
 #include "gpu/arena.hpp"
@@ -55,8 +56,9 @@ class PpoLearner {
   // The fused kernels of this network, or null when it runs on the GEMM path.
   const FusedActorCritic* fused() const noexcept { return fused_.get(); }
 
-  // One update from `rollout` (advantages and returns filled). First call: eager work captured
-  // into the update graph, later calls replay it (the rollout's buffers must stay the same).
+  // One update from `rollout` (advantages and returns filled). First call with a rollout: eager
+  // work captured into that rollout's update graph, later calls replay it (the rollout's buffers
+  // must stay the same). Several rollouts (the actor runtime's rollout slots) each get a graph.
   void update(Rollout& rollout);
   // The same work without the graph (tests: graph replay equals eager).
   void update_eager(Rollout& rollout);
@@ -67,7 +69,8 @@ class PpoLearner {
   // Publishes the last update's UpdateStats through the exit (read with stats().try_read()).
   void publish_stats(cudaStream_t stream);
   gpu::ExitSlot<UpdateStats>& stats() noexcept { return stats_exit_; }
-  std::size_t graph_nodes() const { return graph_.node_count(); }  // of the update graph (0 before the first update)
+  // Nodes of the update graph of the first rollout updated (0 before the first update).
+  std::size_t graph_nodes() const { return graphs_.empty() ? 0 : graphs_.front().second.node_count(); }
 
   // Device counters (checkpointed with the parameters): updates applied, Adam steps, and the
   // permutation draws.
@@ -103,8 +106,7 @@ class PpoLearner {
   gpu::DeviceBuffer<LossStats> loss_stats_;
   gpu::DeviceBuffer<UpdateStats> update_stats_;
   gpu::ExitSlot<UpdateStats> stats_exit_;
-  gpu::CudaGraph graph_;
-  const Rollout* captured_for_ = nullptr;
+  std::vector<std::pair<const Rollout*, gpu::CudaGraph>> graphs_;  // one per rollout, in first-use order
 };
 
 }  // namespace foxhunt::rl::ppo

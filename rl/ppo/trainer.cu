@@ -8,29 +8,6 @@
 #include "rl/ppo/minibatch.hpp"
 
 namespace foxhunt::rl::ppo {
-namespace {
-
-constexpr std::uint32_t kActStream = 0x50504f02u;  // Philox stream of the rollout's action draws
-
-void copy_d2d(void* dst, const void* src, std::size_t bytes, cudaStream_t s) {
-  if (bytes > 0) FH_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
-}
-
-__global__ void done_mask_kernel(std::uint8_t* __restrict__ done, const std::uint8_t* __restrict__ terminated,
-                                 const std::uint8_t* __restrict__ truncated, std::int64_t n) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    done[i] = (terminated[i] | truncated[i]) != 0 ? 1 : 0;
-}
-
-// done = terminated | truncated: the environments whose next step starts an episode.
-void done_mask(std::uint8_t* done, const std::uint8_t* terminated, const std::uint8_t* truncated, std::int64_t n,
-               cudaStream_t s) {
-  done_mask_kernel<<<gpu::grid_stride_blocks(n), gpu::kBlock, 0, s>>>(done, terminated, truncated, n);
-  FH_CHECK_LAUNCH();
-}
-
-}  // namespace
 
 HeadShape head_for(const ActionSpace& space, HeadShape::Bound bound) {
   HeadShape h;
@@ -54,8 +31,7 @@ PpoTrainer::PpoTrainer(const PpoConfig& config, VecEnv& env, gpu::BlasLane lane)
       learner_(config, env.obs_dim(), lane),
       rollout_(config.rollout_steps, config.num_envs, env.obs_dim(), config.head, learner_.network().state_features(),
                lane.stream),
-      head_(static_cast<std::size_t>(config.num_envs * config.head.width())),
-      act_counter_(1) {
+      collector_(config, env, learner_, true, lane.stream) {
   FH_EXPECT(env.num_envs() == config.num_envs, "PpoTrainer: config.num_envs (" + std::to_string(config.num_envs) +
                                                    ") differs from the environment's (" +
                                                    std::to_string(env.num_envs()) + ")");
@@ -63,101 +39,14 @@ PpoTrainer::PpoTrainer(const PpoConfig& config, VecEnv& env, gpu::BlasLane lane)
   FH_EXPECT(want.kind == config.head.kind && want.width() == config.head.width() &&
                 want.action_width() == config.head.action_width(),
             "PpoTrainer: config.head does not fit the environment's action space");
-  act_counter_.zero(lane.stream);
-  if (config.normalize_rewards) reward_norm_.emplace(config.num_envs, config.gamma, lane.stream);
 }
 
 void PpoTrainer::reset(std::uint64_t seed) {
-  const cudaStream_t s = learner_.lane().stream;
-  env_.reset(rollout_.next_obs.data(), gpu::DType::f32, seed, s);
-  if (reward_norm_) reward_norm_->reset(s);
-  if (learner_.network().recurrent()) {
-    rollout_.state.zero(s);
-    rollout_.last_done.zero(s);
-  }
-}
-
-void PpoTrainer::enqueue_collect(cudaStream_t s) {
-  Rollout& r = rollout_;
-  ActorCritic& net = learner_.network();
-  gpu::BlasLane lane = learner_.lane();
-  lane.stream = s;
-  const models::Workspace& ws = learner_.act_workspace();
-  const std::int64_t N = r.num_envs, C = r.obs_dim, T = r.steps;
-  const HeadShape& h = config_.head;
-  const bool gaussian = h.kind == HeadShape::Kind::gaussian;
-  const auto row_bytes = static_cast<std::size_t>(N * C) * sizeof(float);
-  const bool recurrent = net.recurrent();
-  const auto state_bytes = static_cast<std::size_t>(N * net.state_features()) * sizeof(float);
-  const FusedActorCritic* fused = learner_.fused();
-
-  copy_d2d(r.obs.data(), r.next_obs.data(), row_bytes, s);
-  if (recurrent) {
-    copy_d2d(r.state0.data(), r.state.data(), state_bytes, s);
-    copy_d2d(r.resets.data(), r.last_done.data(), static_cast<std::size_t>(N), s);
-  }
-  for (std::int64_t t = 0; t < T; ++t) {
-    float* obs_t = r.obs.data() + t * N * C;
-    float* value_t = r.values.data() + t * N;
-    std::int32_t* discrete_t = gaussian ? nullptr : r.discrete.data() + t * N * h.branches;
-    float* raw_t = gaussian ? r.raw.data() + t * N * h.dim : nullptr;
-    if (fused) {
-      // One launch; the draw counter advances by T after the loop (the same numbers).
-      fused->act(FusedActOutputs{discrete_t, raw_t, r.env_actions.data(), r.logp.data() + t * N, value_t}, obs_t, N,
-                 config_.seed, kActStream, act_counter_.data(), static_cast<std::uint64_t>(t), s);
-    } else {
-      if (recurrent)
-        net.step(head_.data(), value_t, r.state.data(), obs_t, r.resets.data() + t * N, N, ws, lane);
-      else
-        net.forward(head_.data(), value_t, obs_t, N, ws, lane);
-      sample_actions(discrete_t, raw_t, r.env_actions.data(), r.logp.data() + t * N, head_.data(), net.log_std(), N, h,
-                     config_.seed, kActStream, act_counter_.data(), s);
-      advance_counter(act_counter_.data(), s);
-    }
-
-    StepOutputs out;
-    out.obs = t + 1 < T ? static_cast<void*>(r.obs.data() + (t + 1) * N * C) : r.next_obs.data();
-    out.reward = r.rewards.data() + t * N;
-    out.terminated = r.terminated.data() + t * N;
-    out.truncated = r.truncated.data() + t * N;
-    out.final_obs = r.final_obs.data() + t * N * C;
-    out.obs_dtype = gpu::DType::f32;
-    ActionInput in;
-    if (gaussian)
-      in.continuous = r.env_actions.data();
-    else
-      in.discrete = r.discrete.data() + t * N * h.branches;
-    env_.step(out, in, 1, s);
-    if (reward_norm_) reward_norm_->apply(out.reward, out.terminated, out.truncated, s);
-    if (recurrent) {
-      // V(final obs) continues the old episode: one step from a copy of the state after step t.
-      copy_d2d(r.scratch_state.data(), r.state.data(), state_bytes, s);
-      net.step(nullptr, r.bootstrap.data() + t * N, r.scratch_state.data(), r.final_obs.data() + t * N * C, nullptr, N,
-               ws, lane);
-      done_mask(t + 1 < T ? r.resets.data() + (t + 1) * N : r.last_done.data(), out.terminated, out.truncated, N, s);
-    }
-  }
-  if (recurrent) {
-    copy_d2d(r.scratch_state.data(), r.state.data(), state_bytes, s);
-    net.step(nullptr, r.next_value.data(), r.scratch_state.data(), r.next_obs.data(), r.last_done.data(), N, ws, lane);
-  } else if (fused) {
-    advance_counter(act_counter_.data(), s, static_cast<std::uint64_t>(T));
-    fused->values(r.bootstrap.data(), r.final_obs.data(), T * N, s);
-    fused->values(r.next_value.data(), r.next_obs.data(), N, s);
-  } else {
-    // Values of every row's final observation (only truncated rows read theirs) and of the last.
-    net.forward(nullptr, r.bootstrap.data(), r.final_obs.data(), T * N, ws, lane);
-    net.forward(nullptr, r.next_value.data(), r.next_obs.data(), N, ws, lane);
-  }
-  gae(r.advantages.data(), r.returns.data(), r.rewards.data(), r.values.data(), r.bootstrap.data(), r.next_value.data(),
-      r.terminated.data(), r.truncated.data(), T, N, config_.gamma, config_.gae_lambda, s);
-  learner_.record_explained_variance(r, s);
+  collector_.reset(seed, rollout_, learner_.lane().stream);
 }
 
 void PpoTrainer::collect() {
-  const cudaStream_t s = learner_.lane().stream;
-  if (!collect_graph_.captured()) collect_graph_.capture(s, [&](cudaStream_t cs) { enqueue_collect(cs); });
-  collect_graph_.replay(s);
+  collector_.collect(rollout_, rollout_, learner_.lane().stream);
 }
 
 void PpoTrainer::iterate() {
@@ -167,7 +56,7 @@ void PpoTrainer::iterate() {
 }
 
 void PpoTrainer::iterate_eager() {
-  enqueue_collect(learner_.lane().stream);
+  collector_.collect_eager(rollout_, rollout_, learner_.lane().stream);
   learner_.update_eager(rollout_);
   ++iterations_;
 }

@@ -1,8 +1,7 @@
 #pragma once
 // PpoTrainer: synchronous PPO on one stream. An iteration is two graph launches:
-//   collect  T steps of N environments: policy forward (or the LSTM step) -> sample (Philox on a
-//            device counter) -> env step -> store; then the values that bootstrap truncations
-//            and the last step, GAE, and the explained variance
+//   collect  RolloutCollector (rl/ppo/collector.hpp) acting with the learner's own network: T
+//            steps of N environments, bootstrap values, GAE, and the explained variance
 //   update   PpoLearner's epochs x minibatches
 // The host counts iterations and never reads a device value to decide anything; statistics
 // leave through the exit module when asked for (publish_stats / poll_stats).
@@ -14,6 +13,7 @@
 #include "gpu/graph.hpp"
 #include "rl/envs/episode_stats.hpp"
 #include "rl/envs/vec_env.hpp"
+#include "rl/ppo/collector.hpp"
 #include "rl/ppo/learner.hpp"
 #include "rl/ppo/reward_norm.hpp"
 #include "rl/ppo/rollout.hpp"
@@ -56,25 +56,20 @@ class PpoTrainer {
   Rollout& rollout() noexcept { return rollout_; }
   VecEnv& env() noexcept { return env_; }
   std::int64_t iterations() const noexcept { return iterations_; }
-  std::size_t collect_graph_nodes() const { return collect_graph_.node_count(); }
+  std::size_t collect_graph_nodes() const { return collector_.graph_nodes(rollout_); }
   std::int64_t env_steps() const noexcept { return iterations_ * config_.batch_rows(); }
   void set_iterations(std::int64_t done) noexcept { iterations_ = done; }  // resume
   // The sampling counter (device; checkpointed).
-  std::uint64_t* act_counter() noexcept { return act_counter_.data(); }
+  std::uint64_t* act_counter() noexcept { return collector_.act_counter(); }
   // The reward normalizer's state (checkpointed); null without config.normalize_rewards.
-  RewardNormalizer* reward_normalizer() noexcept { return reward_norm_ ? &*reward_norm_ : nullptr; }
+  RewardNormalizer* reward_normalizer() noexcept { return collector_.reward_normalizer(); }
 
  private:
-  void enqueue_collect(cudaStream_t stream);
-
   PpoConfig config_;
   VecEnv& env_;
   PpoLearner learner_;
   Rollout rollout_;
-  gpu::DeviceBuffer<float> head_;  // (N, width): the step's policy output
-  gpu::DeviceBuffer<std::uint64_t> act_counter_;
-  std::optional<RewardNormalizer> reward_norm_;
-  gpu::CudaGraph collect_graph_;
+  RolloutCollector collector_;
   gpu::ExitSlot<EpisodeStats> episodes_exit_;
   bool pending_ = false;
   std::int64_t iterations_ = 0;

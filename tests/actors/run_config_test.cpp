@@ -135,3 +135,58 @@ TEST(RunConfigTest, ConfigPathThatIsADirectoryOrMissingIsNamed) {
     }
   }
 }
+
+namespace {
+constexpr const char* kPpo = "[run]\n[env]\nkind = \"cartpole\"\nnum_envs = 4\n[learner]\nkind = \"ppo\"\n";
+
+std::string config_error(const std::string& text) {
+  try {
+    parse_run_config(text);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(RunConfigTest, PipelineModeDefaultsByLearnerKind) {
+  EXPECT_EQ(parse_run_config(kMinimal).pipeline.mode, "actors");
+  const RunConfig ppo = parse_run_config(kPpo);
+  EXPECT_EQ(ppo.pipeline.mode, "sync");
+  EXPECT_EQ(ppo.pipeline.policy_lag, 0);
+  const RunConfig actors =
+      parse_run_config(std::string(kPpo) + "[pipeline]\nmode = \"actors\"\npolicy_lag = 1\ncompletions = \"hostfn\"\n");
+  EXPECT_EQ(actors.pipeline.mode, "actors");
+  EXPECT_EQ(actors.pipeline.policy_lag, 1);
+  EXPECT_EQ(actors.pipeline.completions, "hostfn");
+  // The resolved config keeps the mode and the lag.
+  const RunConfig again = parse_run_config(resolved_toml(actors), "resolved");
+  EXPECT_EQ(again.pipeline.mode, "actors");
+  EXPECT_EQ(again.pipeline.policy_lag, 1);
+  for (const char* k : {"pipeline.mode", "pipeline.policy_lag"}) {
+    const std::vector<std::string> keys = run_config_keys();
+    EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << k;
+  }
+}
+
+TEST(RunConfigTest, PipelineModeAndPolicyLagAreValidated) {
+  std::string e = config_error(std::string(kMinimal) + "[pipeline]\nmode = \"sync\"\n");
+  EXPECT_NE(e.find("pipeline.mode"), std::string::npos) << e;
+  EXPECT_NE(e.find("DQN trains through the actors only"), std::string::npos) << e;
+  e = config_error(std::string(kPpo) + "[pipeline]\nmode = \"async\"\n");
+  EXPECT_NE(e.find("pipeline.mode"), std::string::npos) << e;
+  EXPECT_NE(e.find("sync"), std::string::npos) << e;
+  e = config_error(std::string(kPpo) + "[pipeline]\nmode = \"actors\"\npolicy_lag = 2\n");
+  EXPECT_NE(e.find("pipeline.policy_lag"), std::string::npos) << e;
+  // The lag only means something for PPO through the actors.
+  e = config_error(std::string(kPpo) + "[pipeline]\npolicy_lag = 1\n");
+  EXPECT_NE(e.find("pipeline.policy_lag"), std::string::npos) << e;
+  EXPECT_NE(e.find("pipeline.mode"), std::string::npos) << e;
+  e = config_error(std::string(kMinimal) + "[pipeline]\npolicy_lag = 0\n");
+  EXPECT_NE(e.find("pipeline.policy_lag"), std::string::npos) << e;
+  // PPO has no replay ratio or slots, whatever the mode; completions only through the actors.
+  e = config_error(std::string(kPpo) + "[pipeline]\nmode = \"actors\"\nreplay_ratio = 0.5\n");
+  EXPECT_NE(e.find("pipeline.replay_ratio"), std::string::npos) << e;
+  e = config_error(std::string(kPpo) + "[pipeline]\ncompletions = \"hostfn\"\n");
+  EXPECT_NE(e.find("pipeline.completions"), std::string::npos) << e;
+}

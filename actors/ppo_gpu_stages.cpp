@@ -1,0 +1,242 @@
+#include "actors/ppo_gpu_stages.hpp"
+
+#include <string>
+#include <utility>
+
+#include "actors/env_state.hpp"
+#include "actors/ppo_run.hpp"
+#include "gpu/check.hpp"
+
+namespace foxhunt::actors {
+namespace {
+
+// The stage's stream with the context's cuBLASLt handle and workspace (the context's own stream
+// stays unused, so the workspace is this stage's alone).
+gpu::BlasLane blas_on(const gpu::DeviceContext& ctx, cudaStream_t stream) {
+  gpu::BlasLane b = ctx.blas(0);
+  b.stream = stream;
+  return b;
+}
+
+void copy_floats(float* dst, const float* src, std::int64_t n, cudaStream_t s) {
+  FH_CHECK(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, s));
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------- collector
+PpoGpuCollectorStage::PpoGpuCollectorStage(std::unique_ptr<rl::VecEnv> env, const rl::ppo::PpoConfig& config,
+                                           int slots, std::int64_t stats_every, int device)
+    : lane_(device), env_(std::move(env)), config_(config), stats_every_(stats_every) {
+  FH_EXPECT(env_ != nullptr, "PpoGpuCollectorStage: env must not be null");
+  FH_EXPECT(slots >= 1, "PpoGpuCollectorStage: needs >= 1 rollout slot, got " + std::to_string(slots));
+  FH_EXPECT(stats_every >= 1, "PpoGpuCollectorStage: stats_every must be >= 1");
+  lane_.make_current();
+  const cudaStream_t s = lane_.stream();
+  blas_ = std::make_unique<gpu::DeviceContext>(device, 1);
+  acting_ = std::make_unique<rl::ppo::PpoLearner>(config_, env_->obs_dim(), blas_on(*blas_, s));
+  for (int k = 0; k < slots; ++k)
+    rollouts_.push_back(std::make_unique<rl::ppo::Rollout>(config_.rollout_steps, config_.num_envs, env_->obs_dim(),
+                                                           config_.head, acting_->network().state_features(), s));
+  collector_ = std::make_unique<rl::ppo::RolloutCollector>(config_, *env_, *acting_, false, s);
+  filled_.resize(static_cast<std::size_t>(slots));
+  last_ = slots - 1;  // the first collect (slot 0) continues from the last slot
+  lane_.synchronize();
+}
+
+void PpoGpuCollectorStage::start(std::uint64_t seed, const float* params, std::int64_t floats) {
+  FH_EXPECT(floats == acting_->arena().padded_count(), "PpoGpuCollectorStage::start: policy size mismatch");
+  lane_.make_current();
+  const cudaStream_t s = lane_.stream();
+  copy_floats(acting_->arena().params(), params, floats, s);
+  collector_->reset(seed, carry(), s);
+  lane_.synchronize();
+}
+
+std::vector<DeviceSpan> PpoGpuCollectorStage::state_spans() {
+  FH_EXPECT(learner_ != nullptr, "PpoGpuCollectorStage: attach_learner before a checkpoint or restore");
+  return ppo_state_spans(carry(), learner_->learner().counters(), collector_->act_counter(),
+                         collector_->reward_normalizer());
+}
+
+void PpoGpuCollectorStage::restore(const std::filesystem::path& dir, const float* params, std::int64_t floats,
+                                   std::int64_t rollouts_done, std::int64_t policy_version) {
+  FH_EXPECT(floats == acting_->arena().padded_count(), "PpoGpuCollectorStage::restore: policy size mismatch");
+  lane_.make_current();
+  const cudaStream_t s = lane_.stream();
+  read_spans(dir / "ppo.state", state_spans(), s);  // the learner's counters too (its stream is idle)
+  read_spans(dir / "env.state", env_state_spans(*env_), s);
+  if (std::filesystem::exists(dir / kPpoPolicyFile)) {
+    acting_->arena().load(dir / kPpoPolicyFile, s);
+    restored_version_ = policy_version;
+  } else {
+    copy_floats(acting_->arena().params(), params, floats, s);
+  }
+  collected_ = rollouts_done;
+  lane_.synchronize();
+}
+
+LocalDeviceHandle PpoGpuCollectorStage::collect(int slot, std::uint64_t generation, std::uint64_t reuse_after) {
+  FH_EXPECT(slot >= 0 && slot < rollout_slots(), "PpoGpuCollectorStage::collect: slot out of range");
+  FH_EXPECT(slot == (last_ + 1) % rollout_slots(), "PpoGpuCollectorStage::collect: slots are filled in turn");
+  lane_.make_current();
+  lane_.wait(reuse_after);
+  const cudaStream_t s = lane_.stream();
+  const int token = lane_.begin("collect");
+  rl::ppo::Rollout& r = rollout(slot);
+  collector_->collect(r, carry(), s);
+  last_ = slot;
+  ++collected_;
+  // Windows end at fixed rollout counts: the accumulators are env state that a checkpoint holds.
+  if (collected_ % stats_every_ == 0) {
+    env_->export_stats(stats_exit_, true, s);
+    stats_pending_ = true;
+  }
+  lane_.end(token);
+  const gpu::Event& done = filled_[static_cast<std::size_t>(slot)];
+  done.record(s);
+  LocalDeviceHandle h;
+  h.device = lane_.device();
+  h.ptr = LocalDeviceHandle::address(r.obs.data());
+  h.bytes = r.obs.bytes();
+  h.dtype = static_cast<std::uint8_t>(gpu::DType::f32);
+  h.rank = 3;
+  h.dims = {r.steps, r.num_envs, r.obs_dim, 0};
+  h.slot = slot;
+  h.generation = generation;
+  h.event = event_id(done.get());
+  h.count = static_cast<std::uint64_t>(steps_per_rollout());
+  return h;
+}
+
+std::uint64_t PpoGpuCollectorStage::use_policy(const LocalDeviceHandle& policy) {
+  FH_EXPECT(policy.slot == 0 || policy.slot == 1, "PpoGpuCollectorStage::use_policy: policy buffer must be 0 or 1");
+  const std::int64_t floats = acting_->arena().padded_count();
+  FH_EXPECT(policy.bytes == static_cast<std::uint64_t>(floats) * sizeof(float),
+            "PpoGpuCollectorStage::use_policy: policy buffer size differs from the acting network");
+  lane_.make_current();
+  lane_.wait(policy.event);
+  // The acting network keeps its own copy: the buffer is read once, here.
+  copy_floats(acting_->arena().params(), policy.as<const float>(), floats, lane_.stream());
+  const gpu::Event& released = released_[policy.slot];
+  released.record(lane_.stream());
+  return event_id(released.get());
+}
+
+std::function<void(const std::filesystem::path& dir)> PpoGpuCollectorStage::checkpoint_job() {
+  return [this](const std::filesystem::path& dir) {
+    lane_.make_current();
+    lane_.synchronize();
+    const cudaStream_t s = lane_.stream();
+    write_spans(dir / "ppo.state", state_spans(), s);
+    write_spans(dir / "env.state", env_state_spans(*env_), s);
+    acting_->arena().save(dir / kPpoPolicyFile, s);
+  };
+}
+
+bool PpoGpuCollectorStage::poll_metrics(Scalars& out) {
+  rl::EpisodeStats st{};
+  if (!stats_pending_ || !stats_exit_.try_read(st)) return false;
+  stats_pending_ = false;
+  out.clear();
+  if (st.episodes > 0) {
+    out.emplace_back("episode/return", st.mean_return);
+    out.emplace_back("episode/length", st.mean_length);
+  }
+  out.emplace_back("episode/count", st.episodes);
+  return true;
+}
+
+// --------------------------------------------------------------------------------- learner
+PpoGpuLearnerStage::PpoGpuLearnerStage(const rl::ppo::PpoConfig& config, std::int64_t obs_dim,
+                                       std::int64_t metrics_every, int device)
+    : lane_(device), metrics_every_(metrics_every) {
+  FH_EXPECT(metrics_every >= 1, "PpoGpuLearnerStage: metrics_every must be >= 1");
+  lane_.make_current();
+  blas_ = std::make_unique<gpu::DeviceContext>(device, 1);
+  learner_ = std::make_unique<rl::ppo::PpoLearner>(config, obs_dim, blas_on(*blas_, lane_.stream()));
+  const auto floats = static_cast<std::size_t>(learner_->arena().padded_count());
+  for (auto& p : policy_) p = gpu::DeviceBuffer<float>(floats);
+  lane_.synchronize();
+}
+
+void PpoGpuLearnerStage::attach_rollouts(std::vector<rl::ppo::Rollout*> rollouts) {
+  rollouts_ = std::move(rollouts);
+  read_done_.clear();
+  read_done_.resize(rollouts_.size());
+}
+
+void PpoGpuLearnerStage::load(const std::filesystem::path& dir) {
+  lane_.make_current();
+  learner_->arena().load(dir / "learner.safetensors", lane_.stream());
+  lane_.synchronize();
+}
+
+std::uint64_t PpoGpuLearnerStage::update(const LocalDeviceHandle& rollout) {
+  FH_EXPECT(rollout.slot >= 0 && static_cast<std::size_t>(rollout.slot) < rollouts_.size(),
+            "PpoGpuLearnerStage::update: rollout slot out of range (attach_rollouts first)");
+  lane_.make_current();
+  lane_.wait(rollout.event);
+  const cudaStream_t s = lane_.stream();
+  const int token = lane_.begin("update");
+  rl::ppo::Rollout& r = *rollouts_[static_cast<std::size_t>(rollout.slot)];
+  learner_->record_explained_variance(r, s);
+  learner_->update(r);
+  ++updates_;
+  if (updates_ % metrics_every_ == 0) {
+    learner_->publish_stats(s);
+    metrics_pending_ = true;
+  }
+  lane_.end(token);
+  const gpu::Event& done = read_done_[static_cast<std::size_t>(rollout.slot)];
+  done.record(s);
+  return event_id(done.get());
+}
+
+LocalDeviceHandle PpoGpuLearnerStage::publish(int buffer, std::uint64_t version, std::uint64_t reuse_after) {
+  FH_EXPECT(buffer == 0 || buffer == 1, "PpoGpuLearnerStage::publish: policy buffer must be 0 or 1");
+  lane_.make_current();
+  lane_.wait(reuse_after);
+  const cudaStream_t s = lane_.stream();
+  const int token = lane_.begin("publish");
+  const std::int64_t floats = learner_->arena().padded_count();
+  copy_floats(policy_[buffer].data(), learner_->arena().params(), floats, s);
+  lane_.end(token);
+  const gpu::Event& ready = ready_[buffer];
+  ready.record(s);
+  LocalDeviceHandle h;
+  h.device = lane_.device();
+  h.ptr = LocalDeviceHandle::address(policy_[buffer].data());
+  h.bytes = static_cast<std::uint64_t>(floats) * sizeof(float);
+  h.dtype = static_cast<std::uint8_t>(gpu::DType::f32);
+  h.rank = 1;
+  h.dims = {floats, 0, 0, 0};
+  h.slot = buffer;
+  h.event = event_id(ready.get());
+  h.count = version;
+  return h;
+}
+
+std::function<void(const std::filesystem::path& dir)> PpoGpuLearnerStage::checkpoint_job() {
+  return [this](const std::filesystem::path& dir) {
+    lane_.make_current();
+    learner_->arena().save(dir / "learner.safetensors", lane_.stream(), true);
+  };
+}
+
+bool PpoGpuLearnerStage::poll_metrics(Scalars& out) {
+  rl::ppo::UpdateStats u{};
+  if (!metrics_pending_ || !learner_->stats().try_read(u)) return false;
+  metrics_pending_ = false;
+  out.clear();
+  out.emplace_back("train/policy_loss", u.policy_loss);
+  out.emplace_back("train/value_loss", u.value_loss);
+  out.emplace_back("train/entropy", u.entropy);
+  out.emplace_back("train/approx_kl", u.approx_kl);
+  out.emplace_back("train/clip_fraction", u.clip_fraction);
+  out.emplace_back("train/explained_variance", u.explained_variance);
+  out.emplace_back("train/lr", u.lr);
+  return true;
+}
+
+}  // namespace foxhunt::actors

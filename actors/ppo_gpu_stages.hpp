@@ -1,0 +1,144 @@
+#pragma once
+// The GPU stages of a PPO agent in the actor runtime (actors/ppo_pipeline.hpp), built from
+// rl::ppo. Every Stage method only enqueues on the stage's stream.
+//
+//   PpoGpuCollectorStage  rl::ppo::RolloutCollector acting with its own copy of the network (an
+//                         acting rl::ppo::PpoLearner whose parameters the published policies are
+//                         copied into), filling policy_lag + 1 rollout slots in turn (one graph
+//                         per slot); episode statistics leave through an exit every stats_every
+//                         rollouts (counted over the run, cleared: a resume clears where the
+//                         uninterrupted run does).
+//   PpoGpuLearnerStage    rl::ppo::PpoLearner's update graph (one per rollout slot), preceded by
+//                         the rollout's explained variance on the learner's stream, and the
+//                         publication of its weights into one of two policy buffers.
+// Device-to-host traffic: none but the metrics exits and the final checkpoint.
+//
+// A checkpoint directory holds what the synchronous loop's does (actors/ppo_run.hpp:
+// learner.safetensors, ppo.state, env.state), so either loop resumes the other's, plus
+// policy.safetensors: the collector's acting weights (version counters.json's policy_version),
+// which with policy_lag 1 are one update behind the learner's.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "actors/cuda_lane.hpp"
+#include "actors/env_state.hpp"
+#include "actors/ppo_pipeline.hpp"
+#include "gpu/buffer.hpp"
+#include "gpu/context.hpp"
+#include "gpu/exit.hpp"
+#include "gpu/stream.hpp"
+#include "rl/envs/episode_stats.hpp"
+#include "rl/envs/vec_env.hpp"
+#include "rl/ppo/collector.hpp"
+#include "rl/ppo/learner.hpp"
+#include "rl/ppo/rollout.hpp"
+
+namespace foxhunt::actors {
+
+inline constexpr const char* kPpoPolicyFile = "policy.safetensors";
+
+class PpoGpuLearnerStage;
+
+class PpoGpuCollectorStage final : public PpoCollectorStage {
+ public:
+  PpoGpuCollectorStage(std::unique_ptr<rl::VecEnv> env, const rl::ppo::PpoConfig& config, int slots,
+                       std::int64_t stats_every, int device = 0);
+
+  void wait(std::uint64_t event) override { lane_.wait(event); }
+  void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
+  void synchronize() override { lane_.synchronize(); }
+  std::string health() override { return lane_.health(); }
+  bool poll_metrics(Scalars& out) override;
+  bool record_timeline(StreamTimeline* t) override {
+    lane_.set_timeline(t, "ppo_collector");
+    return true;
+  }
+
+  int rollout_slots() const override { return static_cast<int>(rollouts_.size()); }
+  std::int64_t steps_per_rollout() const override { return config_.batch_rows(); }
+  LocalDeviceHandle collect(int slot, std::uint64_t generation, std::uint64_t reuse_after) override;
+  std::uint64_t use_policy(const LocalDeviceHandle& policy) override;
+  std::int64_t restored_policy_version() const override { return restored_version_; }
+  // ppo.state (with the attached learner's counters), env.state and policy.safetensors.
+  std::function<void(const std::filesystem::path& dir)> checkpoint_job() override;
+
+  // Setup only (synchronize): a fresh start (environments reset from `seed`), acting with
+  // `params` (the learner's arena).
+  void start(std::uint64_t seed, const float* params, std::int64_t floats);
+  // Setup only: continue from a checkpoint directory (ppo.state, env.state, and policy.safetensors
+  // when present; otherwise acting with `params`). rollouts_done = counters env_steps / rows.
+  void restore(const std::filesystem::path& dir, const float* params, std::int64_t floats,
+               std::int64_t rollouts_done, std::int64_t policy_version);
+  void attach_learner(std::shared_ptr<PpoGpuLearnerStage> learner) { learner_ = std::move(learner); }
+
+  rl::ppo::Rollout& rollout(int slot) { return *rollouts_.at(static_cast<std::size_t>(slot)); }
+  rl::ppo::PpoLearner& acting() { return *acting_; }
+  rl::VecEnv& env() { return *env_; }
+  // The rollout the next collect continues from (the last one filled).
+  rl::ppo::Rollout& carry() { return rollout(last_); }
+
+ private:
+  std::vector<DeviceSpan> state_spans();
+
+  CudaLane lane_;
+  std::unique_ptr<gpu::DeviceContext> blas_;
+  std::unique_ptr<rl::VecEnv> env_;
+  rl::ppo::PpoConfig config_;
+  std::unique_ptr<rl::ppo::PpoLearner> acting_;  // only its network acts
+  std::vector<std::unique_ptr<rl::ppo::Rollout>> rollouts_;
+  std::unique_ptr<rl::ppo::RolloutCollector> collector_;
+  std::vector<gpu::Event> filled_;
+  gpu::Event released_[2];
+  std::shared_ptr<PpoGpuLearnerStage> learner_;
+  int last_ = 0;               // the slot filled last (the carry)
+  std::int64_t collected_ = 0;  // rollouts over the run
+  std::int64_t stats_every_;
+  std::int64_t restored_version_ = -1;
+  gpu::ExitSlot<rl::EpisodeStats> stats_exit_;
+  bool stats_pending_ = false;
+};
+
+class PpoGpuLearnerStage final : public PpoLearnerStage {
+ public:
+  // Update statistics are published every `metrics_every` updates.
+  PpoGpuLearnerStage(const rl::ppo::PpoConfig& config, std::int64_t obs_dim, std::int64_t metrics_every,
+                     int device = 0);
+
+  void wait(std::uint64_t event) override { lane_.wait(event); }
+  void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
+  void synchronize() override { lane_.synchronize(); }
+  std::string health() override { return lane_.health(); }
+  bool poll_metrics(Scalars& out) override;
+  bool record_timeline(StreamTimeline* t) override {
+    lane_.set_timeline(t, "ppo_learner");
+    return true;
+  }
+
+  std::uint64_t update(const LocalDeviceHandle& rollout) override;
+  LocalDeviceHandle publish(int buffer, std::uint64_t version, std::uint64_t reuse_after) override;
+  // learner.safetensors (parameters and Adam's moments).
+  std::function<void(const std::filesystem::path& dir)> checkpoint_job() override;
+
+  // Setup only: the rollout slots the updates read (the collector's).
+  void attach_rollouts(std::vector<rl::ppo::Rollout*> rollouts);
+  // Setup only (synchronizes): parameters and moments from learner.safetensors.
+  void load(const std::filesystem::path& dir);
+  rl::ppo::PpoLearner& learner() { return *learner_; }
+  cudaStream_t stream() const { return lane_.stream(); }
+
+ private:
+  CudaLane lane_;
+  std::unique_ptr<gpu::DeviceContext> blas_;
+  std::unique_ptr<rl::ppo::PpoLearner> learner_;
+  std::vector<rl::ppo::Rollout*> rollouts_;
+  std::vector<gpu::Event> read_done_;  // per rollout slot
+  gpu::DeviceBuffer<float> policy_[2];
+  gpu::Event ready_[2];
+  std::int64_t metrics_every_, updates_ = 0;
+  bool metrics_pending_ = false;
+};
+
+}  // namespace foxhunt::actors

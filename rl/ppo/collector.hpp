@@ -1,0 +1,59 @@
+#pragma once
+// RolloutCollector: PPO's collection half, on the device and captured as one CUDA graph per
+// rollout it fills: T steps of N environments (policy forward or the LSTM step -> sample (Philox
+// on a device counter) -> env step -> store), then the values that bootstrap truncations and the
+// last step, and GAE. It acts with the network of a PpoLearner (the trainer's own, or an acting
+// copy that the actor runtime's collector loads published weights into).
+//
+// What carries from one rollout to the next (the observation after the last step, a recurrent
+// policy's state and last dones) lives in the rollout last filled; a collect into a different
+// rollout first copies it over, so several rollouts can be filled in turn (the actor runtime's
+// rollout slots) while a learner reads the previous ones (it reads none of the carried fields).
+#include <cstdint>
+#include <map>
+#include <optional>
+
+#include "gpu/buffer.hpp"
+#include "gpu/graph.hpp"
+#include "rl/envs/vec_env.hpp"
+#include "rl/ppo/learner.hpp"
+#include "rl/ppo/reward_norm.hpp"
+#include "rl/ppo/rollout.hpp"
+
+namespace foxhunt::rl::ppo {
+
+class RolloutCollector {
+ public:
+  // config.num_envs must equal env.num_envs(); `acting` must have been built from `config`.
+  // record_explained_variance: the collection graph ends with PpoLearner::record_explained_variance
+  // on `acting` (the synchronous trainer, whose acting network is its learner).
+  RolloutCollector(const PpoConfig& config, VecEnv& env, PpoLearner& acting, bool record_explained_variance,
+                   cudaStream_t stream);
+
+  // Resets every environment from `seed` into `carry`'s next observation (and zeroes a recurrent
+  // policy's state there); the next collect continues from `carry`.
+  void reset(std::uint64_t seed, Rollout& carry, cudaStream_t stream);
+  // Fills `rollout`, continuing from `from` (the rollout filled last; it may be `rollout` itself),
+  // by replaying the graph captured for (rollout, from) at its first use.
+  void collect(Rollout& rollout, Rollout& from, cudaStream_t stream);
+  // The same work without a graph (tests: replay equals eager).
+  void collect_eager(Rollout& rollout, Rollout& from, cudaStream_t stream);
+
+  std::uint64_t* act_counter() noexcept { return act_counter_.data(); }  // the sampling counter (checkpointed)
+  RewardNormalizer* reward_normalizer() noexcept { return reward_norm_ ? &*reward_norm_ : nullptr; }
+  std::size_t graph_nodes(const Rollout& rollout) const;
+
+ private:
+  void enqueue(Rollout& r, Rollout& from, cudaStream_t stream);
+
+  PpoConfig config_;
+  VecEnv& env_;
+  PpoLearner& acting_;
+  bool record_ev_;
+  gpu::DeviceBuffer<float> head_;  // (N, width): the step's policy output
+  gpu::DeviceBuffer<std::uint64_t> act_counter_;
+  std::optional<RewardNormalizer> reward_norm_;
+  std::map<const Rollout*, std::pair<const Rollout*, gpu::CudaGraph>> graphs_;  // rollout -> (from, graph)
+};
+
+}  // namespace foxhunt::rl::ppo
