@@ -36,7 +36,7 @@ std::int64_t iterations_of(const RunConfig& c) {
   return std::max<std::int64_t>(1, c.run.total_env_steps / (c.env.num_envs * c.learner.rollout_steps));
 }
 
-std::vector<DeviceSpan> ppo_state_spans(rl::ppo::PpoTrainer& t) {
+std::vector<DeviceSpan> trainer_state_spans(rl::ppo::PpoTrainer& t) {
   return ppo_state_spans(t.rollout(), t.learner().counters(), t.act_counter(), t.reward_normalizer());
 }
 
@@ -156,7 +156,7 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
   if (req.resume) {
     counters = CheckpointStore::read_counters(*req.resume);
     trainer.learner().arena().load(*req.resume / "learner.safetensors", s);
-    read_spans(*req.resume / "ppo.state", ppo_state_spans(trainer), s);
+    read_spans(*req.resume / "ppo.state", trainer_state_spans(trainer), s);
     read_spans(*req.resume / "env.state", env_state_spans(*env), s);
     trainer.set_iterations(counters.env_steps / rows);
     spdlog::info("resuming from {} at {} env steps, {} updates", req.resume->string(), counters.env_steps,
@@ -171,7 +171,7 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
     counters.updates = trainer.iterations();
     return store.write(counters, [&](const fs::path& dir) {
       trainer.learner().arena().save(dir / "learner.safetensors", s, true);
-      write_spans(dir / "ppo.state", ppo_state_spans(trainer), s);
+      write_spans(dir / "ppo.state", trainer_state_spans(trainer), s);
       write_spans(dir / "env.state", env_state_spans(*env), s);
     });
   };
