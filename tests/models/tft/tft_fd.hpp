@@ -4,6 +4,7 @@
 // of one backward after one forward. Test support only.
 #include "models/fd_support.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>

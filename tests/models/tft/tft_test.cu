@@ -8,11 +8,13 @@
 //     position on the same window, over a stream longer than the window and across a reset;
 //   - the exported weights: selection weights sum to 1 per step, attention weights are causal;
 //   - the LSTM's d_state0 against central differences (with a reset at step 0 zeroing its row).
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/arena.hpp"
