@@ -120,6 +120,22 @@ void swap_leading(float* out, const float* in, std::int64_t D0, std::int64_t D1,
   FH_CHECK_LAUNCH();
 }
 
+// d_state0 (B, 2H) = [dh | dc], the gradients of the initial state, zero in rows the first step
+// reset (the forward replaced their given state by zeros).
+__global__ void lstm_initial_state_backward_kernel(float* __restrict__ d_state0, const float* __restrict__ dh,
+                                                   const float* __restrict__ dc,
+                                                   const std::uint8_t* __restrict__ reset, std::int64_t B,
+                                                   std::int64_t H) {
+  const std::int64_t n = B * H;
+  for (std::int64_t idx = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t b = idx / H, j = idx - b * H;
+    const bool keep = reset == nullptr || reset[b] == 0;
+    d_state0[b * 2 * H + j] = keep ? dh[idx] : 0.f;
+    d_state0[b * 2 * H + H + j] = keep ? dc[idx] : 0.f;
+  }
+}
+
 void initial_state(float* hp, float* cp, const float* state, const std::uint8_t* reset, std::int64_t B, std::int64_t H,
                    cudaStream_t stream) {
   lstm_initial_state_kernel<<<gpu::grid_stride_blocks(B * H), gpu::kBlock, 0, stream>>>(hp, cp, state, reset, B, H);
@@ -225,8 +241,8 @@ void Lstm::forward_sequence(float* out, float* state_out, const float* x, const 
 
 void Lstm::backward_sequence(float* d_x, const float* d_out, const float* x, const float* state0,
                              const std::uint8_t* resets, std::int64_t T, std::int64_t B, const Workspace& ws,
-                             gpu::BlasLane lane) {
-  (void)state0;  // a constant: the masked initial state the forward used is in the workspace
+                             gpu::BlasLane lane, float* d_state0) {
+  (void)state0;  // the masked initial state the forward used is in the workspace
   check_batch(B, ws, "backward_sequence");
   FH_EXPECT(T >= 1, "Lstm " + spec_.name + ": backward_sequence needs T >= 1");
   FH_EXPECT(d_out != nullptr && x != nullptr, "Lstm " + spec_.name + ": backward_sequence: null d_out or x");
@@ -243,10 +259,15 @@ void Lstm::backward_sequence(float* d_x, const float* d_out, const float* x, con
         (last || resets == nullptr) ? nullptr : resets + (t + 1) * B, b.gates + t * B4H, b.c + t * BH, b.cp + t * BH, B,
         H);
     FH_CHECK_LAUNCH();
-    // d hp_t = d_gates_t W_hh, for step t - 1 (step 0's is d_state0: not needed).
-    if (t > 0)
+    // d hp_t = d_gates_t W_hh, for step t - 1 (step 0's is d_state0's h part, when asked for).
+    if (t > 0 || d_state0 != nullptr)
       gpu::linear_backward(b.dh, nullptr, nullptr, nullptr, d_gates + t * B4H, nullptr, nullptr, w_hh_, B, H, 4 * H, id,
                            false, spec_.math, lane);
+  }
+  // After step 0's cell backward dc holds dL/dc_prev of step 0 and dh dL/dh_prev of step 0.
+  if (d_state0 != nullptr) {
+    lstm_initial_state_backward_kernel<<<blocks, gpu::kBlock, 0, lane.stream>>>(d_state0, b.dh, b.dc, resets, B, H);
+    FH_CHECK_LAUNCH();
   }
   // Over all T * B rows: dW_ih = d_gates^T X, d_bias = column sums, d_x = d_gates W_ih; dW_hh = d_gates^T H_prev.
   gpu::linear_backward(d_x, dw_ih_, db_, nullptr, d_gates, nullptr, x, w_ih_, T * B, spec_.in, 4 * H, id, false,

@@ -57,11 +57,12 @@ class Lstm final : public RecurrentModule {
                         std::int64_t T, std::int64_t B, const Workspace& ws, gpu::BlasLane lane);
   // Backpropagation through time after forward_sequence with the same arguments and workspace, from
   // d_out (T, B, H): overwrites the three parameter gradients in the arena, and d_x (T, B, in) when
-  // not null. state0 is a constant (no gradient). Reads the forward's activations from ws, so it may
-  // run more than once after one forward.
+  // not null. d_state0 (B, 2H) (nullable): overwritten with dL/dstate0 (zero in rows that resets[0]
+  // resets; with a null state0 it is the gradient of the zero state). Reads the forward's activations
+  // from ws, so it may run more than once after one forward.
   void backward_sequence(float* d_x, const float* d_out, const float* x, const float* state0,
                          const std::uint8_t* resets, std::int64_t T, std::int64_t B, const Workspace& ws,
-                         gpu::BlasLane lane);
+                         gpu::BlasLane lane, float* d_state0 = nullptr);
   std::size_t sequence_workspace_bytes(std::int64_t T, std::int64_t max_batch) const;
 
   // Module form: in (B, T, C) -> out (B, T, H) with T = sequence_length(), each sequence from the

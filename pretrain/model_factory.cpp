@@ -13,6 +13,7 @@
 #include "models/lstm.hpp"
 #include "models/mamba2/mamba2.hpp"
 #include "models/mamba2/ssd.hpp"
+#include "models/tft/tft.hpp"
 #include "models/xlstm/xlstm.hpp"
 
 namespace foxhunt::pretrain {
@@ -256,6 +257,25 @@ std::unique_ptr<models::RecurrentModule> make_cfc(const ModelSpec& s) {
   return std::make_unique<models::Cfc>(c);
 }
 
+void tft_keys(config::Reader& r, FamilyOptions& o) { r.integer("heads", o.integers["heads"] = 4, 1, 64); }
+
+std::unique_ptr<models::RecurrentModule> make_tft(const ModelSpec& s) {
+  if (s.layers != 1)
+    throw std::invalid_argument("model.layers = " + std::to_string(s.layers) +
+                                ": tft has one LSTM encoder and one attention layer (layers = 1)");
+  models::tft::TftSpec t;
+  t.name = "model";
+  t.in = s.in;
+  t.hidden = s.hidden;
+  t.heads = option(s.family, "heads");
+  t.sequence_length = s.sequence_length;
+  t.math = s.math;
+  if (t.hidden % t.heads != 0)
+    throw std::invalid_argument("model.heads = " + std::to_string(t.heads) + " must divide model.hidden = " +
+                                std::to_string(t.hidden));
+  return std::make_unique<models::tft::Tft>(t);
+}
+
 // The families: a reader of their [model] keys and their constructor.
 const Family kFamilies[] = {
     {"lstm", no_keys, [](const ModelSpec& s) -> std::unique_ptr<models::RecurrentModule> {
@@ -264,6 +284,7 @@ const Family kFamilies[] = {
     {"mamba2", mamba2_keys, make_mamba2},
     {"xlstm", xlstm_keys, make_xlstm},
     {"cfc", cfc_keys, make_cfc},
+    {"tft", tft_keys, make_tft},
 };
 
 const Family* find_family(const std::string& kind) {

@@ -11,6 +11,8 @@
 //           mLSTM first); heads, chunk, proj_factor, conv_kernel.
 //   cfc     models/cfc: one CfC layer of `hidden` units ("model.cfc.*"); backbone_units,
 //           backbone_layers, activation, mode.
+//   tft     models/tft: the Temporal Fusion Transformer over past inputs, width `hidden` ("model.*",
+//           layers = 1); heads (of the interpretable attention, dividing hidden).
 // A family that is added there gets its keys read, validated and documented with the rest.
 #include <cstdint>
 #include <memory>

@@ -1,4 +1,4 @@
-// Learning on the simulator's ground truth, every family (lstm, mamba2, xlstm, cfc), 3 fixed seeds,
+// Learning on the simulator's ground truth, every family (lstm, mamba2, xlstm, cfc, tft), 3 fixed seeds,
 // validated on held-out windows of another seed:
 //   OU returns: a model trained by PretrainTrainer to forecast the next normalized return of the OU
 //     market (configs/markets/ou_mean_reversion.toml) from a 64-return window reaches an R^2 >= 95%
@@ -52,6 +52,8 @@ ModelSpec family(const std::string& kind, std::int64_t hidden) {
   } else if (kind == "cfc") {
     i = {{"backbone_units", 2 * hidden}, {"backbone_layers", 1}};
     m.family.choices = {{"activation", "lecun_tanh"}, {"mode", "default"}};
+  } else if (kind == "tft") {
+    i = {{"heads", 4}};
   }
   return m;
 }
@@ -146,7 +148,7 @@ TEST_P(TrainerLearningTest, ApproachesTheHmmFilterOnRegimes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TrainerLearningTest, ::testing::Values("lstm", "mamba2", "xlstm", "cfc"),
+INSTANTIATE_TEST_SUITE_P(Families, TrainerLearningTest, ::testing::Values("lstm", "mamba2", "xlstm", "cfc", "tft"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
