@@ -11,6 +11,9 @@
 //           mLSTM first); heads, chunk, proj_factor, conv_kernel.
 //   cfc     models/cfc: one CfC layer of `hidden` units ("model.cfc.*"); backbone_units,
 //           backbone_layers, activation, mode.
+//   kan     models/kan: `layers` KAN layers of `hidden` outputs over a causal window of the last
+//           `lags` steps ("model.kan.layers.<l>.*", grids as arena state); grid, order, lags,
+//           grid_min, grid_max.
 // A family that is added there gets its keys read, validated and documented with the rest.
 #include <cstdint>
 #include <memory>
