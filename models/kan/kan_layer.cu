@@ -26,7 +26,6 @@ constexpr int kDxRows = 64, kDxIns = 16, kDxOuts = 16;
 // each block sums kSplitRows rows into its partial sums.
 constexpr int kPgOuts = 16, kPgIns = 16, kPgChunk = 16;
 constexpr std::int64_t kSplitRows = 256;
-constexpr int kMaxK1 = static_cast<int>(kKanMaxOrder) + 1;
 constexpr int kMaxNb = static_cast<int>(kKanMaxBases);
 
 std::int64_t splits_of(std::int64_t batch) { return (batch + kSplitRows - 1) / kSplitRows; }
