@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(float* __restrict__ y
   __shared__ float vs[kFwdIns][K1][kFwdRows];
   __shared__ std::int32_t fs[kFwdIns][kFwdRows];
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const int b0 = blockIdx.y * kFwdRows, o0 = blockIdx.x * kFwdOuts;
+  const int b0 = blockIdx.x * kFwdRows, o0 = blockIdx.y * kFwdOuts;
   float acc[4][4] = {};
   for (int i0 = 0; i0 < in; i0 += kFwdIns) {
     // Coefficients c[o0 + oo, i0 + ii, j]: j fastest in memory, so consecutive threads read
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kThreads) input_grad_kernel(float* __restrict_
   __shared__ float ws[kDxOuts][kDxIns];
   __shared__ float dys[kDxOuts][kDxRows];
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  const int i0 = blockIdx.x * kDxIns, b0 = blockIdx.y * kDxRows;
+  const int i0 = blockIdx.y * kDxIns, b0 = blockIdx.x * kDxRows;
   const int i = i0 + tx;
   int f[4];
 #pragma unroll
@@ -417,7 +417,7 @@ struct LaunchForward {
   static void run(float* y, const float* x, const std::int32_t* first, const float* values, const float* w,
                   const float* c, std::int64_t rows, std::int64_t in, std::int64_t out, std::int64_t nb,
                   cudaStream_t s) {
-    const dim3 grid(gpu::ceil_div(out, kFwdOuts), gpu::ceil_div(rows, kFwdRows));
+    const dim3 grid(gpu::ceil_div(rows, kFwdRows), gpu::ceil_div(out, kFwdOuts));  // rows on x: up to 2^31 - 1 blocks
     forward_kernel<K + 1><<<grid, kThreads, 0, s>>>(y, x, first, values, w, c, static_cast<int>(rows),
                                                     static_cast<int>(in), static_cast<int>(out), static_cast<int>(nb));
     FH_CHECK(cudaGetLastError());
@@ -432,11 +432,12 @@ struct LaunchBackward {
     const int r = static_cast<int>(rows), ni = static_cast<int>(in), no = static_cast<int>(out),
               n = static_cast<int>(nb);
     if (dx != nullptr) {
-      const dim3 grid(gpu::ceil_div(in, kDxIns), gpu::ceil_div(rows, kDxRows));
+      const dim3 grid(gpu::ceil_div(rows, kDxRows), gpu::ceil_div(in, kDxIns));
       input_grad_kernel<K + 1><<<grid, kThreads, 0, s>>>(dx, dy, x, first, slopes, w, c, r, ni, no, n);
       FH_CHECK(cudaGetLastError());
     }
     const std::int64_t splits = splits_of(rows);
+    FH_EXPECT(splits <= 65535, "KanLayer: batch " + std::to_string(rows) + " above 65535 x 256 rows");
     const dim3 grid(gpu::ceil_div(in, kPgIns) * gpu::ceil_div(out, kPgOuts), static_cast<unsigned>(splits));
     param_grad_partial_kernel<K + 1><<<grid, kThreads, 0, s>>>(partial, dy, x, first, values, r, ni, no, n);
     FH_CHECK(cudaGetLastError());
