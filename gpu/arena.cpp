@@ -34,14 +34,20 @@ std::string join(const std::vector<std::string>& items, std::string_view sep, st
 
 }  // namespace
 
-void ParameterArena::declare(std::string name, Shape shape) {
-  if (finalized_) throw std::logic_error("ParameterArena::declare('" + name + "') after finalize()");
-  FH_EXPECT(!name.empty(), "ParameterArena::declare: empty tensor name");
+void ParameterArena::check_new_name(const std::string& name, const Shape& shape, const char* what) const {
+  const std::string fn = std::string("ParameterArena::") + what;
+  if (finalized_) throw std::logic_error(fn + "('" + name + "') after finalize()");
+  FH_EXPECT(!name.empty(), fn + ": empty tensor name");
   FH_EXPECT(name != "__metadata__" && !name.starts_with(kAdamM) && !name.starts_with(kAdamV),
-            "ParameterArena::declare: '" + name + "' is reserved (checkpoint keys use __metadata__, adam_m., adam_v.)");
-  FH_EXPECT(!contains(name), "ParameterArena::declare: '" + name + "' declared twice");
+            fn + ": '" + name + "' is reserved (checkpoint keys use __metadata__, adam_m., adam_v.)");
+  FH_EXPECT(!contains(name) && state_index_.find(name) == state_index_.end(),
+            fn + ": '" + name + "' declared twice");
   for (int i = 0; i < shape.rank; ++i)
-    FH_EXPECT(shape[i] >= 1, "ParameterArena::declare: '" + name + "' has a dimension < 1 in " + shape.str());
+    FH_EXPECT(shape[i] >= 1, fn + ": '" + name + "' has a dimension < 1 in " + shape.str());
+}
+
+void ParameterArena::declare(std::string name, Shape shape) {
+  check_new_name(name, shape, "declare");
   Entry e;
   e.name = std::move(name);
   e.shape = shape;
@@ -53,6 +59,18 @@ void ParameterArena::declare(std::string name, Shape shape) {
   entries_.push_back(std::move(e));
 }
 
+void ParameterArena::declare_state(std::string name, Shape shape) {
+  check_new_name(name, shape, "declare_state");
+  Entry e;
+  e.name = std::move(name);
+  e.shape = shape;
+  e.numel = shape.numel();
+  e.offset = state_padded_count_;
+  state_padded_count_ = round_up(e.offset + e.numel, kAlignFloats);
+  state_index_.emplace(e.name, state_entries_.size());
+  state_entries_.push_back(std::move(e));
+}
+
 void ParameterArena::finalize(cudaStream_t stream) {
   if (finalized_) throw std::logic_error("ParameterArena::finalize() called twice");
   const auto n = static_cast<std::size_t>(padded_count_);
@@ -60,6 +78,8 @@ void ParameterArena::finalize(cudaStream_t stream) {
   grads_ = DeviceBuffer<float>(n);
   m_ = DeviceBuffer<float>(n);
   v_ = DeviceBuffer<float>(n);
+  states_ = DeviceBuffer<float>(static_cast<std::size_t>(state_padded_count_));
+  states_.zero(stream);
   params_.zero(stream);  // padding starts (and stays) zero
   grads_.zero(stream);
   m_.zero(stream);
@@ -81,6 +101,34 @@ const ParameterArena::Entry& ParameterArena::entry(std::string_view name) const 
                                 "' (known: " + (known.empty() ? std::string("none") : join(known, ", ", 50)) + ")");
   }
   return entries_[it->second];
+}
+
+const ParameterArena::Entry& ParameterArena::state_entry(std::string_view name) const {
+  const auto it = state_index_.find(name);
+  if (it == state_index_.end()) {
+    std::vector<std::string> known;
+    for (const auto& e : state_entries_) known.push_back(e.name);
+    throw std::invalid_argument("ParameterArena: unknown state tensor '" + std::string(name) +
+                                "' (known: " + (known.empty() ? std::string("none") : join(known, ", ", 50)) + ")");
+  }
+  return state_entries_[it->second];
+}
+
+TensorView ParameterArena::state(std::string_view name) const {
+  const Entry& e = state_entry(name);
+  require_finalized("state");
+  return TensorView{const_cast<float*>(states_.data()) + e.offset, DType::f32, e.shape};
+}
+
+void ParameterArena::upload_state(std::string_view name, std::span<const float> values, cudaStream_t stream) {
+  const Entry& e = state_entry(name);
+  require_finalized("upload_state");
+  FH_EXPECT(static_cast<std::int64_t>(values.size()) == e.numel,
+            "ParameterArena::upload_state('" + e.name + "'): " + std::to_string(values.size()) + " values for " +
+                std::to_string(e.numel) + " elements");
+  if (!values.empty())
+    FH_CHECK(
+        cudaMemcpyAsync(states_.data() + e.offset, values.data(), values.size_bytes(), cudaMemcpyHostToDevice, stream));
 }
 
 TensorView ParameterArena::view(const DeviceBuffer<float>& buf, std::string_view name) const {
@@ -110,8 +158,10 @@ void ParameterArena::save(const std::filesystem::path& path, cudaStream_t stream
   require_finalized("save");
   const auto n = static_cast<std::size_t>(padded_count_);
   // Checkpoint I/O (gpu/checkpoint_io.hpp), ordered after the latest updates on `stream`.
-  std::vector<float> p(n), m, v;
+  const auto ns = static_cast<std::size_t>(state_padded_count_);
+  std::vector<float> p(n), m, v, st(ns);
   std::vector<CheckpointCopy> copies{{p.data(), params_.data(), n * sizeof(float)}};
+  if (ns) copies.push_back({st.data(), states_.data(), ns * sizeof(float)});
   if (with_optimizer_state) {
     m.resize(n);
     v.resize(n);
@@ -127,6 +177,7 @@ void ParameterArena::save(const std::filesystem::path& path, cudaStream_t stream
          std::as_bytes(std::span<const float>(flat.data() + e.offset, static_cast<std::size_t>(e.numel)))});
   };
   for (const auto& e : entries_) add(e.name, p, e);
+  for (const auto& e : state_entries_) add(e.name, st, e);
   if (with_optimizer_state) {
     for (const auto& e : entries_) add(std::string(kAdamM) + e.name, m, e);
     for (const auto& e : entries_) add(std::string(kAdamV) + e.name, v, e);
@@ -174,6 +225,11 @@ bool ParameterArena::load(const std::filesystem::path& path, cudaStream_t stream
       v_src[i] = check_tensor(std::string(kAdamV) + e.name, e);
     }
   }
+  std::vector<const SafetensorsEntry*> s_src(state_entries_.size());
+  for (std::size_t i = 0; i < state_entries_.size(); ++i) {
+    expected.insert(state_entries_[i].name);
+    s_src[i] = check_tensor(state_entries_[i].name, state_entries_[i]);
+  }
   if (!allow_unknown) {
     std::vector<std::string> unknown;
     for (const auto& t : file.entries)
@@ -192,21 +248,25 @@ bool ParameterArena::load(const std::filesystem::path& path, cudaStream_t stream
 
   // ---- stage on the host (padding zero), then upload whole arrays ----------------------
   const auto n = static_cast<std::size_t>(padded_count_);
-  auto stage = [&](const std::vector<const SafetensorsEntry*>& src) {
-    std::vector<float> host(n, 0.f);
-    for (std::size_t i = 0; i < entries_.size(); ++i) {
+  auto stage = [&](const std::vector<const SafetensorsEntry*>& src, const std::vector<Entry>& entries,
+                   std::size_t count) {
+    std::vector<float> host(count, 0.f);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
       const auto data = file.bytes(*src[i]);
-      std::memcpy(host.data() + entries_[i].offset, data.data(), data.size());  // data may be unaligned
+      std::memcpy(host.data() + entries[i].offset, data.data(), data.size());  // data may be unaligned
     }
     return host;
   };
-  const std::vector<float> p = stage(p_src);
+  const std::vector<float> p = stage(p_src, entries_, n);
+  const auto ns = static_cast<std::size_t>(state_padded_count_);
+  const std::vector<float> st = stage(s_src, state_entries_, ns);
   std::vector<float> m, v;
   if (any_adam) {
-    m = stage(m_src);
-    v = stage(v_src);
+    m = stage(m_src, entries_, n);
+    v = stage(v_src, entries_, n);
   }
   FH_CHECK(cudaStreamSynchronize(stream));  // no in-flight kernel of `stream` still uses the arrays
+  if (ns) FH_CHECK(cudaMemcpyAsync(states_.data(), st.data(), ns * sizeof(float), cudaMemcpyHostToDevice, stream));
   if (n) {
     FH_CHECK(cudaMemcpyAsync(params_.data(), p.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream));
     if (any_adam) {

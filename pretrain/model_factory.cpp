@@ -10,6 +10,7 @@
 #include "config/reader.hpp"
 #include "gpu/check.hpp"
 #include "models/cfc/cfc.hpp"
+#include "models/kan/kan_window.hpp"
 #include "models/lstm.hpp"
 #include "models/mamba2/mamba2.hpp"
 #include "models/mamba2/ssd.hpp"
@@ -274,6 +275,38 @@ std::unique_ptr<models::RecurrentModule> make_tft(const ModelSpec& s) {
     throw std::invalid_argument("model.heads = " + std::to_string(t.heads) + " must divide model.hidden = " +
                                 std::to_string(t.hidden));
   return std::make_unique<models::tft::Tft>(t);
+void kan_keys(config::Reader& r, FamilyOptions& o) {
+  r.integer("grid", o.integers["grid"] = 5, 1, models::kKanMaxBases - 1);
+  r.integer("order", o.integers["order"] = 3, 1, models::kKanMaxOrder);
+  r.integer("lags", o.integers["lags"] = 16, 1, 4096);
+  r.number("grid_min", o.numbers["grid_min"] = -1.0, config::Range::closed(-1e6, 1e6));
+  r.number("grid_max", o.numbers["grid_max"] = 1.0, config::Range::closed(-1e6, 1e6));
+  const std::string t = r.current();
+  r.relation(o.integers["grid"] + o.integers["order"] <= models::kKanMaxBases, t + ".grid", t + ".order",
+             "grid + order must be <= " + std::to_string(models::kKanMaxBases));
+  r.relation(o.numbers["grid_min"] < o.numbers["grid_max"], t + ".grid_min", t + ".grid_max",
+             "grid_min must be < grid_max");
+}
+
+std::unique_ptr<models::RecurrentModule> make_kan(const ModelSpec& s) {
+  models::KanWindowSpec k;
+  k.in = s.in;
+  k.lags = option(s.family, "lags");
+  k.sequence_length = s.sequence_length;
+  k.network.name = "model.kan";
+  k.network.widths.push_back(k.lags * s.in);
+  for (std::int64_t l = 0; l < s.layers; ++l) k.network.widths.push_back(s.hidden);
+  k.network.layer.grid = option(s.family, "grid");
+  k.network.layer.order = option(s.family, "order");
+  k.network.layer.grid_min = static_cast<float>(s.family.numbers.at("grid_min"));
+  k.network.layer.grid_max = static_cast<float>(s.family.numbers.at("grid_max"));
+  const std::string why = models::kan_spec_problem([&] {
+    models::KanLayerSpec l = k.network.layer;
+    l.in = l.out = 1;
+    return l;
+  }());
+  if (!why.empty()) throw std::invalid_argument("model (kan): " + why);
+  return std::make_unique<models::KanWindow>(k);
 }
 
 // The families: a reader of their [model] keys and their constructor.
@@ -285,6 +318,7 @@ const Family kFamilies[] = {
     {"xlstm", xlstm_keys, make_xlstm},
     {"cfc", cfc_keys, make_cfc},
     {"tft", tft_keys, make_tft},
+    {"kan", kan_keys, make_kan},
 };
 
 const Family* find_family(const std::string& kind) {

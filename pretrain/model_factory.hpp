@@ -13,6 +13,9 @@
 //           backbone_layers, activation, mode.
 //   tft     models/tft: the Temporal Fusion Transformer over past inputs, width `hidden` ("model.*",
 //           layers = 1); heads (of the interpretable attention, dividing hidden).
+//   kan     models/kan: `layers` KAN layers of `hidden` outputs over a causal window of the last
+//           `lags` steps ("model.kan.layers.<l>.*", grids as arena state); grid, order, lags,
+//           grid_min, grid_max.
 // A family that is added there gets its keys read, validated and documented with the rest.
 #include <cstdint>
 #include <memory>

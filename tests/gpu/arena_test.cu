@@ -179,6 +179,42 @@ TEST_F(ArenaTest, WeightsOnlyCheckpointResetsOptimizerState) {
   for (float x : sb.v) ASSERT_EQ(x, 0.f);
 }
 
+TEST_F(ArenaTest, StateTensorsAreCheckpointedButOutsideTheParameters) {
+  SCOPED_TRACE(seed_note());
+  ParameterArena a, b;
+  for (ParameterArena* x : {&a, &b}) {
+    x->declare("w", {3, 5});
+    x->declare_state("grid", {3, 7});
+  }
+  EXPECT_THROW(a.declare("grid", {2}), std::invalid_argument);
+  EXPECT_THROW(a.declare_state("w", {2}), std::invalid_argument);
+  a.finalize(stream());
+  b.finalize(stream());
+  EXPECT_EQ(a.count(), 15);
+  EXPECT_FALSE(a.contains("grid"));
+  EXPECT_EQ(a.state_entry("grid").numel, 21);
+  EXPECT_GE(a.state_padded_count(), 21);
+  const auto g = test::random_normal(21, 0.f, 1.f, rng());
+  const auto w = test::random_normal(15, 0.f, 1.f, rng());
+  a.upload_state("grid", g, stream());
+  a.upload_param("w", w, stream());
+  const fs::path path = dir_ / "state.safetensors";
+  a.save(path, stream(), /*with_optimizer_state=*/true);
+  const auto file = parse_safetensors(read_file_bytes(path), path.string());
+  EXPECT_NE(file.find("grid"), nullptr);
+  EXPECT_EQ(file.find("adam_m.grid"), nullptr) << "state tensors have no optimizer moments";
+  EXPECT_TRUE(b.load(path, stream()));
+  EXPECT_EQ(test::download(b.state("grid").as<float>(), 21, stream()), g);
+  EXPECT_EQ(test::download(b.param("w").as<float>(), 15, stream()), w);
+  // A checkpoint without the state tensor is refused.
+  ParameterArena c;
+  c.declare("w", {3, 5});
+  c.finalize(stream());
+  const fs::path no_state = dir_ / "no_state.safetensors";
+  c.save(no_state, stream());
+  EXPECT_THROW(b.load(no_state, stream()), std::runtime_error);
+}
+
 // Writes `tensors` (float payloads given by shape) to a file; dtype per tensor.
 struct Spec {
   std::string name;

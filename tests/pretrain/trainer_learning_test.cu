@@ -1,4 +1,4 @@
-// Learning on the simulator's ground truth, every family (lstm, mamba2, xlstm, cfc, tft), 3 fixed seeds,
+// Learning on the simulator's ground truth, every family (lstm, mamba2, xlstm, cfc, tft, kan), 3 fixed seeds,
 // validated on held-out windows of another seed:
 //   OU returns: a model trained by PretrainTrainer to forecast the next normalized return of the OU
 //     market (configs/markets/ou_mean_reversion.toml) from a 64-return window reaches an R^2 >= 95%
@@ -54,6 +54,9 @@ ModelSpec family(const std::string& kind, std::int64_t hidden) {
     m.family.choices = {{"activation", "lecun_tanh"}, {"mode", "default"}};
   } else if (kind == "tft") {
     i = {{"heads", 4}};
+  } else if (kind == "kan") {  // one KAN layer reading the whole window
+    i = {{"grid", 8}, {"order", 3}, {"lags", 64}};
+    m.family.numbers = {{"grid_min", -4.0}, {"grid_max", 4.0}};
   }
   return m;
 }
@@ -148,7 +151,8 @@ TEST_P(TrainerLearningTest, ApproachesTheHmmFilterOnRegimes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TrainerLearningTest, ::testing::Values("lstm", "mamba2", "xlstm", "cfc", "tft"),
+INSTANTIATE_TEST_SUITE_P(Families, TrainerLearningTest,
+                         ::testing::Values("lstm", "mamba2", "xlstm", "cfc", "tft", "kan"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
