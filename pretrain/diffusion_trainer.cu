@@ -141,6 +141,10 @@ DiffusionTrainer::DiffusionTrainer(DiffusionTrainerSpec spec, GenerateFn train_d
   eps_hat_ = gpu::DeviceBuffer<float>(n_of(B, D));
   d_eps_ = gpu::DeviceBuffer<float>(n_of(B, D));
   t_ = gpu::DeviceBuffer<std::int32_t>(n_of(B));
+  feature_t_ = gpu::DeviceBuffer<std::int32_t>(n_of(SB));
+  feature_x_t_ = gpu::DeviceBuffer<float>(n_of(SB, D));
+  feature_eps_ = gpu::DeviceBuffer<float>(n_of(SB, D));
+  feature_eps_hat_ = gpu::DeviceBuffer<float>(n_of(SB, D));
   denoiser_ws_ = gpu::DeviceBuffer<std::byte>(denoiser_->workspace_bytes(B));
   ws_view_ = models::Workspace{denoiser_ws_.data(), B, false};
   sample_ws_ = gpu::DeviceBuffer<std::byte>(denoiser_->workspace_bytes(SB));
@@ -277,6 +281,24 @@ models::EpsilonFn DiffusionTrainer::epsilon_fn(const float* ctx) {
     lane.stream = s;
     denoiser_->forward(eps, x, ctx, t, batch, sample_ws_view_, lane);
   };
+}
+
+void DiffusionTrainer::features(float* embedding, float* score, const float* x0, const float* ctx, std::int64_t batch,
+                                std::int32_t step, std::uint64_t seed, const std::uint64_t* counter) {
+  FH_EXPECT(batch >= 1 && batch <= spec_.sample_batch, "DiffusionTrainer::features: batch outside [1, sample batch]");
+  FH_EXPECT(context_dim() == 0 || ctx != nullptr, "DiffusionTrainer::features: a conditioned model needs a context");
+  const cudaStream_t s = lane_.stream;
+  const std::int64_t D = dim();
+  models::diffusion_noising_at(feature_x_t_.data(), feature_eps_.data(), feature_t_.data(), x0, batch, D,
+                               schedule_->device(), step, seed, counter, s);
+  denoiser_->forward(feature_eps_hat_.data(), feature_x_t_.data(), ctx, feature_t_.data(), batch, sample_ws_view_,
+                     lane_);
+  if (score != nullptr) models::row_mean_squared_error(score, feature_eps_hat_.data(), feature_eps_.data(), batch, D, s);
+  if (embedding != nullptr) {
+    const std::size_t row = n_of(spec_.denoiser.hidden) * sizeof(float);
+    FH_CHECK(cudaMemcpyAsync(embedding, denoiser_->last_hidden(sample_ws_view_), row * n_of(batch),
+                             cudaMemcpyDeviceToDevice, s));
+  }
 }
 
 void DiffusionTrainer::sample(float* out, const float* ctx, std::int64_t batch, std::uint64_t seed,

@@ -13,6 +13,9 @@
 // Validation (evaluate): the epsilon loss over `windows` held-out windows of another seed from
 // counter 0, noised with the draws of that seed and counter, so every validation sees the same
 // windows, steps and noise (EvalMetrics.loss = .mse; the other metrics NaN).
+// Features (features): a window's embedding (the denoiser's last hidden state) and its anomaly score
+// (the denoising error at one fixed step: x0 noised at that step with the draws of (seed, *counter),
+// the mean squared error of the predicted noise), for up to the sample batch of windows.
 // Sampling (sample): the configured sampler (models/diffusion/sampler.hpp) with the denoiser, on
 // the trainer's stream, capturable.
 #include <cuda_runtime.h>
@@ -80,6 +83,11 @@ class DiffusionTrainer {
   // out (B, window x assets) samples, conditioned on ctx (B, context x assets) when context > 0
   // (ignored otherwise); z of (seed, *counter); 1 <= B <= sample batch.
   void sample(float* out, const float* ctx, std::int64_t batch, std::uint64_t seed, const std::uint64_t* counter);
+  // embedding (B, hidden) and score (B), either nullable, of the windows x0 (B, window x assets)
+  // with their ctx (B, context x assets; ignored when context = 0), noised at `step` in [0, T);
+  // 1 <= B <= sample batch.
+  void features(float* embedding, float* score, const float* x0, const float* ctx, std::int64_t batch,
+                std::int32_t step, std::uint64_t seed, const std::uint64_t* counter);
   // The denoiser as the sampler's epsilon function, conditioned on ctx (tests, inversion).
   models::EpsilonFn epsilon_fn(const float* ctx);
 
@@ -112,7 +120,8 @@ class DiffusionTrainer {
   gpu::ParameterArena arena_;
 
   gpu::DeviceBuffer<float> x_, x0_, ctx_, x_t_, eps_, eps_hat_, d_eps_;
-  gpu::DeviceBuffer<std::int32_t> t_;
+  gpu::DeviceBuffer<std::int32_t> t_, feature_t_;
+  gpu::DeviceBuffer<float> feature_x_t_, feature_eps_, feature_eps_hat_;  // (sample batch, D)
   gpu::DeviceBuffer<std::byte> denoiser_ws_, sample_ws_, loss_ws_, norm_ws_;
   models::Workspace ws_view_, sample_ws_view_;
   gpu::DeviceBuffer<float> scalars_, eval_loss_;

@@ -113,6 +113,11 @@ std::size_t Denoiser::workspace_bytes(std::int64_t max_batch) const {
   return c.bytes();
 }
 
+const float* Denoiser::last_hidden(const Workspace& ws) const {
+  WorkspaceCarver c(ws.data);
+  return carve(c, ws.max_batch).h.back();
+}
+
 void Denoiser::forward(float* eps, const float* x_t, const float* ctx, const std::int32_t* t, std::int64_t batch,
                        const Workspace& ws, gpu::BlasLane lane) {
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "Denoiser " + spec_.name + ": batch outside [1, max_batch]");

@@ -59,6 +59,9 @@ class Denoiser {
   void backward(float* d_x, float* d_ctx, const float* d_eps, std::int64_t batch, const Workspace& ws,
                 gpu::BlasLane lane);
 
+  // The last forward's final hidden state h_L (B, H) in ws: the denoiser's embedding of its input.
+  const float* last_hidden(const Workspace& ws) const;
+
   const DenoiserSpec& spec() const noexcept { return spec_; }
   std::vector<Dense>& layers() noexcept { return layers_; }  // time.0, time.1, in, (fc1, fc2) x blocks, out
 

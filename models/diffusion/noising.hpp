@@ -28,6 +28,16 @@ void diffusion_noising(float* x_t, float* eps, std::int32_t* t, const float* x0,
                        const ScheduleView& schedule, std::uint64_t seed, const std::uint64_t* counter,
                        cudaStream_t stream);
 
+// The same at one given step for every row (t[b] = step, in [0, T)); eps as above. The anomaly
+// score's noising: a window's denoising error at a fixed noise level.
+void diffusion_noising_at(float* x_t, float* eps, std::int32_t* t, const float* x0, std::int64_t batch,
+                          std::int64_t dim, const ScheduleView& schedule, std::int32_t step, std::uint64_t seed,
+                          const std::uint64_t* counter, cudaStream_t stream);
+
+// out (B) = 1/D sum_j (a[b, j] - b[b, j])^2, one warp per row in a fixed order (deterministic).
+void row_mean_squared_error(float* out, const float* a, const float* b, std::int64_t batch, std::int64_t dim,
+                            cudaStream_t stream);
+
 // Workspace bytes of epsilon_loss for (batch, dim).
 std::size_t epsilon_loss_workspace_bytes(std::int64_t batch, std::int64_t dim);
 // *loss = L and d_eps_hat (B, D) = dL/deps_hat (nullable) of the prediction eps_hat against eps.

@@ -1,7 +1,8 @@
 // DiffusionTrainer on the device: the captured training step replays bitwise equal to the eager
 // one (with a conditioning window); a training step and a sampling call make no host transfer;
 // the gradients in the arena are the step loss's (central differences); validation is the same
-// number twice (fixed windows, steps and noise).
+// number twice (fixed windows, steps and noise); the features are the denoising error at a fixed
+// step and the denoiser's last hidden state.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 
 #include "gpu/context.hpp"
 #include "gpu/transfer_audit.hpp"
+#include "models/diffusion/noising.hpp"
 #include "pretrain/diffusion_trainer.hpp"
 #include "pretrain/market_windows.hpp"
 #include "rl/envs/market_config.hpp"
@@ -168,6 +170,52 @@ TEST_F(DiffusionTrainerTest, ValidationIsReproducible) {
   EXPECT_TRUE(std::isfinite(a.loss) && a.loss > 0) << a.loss;
   EXPECT_EQ(a.loss, b.loss);
   EXPECT_TRUE(std::isnan(a.r2));
+}
+
+// features(): the score is the mean squared error of the denoiser's noise prediction on x0 noised
+// at the given step (reproduced here: the same noising, then a forward of the denoiser itself),
+// the embedding its last hidden state.
+TEST_F(DiffusionTrainerTest, FeaturesAreTheDenoisingErrorAndTheLastHiddenState) {
+  SCOPED_TRACE(seed_note());
+  const DiffusionTrainerSpec spec = small_spec(seed_, 4);
+  MarketWindows windows(ou_market(), window_of(spec), std::max(spec.batch, spec.sample_batch));
+  DiffusionTrainer t(spec, source(windows), ctx_->blas());
+  gpu::ParameterArena& a = t.arena();
+  for (const auto& e : a.entries())
+    a.upload_param(e.name, test::random_uniform(static_cast<std::size_t>(e.numel), -0.4f, 0.4f, rng()), t.stream());
+  const std::int64_t B = 50, D = t.dim(), Dc = t.context_dim(), H = spec.denoiser.hidden;
+  const auto x0 = test::random_normal(static_cast<std::size_t>(B * D), 0.f, 1.f, rng());
+  const auto ctx = test::random_normal(static_cast<std::size_t>(B * Dc), 0.f, 1.f, rng());
+  auto dx0 = test::upload(x0, t.stream()), dctx = test::upload(ctx, t.stream());
+  auto counter = test::upload(std::vector<std::uint64_t>{3}, t.stream());
+  gpu::DeviceBuffer<float> emb(static_cast<std::size_t>(B * H)), score(static_cast<std::size_t>(B));
+  test::poison(emb, t.stream());
+  test::poison(score, t.stream());
+  const std::int32_t step = 37;
+  t.features(emb.data(), score.data(), dx0.data(), dctx.data(), B, step, 99, counter.data());
+  const auto got_emb = test::download(emb, t.stream()), got_score = test::download(score, t.stream());
+
+  gpu::DeviceBuffer<float> xt(x0.size()), eps(x0.size()), eps_hat(x0.size());
+  gpu::DeviceBuffer<std::int32_t> steps(static_cast<std::size_t>(B));
+  models::diffusion_noising_at(xt.data(), eps.data(), steps.data(), dx0.data(), B, D, t.schedule().device(), step, 99,
+                               counter.data(), t.stream());
+  for (const auto v : test::download(steps, t.stream())) ASSERT_EQ(v, step);
+  gpu::DeviceBuffer<std::byte> ws(t.denoiser().workspace_bytes(B));
+  const models::Workspace view{ws.data(), B, false};
+  t.denoiser().forward(eps_hat.data(), xt.data(), dctx.data(), steps.data(), B, view, ctx_->blas());
+  const auto he = test::download(eps, t.stream()), hh = test::download(eps_hat, t.stream());
+  const auto hidden = test::download(t.denoiser().last_hidden(view), static_cast<std::size_t>(B * H), t.stream());
+  std::vector<double> want;
+  for (std::int64_t b = 0; b < B; ++b) {
+    double sum = 0;
+    for (std::int64_t j = 0; j < D; ++j) {
+      const double d = static_cast<double>(hh[static_cast<std::size_t>(b * D + j)]) - he[static_cast<std::size_t>(b * D + j)];
+      sum += d * d;
+    }
+    want.push_back(sum / static_cast<double>(D));
+  }
+  EXPECT_TRUE(test::all_close(got_score, want, 1e-5, 1e-7));
+  EXPECT_TRUE(test::all_close(got_emb, std::vector<double>(hidden.begin(), hidden.end()), 1e-6, 1e-7));
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // schedules, the sinusoidal timestep embedding, the denoiser's forward (NaN-poisoned outputs) and
 // its backward (central finite differences of a weighted sum of the output, for parameters of every
 // layer and for both inputs), the training noising (Philox draws reproduced on the host) and the
-// epsilon loss with its gradient.
+// epsilon loss with its gradient, the fixed-step noising and the per-row error of the anomaly score.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -219,6 +219,45 @@ TEST_F(DiffusionModelTest, NoisingReproducesPhiloxDrawsAndTheForwardProcess) {
     }
   }
   EXPECT_TRUE(test::all_close(gx, want_x, 1e-5, 1e-6));
+}
+
+TEST_F(DiffusionModelTest, NoisingAtAFixedStepAndRowErrorsMatchFloat64) {
+  SCOPED_TRACE(seed_note());
+  const std::int64_t B = 70, D = 45;  // rows longer than a warp, a partial last Philox group
+  ScheduleSpec spec;
+  spec.kind = ScheduleKind::cosine;
+  spec.steps = 300;
+  NoiseSchedule sched(spec, s());
+  const auto x0 = test::random_normal(static_cast<std::size_t>(B * D), 0.f, 1.f, rng());
+  auto dx0 = test::upload(x0, s());
+  const std::uint64_t seed = rng()(), c = 4;
+  auto counter = test::upload(std::vector<std::uint64_t>{c}, s());
+  gpu::DeviceBuffer<float> xt(x0.size()), eps(x0.size()), err(static_cast<std::size_t>(B));
+  gpu::DeviceBuffer<std::int32_t> t(static_cast<std::size_t>(B));
+  test::poison(xt, s());
+  test::poison(t, s());
+  test::poison(err, s());
+  diffusion_noising_at(xt.data(), eps.data(), t.data(), dx0.data(), B, D, sched.device(), 123, seed, counter.data(), s());
+  row_mean_squared_error(err.data(), xt.data(), dx0.data(), B, D, s());
+  for (const auto v : test::download(t, s())) ASSERT_EQ(v, 123);
+  const auto ge = test::download(eps, s()), gx = test::download(xt, s());
+  const double ab = sched.host().alpha_bar[123];
+  std::vector<double> want_x, want_err;
+  for (std::int64_t b = 0; b < B; ++b) {
+    double sum = 0;
+    for (std::int64_t j = 0; j < D; ++j) {
+      const float4 z = gpu::normal4(seed, kNoiseTag << 24 | static_cast<std::uint32_t>(b), c << 16 | static_cast<std::uint64_t>(j / 4));
+      const float zs[4] = {z.x, z.y, z.z, z.w};
+      const std::size_t at = static_cast<std::size_t>(b * D + j);
+      ASSERT_EQ(ge[at], zs[j % 4]);
+      want_x.push_back(std::sqrt(ab) * x0[at] + std::sqrt(1 - ab) * zs[j % 4]);
+      const double d = static_cast<double>(gx[at]) - x0[at];
+      sum += d * d;
+    }
+    want_err.push_back(sum / static_cast<double>(D));
+  }
+  EXPECT_TRUE(test::all_close(gx, want_x, 1e-5, 1e-6));
+  EXPECT_TRUE(test::all_close(test::download(err, s()), want_err, 1e-6, 1e-9));
 }
 
 TEST_F(DiffusionModelTest, TimestepsAreUniform) {
