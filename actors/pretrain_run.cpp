@@ -20,6 +20,7 @@
 #include "gpu/context.hpp"
 #include "gpu/device.hpp"
 #include "pretrain/csv_windows.hpp"
+#include "pretrain/diffusion_trainer.hpp"
 #include "pretrain/hmm_filter.hpp"
 #include "pretrain/linear_baseline.hpp"
 #include "pretrain/market_windows.hpp"
@@ -101,7 +102,7 @@ struct RunData {
 RunData make_data(const PretrainConfig& c) {
   RunData d;
   pretrain::WindowSpec spec;
-  spec.window = c.data.window;
+  spec.window = pretrain::sample_window(c);
   spec.horizon = pretrain::label_horizon(c);
   spec.vol_horizon = pretrain::label_vol_horizon(c);
   d.validation_seed = c.run.seed ^ kEvalSeedMix;
@@ -138,13 +139,15 @@ RunData make_data(const PretrainConfig& c) {
   return d;
 }
 
-std::vector<DeviceSpan> state_spans(pretrain::PretrainTrainer& t, std::int64_t* split_device) {
+// Trainer: PretrainTrainer or DiffusionTrainer (the same counters and statistics layout).
+template <class Trainer>
+std::vector<DeviceSpan> state_spans(Trainer& t, std::int64_t* split_device) {
   gpu::ParameterArena& a = t.arena();
   const std::size_t moments = static_cast<std::size_t>(a.padded_count()) * sizeof(float);
   return {{"adam_m", a.adam_m(), moments},
           {"adam_v", a.adam_v(), moments},
-          {"counters", t.counters(), pretrain::PretrainTrainer::kCounterCount * sizeof(std::uint64_t)},
-          {"stats_sums", t.stats_sums(), pretrain::PretrainTrainer::kStatsSums * sizeof(double)},
+          {"counters", t.counters(), Trainer::kCounterCount * sizeof(std::uint64_t)},
+          {"stats_sums", t.stats_sums(), Trainer::kStatsSums * sizeof(double)},
           {"split", split_device, 4 * sizeof(std::int64_t)}};
 }
 
@@ -252,67 +255,19 @@ std::vector<std::pair<std::string, std::string>> kept_pretrain_files(const Pretr
   return {{"config.resolved.toml", pretrain::resolved_pretrain_toml(kept)}, {kKeptMarket, rl::market_config_toml(m)}};
 }
 
-PretrainOutcome run_pretraining(const PretrainRequest& req) {
+namespace {
+
+// The training loop of a run, its reports and checkpoints, for either trainer (PretrainTrainer,
+// DiffusionTrainer: the same step, statistics, validation and checkpoint interface). evaluate
+// starts a validation; summarize words its metrics for the progress line and the log.
+template <class Trainer, class Evaluate, class Summarize>
+PretrainOutcome train_loop(const PretrainRequest& req, Trainer& trainer, Counters counters,
+                           const std::vector<std::pair<std::string, std::string>>& kept, const RunData& data,
+                           const Evaluate& evaluate, const Summarize& summarize, cudaStream_t s) {
   const PretrainConfig& cfg = req.config;
   const std::int64_t stop_at = req.stop_at > 0 ? req.stop_at : cfg.optim.steps;
-  Counters counters;
-  if (req.resume) {
-    for (const char* f : {kModelFile, kStateFile, "counters.json"})
-      if (!fs::is_regular_file(*req.resume / f))
-        throw std::invalid_argument("--resume " + req.resume->string() + ": " + f + " is missing (not a pretrain checkpoint)");
-    counters = CheckpointStore::read_counters(*req.resume);
-    if (counters.updates >= stop_at)
-      throw std::invalid_argument("--resume " + req.resume->string() + ": the checkpoint is at step " +
-                                  std::to_string(counters.updates) + ", the run stops at step " +
-                                  std::to_string(stop_at) + " (raise --steps or optim.steps)");
-  }
-  std::string why;
-  if (gpu::device_count(&why) < 1)
-    throw std::runtime_error("foxhunt pretrain needs a CUDA device: " + (why.empty() ? std::string("none found") : why));
-  FH_CHECK(cudaSetDevice(cfg.run.device));
-  gpu::DeviceContext ctx(cfg.run.device, 1);
-  const cudaStream_t s = ctx.stream();
-
-  RunData data = make_data(cfg);
-  if (req.resume) {
-    const std::vector<std::int64_t> split = read_split(*req.resume / kStateFile);
-    for (int k = 0; k < 4; ++k)
-      if (split[static_cast<std::size_t>(k)] != data.split[k])
-        throw std::invalid_argument("--resume " + req.resume->string() + ": the checkpoint was trained on the split (" +
-                                    std::to_string(split[1]) + ", " + std::to_string(split[2]) + ", " +
-                                    std::to_string(split[3]) + ") of source " + std::to_string(split[0]) +
-                                    ", this config gives (" + std::to_string(data.split[1]) + ", " +
-                                    std::to_string(data.split[2]) + ", " + std::to_string(data.split[3]) +
-                                    ") of source " + std::to_string(data.split[0]) + " (source 0: market, 1: csv)");
-  }
-  fs::create_directories(req.run_dir);
-  const auto kept = kept_pretrain_files(cfg);
-  for (const auto& [name, text] : kept) {
-    std::ofstream out(req.run_dir / name, std::ios::binary);
-    out << text;
-    if (!out) throw std::runtime_error("cannot write " + (req.run_dir / name).string());
-  }
-
-  pretrain::PretrainTrainer trainer(trainer_spec(cfg, data.assets, data.regimes), data.train, ctx.blas());
   gpu::DeviceBuffer<std::int64_t> split_device(4);
   split_device.upload(std::span<const std::int64_t>(data.split, 4), s);
-
-  // The baselines, on the same validation windows as the model.
-  std::unique_ptr<pretrain::LinearBaseline> linear;
-  std::unique_ptr<pretrain::HmmFilter> hmm;
-  const pretrain::TaskSpec& task = trainer.spec().task;
-  if (task.regression()) {
-    linear = std::make_unique<pretrain::LinearBaseline>(cfg.data.window * data.assets, task.targets);
-    trainer.fit_linear_baseline(*linear, data.train, cfg.run.seed ^ kFitSeedMix, cfg.run.baseline_fit_samples);
-  } else if (task.kind == pretrain::TaskKind::regime) {
-    try {
-      pretrain::HmmFilter::check_supported(data.market_config);
-      hmm = std::make_unique<pretrain::HmmFilter>(data.market_config, cfg.data.window);
-    } catch (const std::invalid_argument& e) {
-      spdlog::warn("no HMM filter baseline for this market: {}", e.what());
-    }
-  }
-
   if (req.resume) {
     trainer.arena().load(*req.resume / kModelFile, s);
     read_spans(*req.resume / kStateFile, state_spans(trainer, split_device.data()), s);
@@ -338,7 +293,6 @@ PretrainOutcome run_pretraining(const PretrainRequest& req) {
   std::int64_t checkpoints = 0;
   PretrainOutcome out;
   std::int64_t eval_step = -1;
-  const bool regime = task.kind == pretrain::TaskKind::regime;
 
   auto report = [&](std::int64_t at, const Scalars& sc) {
     reporter.write(at, sc);
@@ -362,10 +316,7 @@ PretrainOutcome run_pretraining(const PretrainRequest& req) {
     put(sc, "baseline/linear_r2", m.baseline_r2);
     put(sc, "baseline/hmm_accuracy", m.baseline_accuracy);
     report(eval_step, sc);
-    std::string summary = " | val loss " + fmt(m.loss);
-    if (task.regression()) summary += " | val R2 " + fmt(m.r2) + " (linear " + fmt(m.baseline_r2) + ")";
-    if (!task.regression()) summary += " | val acc " + fmt(m.accuracy);
-    if (regime && hmm) summary += " (HMM " + fmt(m.baseline_accuracy) + ")";
+    const std::string summary = summarize(m);
     reporter.set_summary(summary);
     spdlog::info("step {}: validation over {} windows:{}", eval_step, m.windows, summary);
     out.last_eval = m;
@@ -374,7 +325,7 @@ PretrainOutcome run_pretraining(const PretrainRequest& req) {
   auto validate = [&] {
     if (trainer.eval_pending()) on_eval(trainer.wait_eval());
     eval_step = step;
-    trainer.evaluate(data.validation, data.validation_seed, cfg.run.eval_windows, linear.get(), hmm.get());
+    evaluate();
   };
 
   RunResult& result = out.result;
@@ -426,6 +377,86 @@ PretrainOutcome run_pretraining(const PretrainRequest& req) {
   if (result.final_checkpoint) spdlog::info("final checkpoint {}", result.final_checkpoint->string());
   if (!result.checkpoint_error.empty()) spdlog::error("{}", result.checkpoint_error);
   return out;
+}
+
+}  // namespace
+
+PretrainOutcome run_pretraining(const PretrainRequest& req) {
+  const PretrainConfig& cfg = req.config;
+  const std::int64_t stop_at = req.stop_at > 0 ? req.stop_at : cfg.optim.steps;
+  Counters counters;
+  if (req.resume) {
+    for (const char* f : {kModelFile, kStateFile, "counters.json"})
+      if (!fs::is_regular_file(*req.resume / f))
+        throw std::invalid_argument("--resume " + req.resume->string() + ": " + f + " is missing (not a pretrain checkpoint)");
+    counters = CheckpointStore::read_counters(*req.resume);
+    if (counters.updates >= stop_at)
+      throw std::invalid_argument("--resume " + req.resume->string() + ": the checkpoint is at step " +
+                                  std::to_string(counters.updates) + ", the run stops at step " +
+                                  std::to_string(stop_at) + " (raise --steps or optim.steps)");
+  }
+  std::string why;
+  if (gpu::device_count(&why) < 1)
+    throw std::runtime_error("foxhunt pretrain needs a CUDA device: " + (why.empty() ? std::string("none found") : why));
+  FH_CHECK(cudaSetDevice(cfg.run.device));
+  gpu::DeviceContext ctx(cfg.run.device, 1);
+  const cudaStream_t s = ctx.stream();
+
+  RunData data = make_data(cfg);
+  if (req.resume) {
+    const std::vector<std::int64_t> split = read_split(*req.resume / kStateFile);
+    for (int k = 0; k < 4; ++k)
+      if (split[static_cast<std::size_t>(k)] != data.split[k])
+        throw std::invalid_argument("--resume " + req.resume->string() + ": the checkpoint was trained on the split (" +
+                                    std::to_string(split[1]) + ", " + std::to_string(split[2]) + ", " +
+                                    std::to_string(split[3]) + ") of source " + std::to_string(split[0]) +
+                                    ", this config gives (" + std::to_string(data.split[1]) + ", " +
+                                    std::to_string(data.split[2]) + ", " + std::to_string(data.split[3]) +
+                                    ") of source " + std::to_string(data.split[0]) + " (source 0: market, 1: csv)");
+  }
+  fs::create_directories(req.run_dir);
+  const auto kept = kept_pretrain_files(cfg);
+  for (const auto& [name, text] : kept) {
+    std::ofstream out(req.run_dir / name, std::ios::binary);
+    out << text;
+    if (!out) throw std::runtime_error("cannot write " + (req.run_dir / name).string());
+  }
+
+  if (cfg.model.kind == "diffusion") {
+    pretrain::DiffusionTrainer trainer(pretrain::diffusion_trainer_spec(cfg, data.assets), data.train, ctx.blas());
+    const auto evaluate = [&] { trainer.evaluate(data.validation, data.validation_seed, cfg.run.eval_windows); };
+    const auto summarize = [](const pretrain::EvalMetrics& m) { return " | val eps loss " + fmt(m.loss); };
+    return train_loop(req, trainer, counters, kept, data, evaluate, summarize, s);
+  }
+  pretrain::PretrainTrainer trainer(trainer_spec(cfg, data.assets, data.regimes), data.train, ctx.blas());
+  // The baselines, on the same validation windows as the model.
+  std::unique_ptr<pretrain::LinearBaseline> linear;
+  std::unique_ptr<pretrain::HmmFilter> hmm;
+  const pretrain::TaskSpec& task = trainer.spec().task;
+  if (task.regression()) {
+    linear = std::make_unique<pretrain::LinearBaseline>(cfg.data.window * data.assets, task.targets);
+    trainer.fit_linear_baseline(*linear, data.train, cfg.run.seed ^ kFitSeedMix, cfg.run.baseline_fit_samples);
+  } else if (task.kind == pretrain::TaskKind::regime) {
+    try {
+      pretrain::HmmFilter::check_supported(data.market_config);
+      hmm = std::make_unique<pretrain::HmmFilter>(data.market_config, cfg.data.window);
+    } catch (const std::invalid_argument& e) {
+      spdlog::warn("no HMM filter baseline for this market: {}", e.what());
+    }
+  }
+
+  const bool regime = task.kind == pretrain::TaskKind::regime;
+  const auto evaluate = [&] {
+    trainer.evaluate(data.validation, data.validation_seed, cfg.run.eval_windows, linear.get(), hmm.get());
+  };
+  const auto summarize = [&](const pretrain::EvalMetrics& m) {
+    std::string summary = " | val loss " + fmt(m.loss);
+    if (task.regression()) summary += " | val R2 " + fmt(m.r2) + " (linear " + fmt(m.baseline_r2) + ")";
+    if (!task.regression()) summary += " | val acc " + fmt(m.accuracy);
+    if (regime && hmm) summary += " (HMM " + fmt(m.baseline_accuracy) + ")";
+    return summary;
+  };
+  return train_loop(req, trainer, counters, kept, data, evaluate, summarize, s);
 }
 
 }  // namespace foxhunt::actors

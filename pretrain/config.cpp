@@ -106,9 +106,9 @@ void read_all(config::Reader& r, PretrainConfig& c, bool all_families) {
   r.integer("validation_end", c.data.split.validation_end, -1, kBig);
   const bool by_bar = c.data.split.train_end >= 0;
 
-  if (r.table("task", true, "kind = \"returns\" | \"volatility\" | \"regime\" | \"direction\""))
-    r.require("kind", "must be one of \"returns\" | \"volatility\" | \"regime\" | \"direction\"");
-  r.choice("kind", c.task.kind, {"returns", "volatility", "regime", "direction"});
+  if (r.table("task", true, "kind = \"returns\" | \"volatility\" | \"regime\" | \"direction\" | \"generate\""))
+    r.require("kind", "must be one of \"returns\" | \"volatility\" | \"regime\" | \"direction\" | \"generate\"");
+  r.choice("kind", c.task.kind, {"returns", "volatility", "regime", "direction", "generate"});
   r.choice("loss", c.task.loss, {"mse", "quantile"});
   read_quantiles(r, c);
   const bool regression = c.task.kind == "returns" || c.task.kind == "volatility";
@@ -144,6 +144,9 @@ void read_all(config::Reader& r, PretrainConfig& c, bool all_families) {
              "realized-volatility regression trains on the mean squared error (\"mse\")");
   r.relation(c.task.kind != "regime" || market, "task.kind", "data.source",
              "regime labels exist only in simulated markets (data.source = \"market\")");
+  const bool generative = c.model.kind == "diffusion";
+  r.relation(generative == (c.task.kind == "generate"), "task.kind", "model.kind",
+             "a diffusion model learns to generate windows (task.kind = \"generate\"), and only it does");
   r.relation(c.optim.warmup_steps <= c.optim.steps, "optim.warmup_steps", "optim.steps",
              "the warm-up must fit in the run");
   if (csv && !by_bar)
@@ -166,7 +169,9 @@ void read_all(config::Reader& r, PretrainConfig& c, bool all_families) {
       r.no_effect(k, !by_bar, "data.split.train_end", "the parts are given as bar indices");
   r.no_effect("data.vol_horizon", c.task.kind == "volatility", "task.kind", "the realized-volatility label's length");
   r.no_effect("data.horizon", c.task.kind == "returns", "task.kind", "the next returns a label holds");
-  r.no_effect("task.loss", regression, "task.kind", "classification trains on its cross-entropy");
+  r.no_effect("task.loss", regression, "task.kind",
+              c.task.kind == "generate" ? "generation trains on the epsilon-prediction loss"
+                                        : "classification trains on its cross-entropy");
   r.no_effect("task.quantiles", c.task.kind == "returns" && c.task.loss == "quantile", "task.loss",
               "the quantile loss's levels");
   r.no_effect("optim.decay", c.optim.steps > c.optim.warmup_steps, "optim.warmup_steps",
@@ -348,6 +353,7 @@ TaskShape task_shape(const PretrainConfig& c, std::int64_t assets, std::int64_t 
   } else if (c.task.kind == "regime") {
     t.classes = regimes;
     t.outputs = regimes;
+  } else if (c.task.kind == "generate") {  // the denoiser's output is a window, not a head
   } else {  // direction: one logit per asset
     t.classes = 2;
     t.outputs = assets;
@@ -358,8 +364,14 @@ TaskShape task_shape(const PretrainConfig& c, std::int64_t assets, std::int64_t 
 std::int64_t label_horizon(const PretrainConfig& c) { return c.task.kind == "returns" ? c.data.horizon : 1; }
 std::int64_t label_vol_horizon(const PretrainConfig& c) { return c.task.kind == "volatility" ? c.data.vol_horizon : 1; }
 
+std::int64_t sample_window(const PretrainConfig& c) {
+  if (c.model.kind != "diffusion") return c.data.window;
+  const auto it = c.model.family.integers.find("context");
+  return c.data.window + (it == c.model.family.integers.end() ? 0 : it->second);
+}
+
 std::int64_t bars_per_window(const PretrainConfig& c) {
-  return c.data.window + 1 + std::max(label_horizon(c), label_vol_horizon(c));
+  return sample_window(c) + 1 + std::max(label_horizon(c), label_vol_horizon(c));
 }
 
 BarSplit resolve_split(const PretrainConfig& c, std::int64_t bars) {

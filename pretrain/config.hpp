@@ -56,7 +56,7 @@ struct PretrainConfig {
     } split;
   } data;
   struct Task {
-    std::string kind = "returns";  // returns | volatility | regime | direction (required in a file)
+    std::string kind = "returns";  // returns | volatility | regime | direction | generate (diffusion; required in a file)
     std::string loss = "mse";      // returns: mse | quantile
     std::vector<double> quantiles{0.1, 0.5, 0.9};  // quantile loss: levels in (0, 1), increasing
   } task;
@@ -124,7 +124,9 @@ BarSplit resolve_split(const PretrainConfig& c, std::int64_t bars);
 // the shortest a data source takes.
 std::int64_t label_horizon(const PretrainConfig& c);
 std::int64_t label_vol_horizon(const PretrainConfig& c);
-// Bars one window reads: its returns need window + 1 closes, its label the next
+// Returns one data window holds: data.window, and for a diffusion model its model.context before it.
+std::int64_t sample_window(const PretrainConfig& c);
+// Bars one window reads: its returns need sample_window + 1 closes, its label the next
 // max(label_horizon, label_vol_horizon) returns.
 std::int64_t bars_per_window(const PretrainConfig& c);
 

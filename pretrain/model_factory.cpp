@@ -10,6 +10,7 @@
 #include "config/reader.hpp"
 #include "gpu/check.hpp"
 #include "models/cfc/cfc.hpp"
+#include "models/diffusion/sampler.hpp"
 #include "models/kan/kan_window.hpp"
 #include "models/lstm.hpp"
 #include "models/mamba2/mamba2.hpp"
@@ -311,6 +312,42 @@ std::unique_ptr<models::RecurrentModule> make_kan(const ModelSpec& s) {
   return std::make_unique<models::KanWindow>(k);
 }
 
+// diffusion (models/diffusion): the denoiser is `layers` residual MLP blocks of width `hidden`,
+// trained by pretrain::DiffusionTrainer on windows rather than as a sequence model.
+void diffusion_keys(config::Reader& r, FamilyOptions& o) {
+  r.integer("diffusion_steps", o.integers["diffusion_steps"] = 1000, 2, 100000);
+  r.choice("schedule", o.choices["schedule"] = "linear", {"linear", "cosine"});
+  r.number("beta_start", o.numbers["beta_start"] = 1e-4, config::Range::open(0.0, 1.0));
+  r.number("beta_end", o.numbers["beta_end"] = 0.02, config::Range::open(0.0, 1.0));
+  r.integer("embed", o.integers["embed"] = 64, 2, 4096);
+  r.integer("expand", o.integers["expand"] = 2, 1, 8);
+  r.integer("context", o.integers["context"] = 0, 0, 4096);
+  r.choice("sampler", o.choices["sampler"] = "ddim", {"ddpm", "ddim"});
+  r.integer("sample_steps", o.integers["sample_steps"] = 50, 1, models::kMaxSampleSteps);
+  r.number("eta", o.numbers["eta"] = 0.0, config::Range::closed(0.0, 1.0));
+  const std::string at = r.current() + ".";
+  if (o.integers["embed"] % 2 != 0 && !r.has_error(at + "embed"))
+    r.fail(at + "embed", "must be even (sine and cosine pairs)");
+  r.relation(o.integers["sample_steps"] <= o.integers["diffusion_steps"], at + "sample_steps", at + "diffusion_steps",
+             "the sampler walks a subsequence of the diffusion steps");
+  r.relation(o.numbers["beta_start"] <= o.numbers["beta_end"], at + "beta_start", at + "beta_end",
+             "the linear schedule's betas increase");
+  r.no_effect(at + "beta_start", o.choices["schedule"] == "linear", at + "schedule", "only the linear schedule has betas");
+  r.no_effect(at + "beta_end", o.choices["schedule"] == "linear", at + "schedule", "only the linear schedule has betas");
+  r.no_effect(at + "eta", o.choices["sampler"] == "ddim", at + "sampler", "ddpm's noise is the posterior's");
+  // Keys without effect stay out of the options (the resolved config lists only what acts).
+  if (o.choices["schedule"] != "linear") {
+    o.numbers.erase("beta_start");
+    o.numbers.erase("beta_end");
+  }
+  if (o.choices["sampler"] != "ddim") o.numbers.erase("eta");
+}
+
+std::unique_ptr<models::RecurrentModule> make_diffusion(const ModelSpec&) {
+  throw std::invalid_argument(
+      "model.kind = \"diffusion\" is not a sequence model: pretrain::DiffusionTrainer builds its denoiser");
+}
+
 // The families: a reader of their [model] keys and their constructor.
 const Family kFamilies[] = {
     {"lstm", no_keys, [](const ModelSpec& s) -> std::unique_ptr<models::RecurrentModule> {
@@ -321,6 +358,7 @@ const Family kFamilies[] = {
     {"cfc", cfc_keys, make_cfc},
     {"tft", tft_keys, make_tft},
     {"kan", kan_keys, make_kan},
+    {"diffusion", diffusion_keys, make_diffusion},
 };
 
 const Family* find_family(const std::string& kind) {
