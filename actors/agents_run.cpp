@@ -12,7 +12,7 @@
 #include "actors/progress_reporter.hpp"
 #include "actors/timeline.hpp"
 #include "actors/train_run.hpp"
-#include "gpu/stream.hpp"
+#include "gpu/stream_priority.hpp"
 
 namespace foxhunt::actors {
 namespace fs = std::filesystem;

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "gpu/check.hpp"
+#include "gpu/stream_priority.hpp"
 
 namespace foxhunt::gpu {
 

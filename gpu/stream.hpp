@@ -10,9 +10,7 @@ namespace foxhunt::gpu {
 
 class Stream {
  public:
-  // Non-blocking (never serializes with the legacy default stream), at the priority of the
-  // innermost StreamPriorityScope of this thread (0, CUDA's default, outside any).
-  Stream();
+  Stream();  // non-blocking: never serializes with the legacy default stream
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -26,23 +24,6 @@ class Stream {
 
  private:
   cudaStream_t stream_ = nullptr;
-};
-
-// While alive, every Stream this thread creates gets `priority` (CUDA's convention: lower numbers
-// are higher priorities, 0 the default; clamped by CUDA to cudaDeviceGetStreamPriorityRange, -5..0
-// on an H100). Several agents in one run build their stages inside their own scope, so every
-// stream of an agent (its stages' lanes and any stream the rl/ classes create for it) shares the
-// agent's priority without each constructor taking one. Scopes nest.
-class StreamPriorityScope {
- public:
-  explicit StreamPriorityScope(int priority);
-  ~StreamPriorityScope();
-  StreamPriorityScope(const StreamPriorityScope&) = delete;
-  StreamPriorityScope& operator=(const StreamPriorityScope&) = delete;
-  static int current() noexcept;  // the priority new streams of this thread get
-
- private:
-  int previous_;
 };
 
 class Event {
