@@ -454,7 +454,7 @@ AgentsConfig read_agents(const std::string& text, const std::string& source, con
   std::set<std::string> shared_done;
   for (std::size_t i = 0; i < n; ++i)
     for (const auto& line : problems[i])
-      if (count[line] == n) {
+      if (n > 1 && count[line] == n) {
         if (shared_done.insert(line).second) lines.push_back(line);
       } else {
         lines.push_back(agent_tag(i, out.agents[i].name) + ": " + line);
