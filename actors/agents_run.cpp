@@ -177,12 +177,15 @@ AgentsTrainOutcome run_agents_training(const AgentsTrainRequest& req) {
       AgentTrack& t = tracks[running[k]];
       const AgentResult& a = r.agents[k];
       latest[running[k]] = a;
-      if (!a.final_checkpoint || a.counters.env_steps < segment_end[k]) go_on = false;
       if (a.final_checkpoint) {
         t.resume = *a.final_checkpoint;
         t.start = CheckpointStore::read_counters(*t.resume);
       }
-      t.done = a.counters.env_steps >= t.config->config.run.total_env_steps;
+      // Done: it finished the segment that ends the run (PPO's last rollout may end short of
+      // run.total_env_steps: whole rollouts only, as in a run of one agent).
+      const std::int64_t total = t.config->config.run.total_env_steps;
+      t.done = a.counters.env_steps >= total || (a.finished && segment_end[k] >= total);
+      if (!t.done && (!a.final_checkpoint || a.counters.env_steps < segment_end[k])) go_on = false;
     }
     if (r.overlap >= 0)
       spdlog::info("timeline {}: overlap (>= 2 streams busy, every agent) {:.1f}% of the span",
