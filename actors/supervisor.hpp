@@ -57,7 +57,7 @@ struct ChildSpec {
   bool restart = false;  // respawn on failure (within the intensity) instead of stopping the pipeline
   // The agent the child belongs to ("" in a run of one agent). With several agents, the run is
   // complete once a child of every agent has reported finished_atom.
-  std::string agent;
+  std::string agent{};
 };
 
 struct SupervisorPolicy {
