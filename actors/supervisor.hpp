@@ -96,7 +96,7 @@ using AgentFinishedFn = std::function<void(const std::string& agent)>;
 SupervisorActor::behavior_type supervisor_actor(SupervisorActor::stateful_pointer<SupervisorState> self,
                                                 std::vector<ChildSpec> specs, SupervisorPolicy policy, WireFn wire,
                                                 std::shared_ptr<OutcomeLatch> latch,
-                                                AgentFinishedFn on_agent_finished = {});
+                                                AgentFinishedFn on_agent_finished);
 
 // Readable text for an actor's exit reason (the exception text when there is one).
 std::string describe(caf::actor_system& sys, const caf::error& reason);
