@@ -142,7 +142,7 @@ TEST(AgentsConfig, AgentKeysAreChecked) {
   EXPECT_NE(e.find("agent.sed: unknown key; did you mean 'seed'?"), std::string::npos) << e;
   EXPECT_NE(e.find("[agent.env]: unknown table"), std::string::npos) << e;
   // [[agent]] must be tables.
-  e = problems(std::string(kShared) + "agent = [1, 2]\n");
+  e = problems("agent = [1, 2]\n" + std::string(kShared));  // a top-level key: before any table
   EXPECT_NE(e.find("must be one or more [[agent]] tables"), std::string::npos) << e;
 }
 
