@@ -5,6 +5,10 @@
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <set>
 
 #include "config/reader.hpp"
 #include "config/text_file.hpp"
@@ -31,14 +35,21 @@ constexpr const char* kPpoOnlyKeys[] = {
 
 // PPO's defaults for the keys it shares with DQN (CleanRL's ppo.py): RunConfig holds DQN's, so a
 // file with learner.kind = "ppo" gets these for the keys it does not give.
-void apply_ppo_defaults(const config::Reader& r, RunConfig& c) {
+// The keys of an [[agent]] table (an agent's view of a file of several agents).
+struct AgentKeys {
+  std::string name;
+  int stream_priority = 0;
+};
+
+void apply_ppo_defaults(const config::Reader& r, RunConfig& c, bool agent_view) {
   if (!r.given("learner.hidden")) c.learner.hidden = {64, 64};
   if (!r.given("learner.lr")) c.learner.lr = 2.5e-4;
   if (!r.given("learner.activation")) c.learner.activation = "tanh";
   if (!r.given("learner.grad_clip")) c.learner.grad_clip = 0.5;
   if (!r.given("learner.adam_eps")) c.learner.adam_eps = 1e-5;
   if (!r.given("learner.lr_end")) c.learner.lr_end = 0.0;
-  if (!r.given("pipeline.mode")) c.pipeline.mode = "sync";
+  // A file of one agent: the synchronous loop; an agent beside others: the actors.
+  if (!r.given("pipeline.mode")) c.pipeline.mode = agent_view ? "actors" : "sync";
 }
 
 constexpr const char* kReplayKeys[] = {"replay.capacity", "replay.batch_size", "replay.prioritized",
@@ -68,13 +79,24 @@ void read_ppo_relations(config::Reader& r, const RunConfig& c) {
 // the relations between keys.
 // from_file: c holds the struct's defaults (PPO's are applied); otherwise c is a config already
 // read (resolving it again, or listing the keys).
-void read_all(config::Reader& r, RunConfig& c, bool from_file) {
+// agent: non-null for an agent's view of a file with [[agent]] tables (config::Reader::select_element):
+// its [agent] table is read into it and into c.run.seed.
+void read_all(config::Reader& r, RunConfig& c, bool from_file, AgentKeys* agent = nullptr) {
   r.table("run", true, "name, seed, total_env_steps, ...");
   r.plain_name("name", c.run.name);
   r.unsigned_integer("seed", c.run.seed);
   r.integer("total_env_steps", c.run.total_env_steps, 1, kBig);
   r.integer("device", c.run.device, 0, 63);
   r.boolean("deterministic", c.run.deterministic);
+
+  if (agent != nullptr) {
+    if (r.table("agent") && from_file)
+      r.require("name", "each [[agent]] needs a name (letters, digits, '.', '_', '-'): its metrics, checkpoints and "
+                        "progress column");
+    r.plain_name("name", agent->name);
+    r.unsigned_integer("seed", c.run.seed);
+    r.integer("stream_priority", agent->stream_priority, -8, 0);
+  }
 
   if (r.table("env", true, "kind = \"cartpole\" | \"market\""))
     r.require("kind", "must be one of \"cartpole\" | \"market\"");
@@ -109,7 +131,7 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file) {
     r.require("kind", "must be one of \"dqn\" | \"ppo\"");
   r.choice("kind", c.learner.kind, {"dqn", "ppo"});
   const bool ppo = c.learner.kind == "ppo";
-  if (ppo && from_file) apply_ppo_defaults(r, c);
+  if (ppo && from_file) apply_ppo_defaults(r, c, agent != nullptr);
   r.integers("hidden", c.learner.hidden, ppo ? 0 : 1, 8, 1, 65536);
   r.number("lr", c.learner.lr, Range::open_low(0.0, 1.0));
   r.boolean("dueling", c.learner.dueling);
@@ -186,6 +208,8 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file) {
   const bool ppo_actors = ppo && c.pipeline.mode == "actors";
   r.relation(ppo || c.pipeline.mode == "actors", "pipeline.mode", "learner.kind",
              "DQN trains through the actors only (\"actors\"); \"sync\" is PPO's synchronous loop");
+  r.relation(agent == nullptr || c.pipeline.mode == "actors", "pipeline.mode", "learner.kind",
+             "an agent beside others trains through the actors (\"actors\", the default for [[agent]] tables)");
   r.no_effect("pipeline.policy_lag", ppo_actors, "pipeline.mode",
               "the lag of PPO's collector in the actor runtime (learner.kind = \"ppo\", pipeline.mode = \"actors\")");
   r.relation(!dqn || c.pipeline.learning_starts < c.run.total_env_steps, "pipeline.learning_starts", "run.total_env_steps",
@@ -233,8 +257,11 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file) {
       else
         r.no_effect(k, false, "learner.kind", "PPO has no replay, ratio, slots or target sync");
     }
-    r.no_effect("env.steps_per_slot", false, "learner.kind", "PPO's rollout length is learner.rollout_steps");
-    r.no_effect("checkpoint.replay", false, "learner.kind", "PPO keeps no replay");
+    // Keys of the shared tables serve the DQN agents beside a PPO agent.
+    if (agent == nullptr) {
+      r.no_effect("env.steps_per_slot", false, "learner.kind", "PPO's rollout length is learner.rollout_steps");
+      r.no_effect("checkpoint.replay", false, "learner.kind", "PPO keeps no replay");
+    }
   }
 }
 
@@ -358,9 +385,178 @@ std::vector<std::pair<std::string, std::string>> kept_config_files(const RunConf
 
 std::vector<std::string> run_config_keys() {
   RunConfig c;
+  AgentKeys agent;
   config::Reader r("", "keys");
-  read_all(r, c, false);
+  read_all(r, c, false, &agent);
   return r.accepted_keys();
+}
+
+namespace {
+
+std::string agent_tag(std::size_t index, const std::string& name) {
+  return "[[agent]] " + std::to_string(index + 1) + " \"" + name + "\"";
+}
+
+// source:line of an agent's key in the file, or the source alone.
+std::string agent_key_where(const toml::table& root, const std::string& source, std::size_t index, const char* key) {
+  const toml::node* n = root.at_path("agent[" + std::to_string(index) + "]." + key).node();
+  if (n == nullptr) n = root.at_path("agent[" + std::to_string(index) + "]").node();
+  if (n != nullptr && n->source().begin.line > 0) return source + ":" + std::to_string(n->source().begin.line);
+  return source;
+}
+
+AgentsConfig read_agents(const std::string& text, const std::string& source, const fs::path* base) {
+  AgentsConfig out;
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error&) {
+    out.agents.push_back({"", 0, read(text, source, base)});  // throws the syntax error
+    return out;
+  }
+  const toml::node* agents = root.get("agent");
+  if (agents == nullptr) {
+    out.agents.push_back({"", 0, read(text, source, base)});
+    return out;
+  }
+  const std::string where = agents->source().begin.line > 0
+                                ? source + ":" + std::to_string(agents->source().begin.line)
+                                : source;
+  const toml::array* list = agents->as_array();
+  if (list == nullptr || !list->is_array_of_tables() || list->empty())
+    throw config::Error(source, {where + ": agent: must be one or more [[agent]] tables (each an agent of the run: "
+                                         "name, seed, stream_priority and its [agent.learner], [agent.replay], "
+                                         "[agent.pipeline])"});
+  out.several = true;
+  const std::size_t n = list->size();
+  std::vector<std::vector<std::string>> problems(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    config::Reader r(text, source);
+    r.select_element("agent", i, {"learner", "replay", "pipeline"});
+    AgentConfig a;
+    AgentKeys keys;
+    read_all(r, a.config, true, &keys);
+    if (base != nullptr) read_market(r, a.config, *base);
+    try {
+      r.finish();
+    } catch (const config::Error& e) {
+      problems[i] = e.errors();
+    }
+    a.name = keys.name;
+    a.stream_priority = keys.stream_priority;
+    out.agents.push_back(std::move(a));
+  }
+  // A problem of a shared table comes once; an agent's own is prefixed with the agent.
+  std::map<std::string, std::size_t> count;
+  for (const auto& p : problems)
+    for (const auto& line : std::set<std::string>(p.begin(), p.end())) ++count[line];
+  std::vector<std::string> lines;
+  std::set<std::string> shared_done;
+  for (std::size_t i = 0; i < n; ++i)
+    for (const auto& line : problems[i])
+      if (n > 1 && count[line] == n) {
+        if (shared_done.insert(line).second) lines.push_back(line);
+      } else {
+        lines.push_back(agent_tag(i, out.agents[i].name) + ": " + line);
+      }
+  if (lines.empty()) {
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        if (out.agents[i].name == out.agents[j].name)
+          lines.push_back(agent_key_where(root, source, i, "name") + ": " + agent_tag(i, out.agents[i].name) +
+                          ": agent.name = \"" + out.agents[i].name + "\": already the name of [[agent]] " +
+                          std::to_string(j + 1) + " (each agent needs its own name: its metrics, checkpoints and "
+                                                  "progress column)");
+    for (const auto& p : agents_problems(out)) lines.push_back(source + ": " + p);
+  }
+  if (!lines.empty()) throw config::Error(source, lines);
+  return out;
+}
+
+}  // namespace
+
+AgentsConfig parse_agents_config(const std::string& text, const std::string& source) {
+  return read_agents(text, source, nullptr);
+}
+
+AgentsConfig load_agents_config(const fs::path& file) {
+  const fs::path base = file.parent_path();
+  return read_agents(config::read_config_text(file, "run config file"), file.string(), &base);
+}
+
+std::vector<std::string> agents_problems(const AgentsConfig& config) {
+  std::vector<std::string> out;
+  if (!config.several || config.agents.empty()) return out;
+  const AgentConfig& first = config.agents.front();
+  bool ppo = false, dqn = false;
+  for (std::size_t i = 0; i < config.agents.size(); ++i) {
+    const AgentConfig& a = config.agents[i];
+    const RunConfig& c = a.config;
+    ppo = ppo || c.learner.kind == "ppo";
+    dqn = dqn || c.learner.kind == "dqn";
+    if (c.learner.kind == "ppo" && c.pipeline.mode != "actors")
+      out.push_back(agent_tag(i, a.name) +
+                    ": pipeline.mode = \"sync\": an agent beside others trains through the actors; set "
+                    "pipeline.mode = \"actors\"");
+    if (c.pipeline.completions != first.config.pipeline.completions)
+      out.push_back(agent_tag(i, a.name) + ": pipeline.completions = \"" + c.pipeline.completions + "\", " +
+                    agent_tag(0, first.name) + " has \"" + first.config.pipeline.completions +
+                    "\": the agents of one run share one completion mechanism (\"hostfn\" | \"polled\")");
+  }
+  const RunConfig& c = first.config;
+  if (ppo && dqn && c.checkpoint.replay == "never" && c.checkpoint.every_env_steps > 0)
+    out.push_back("checkpoint.replay = \"never\", checkpoint.every_env_steps = " +
+                  std::to_string(c.checkpoint.every_env_steps) +
+                  ": beside a PPO agent the run stops and resumes at every checkpoint, and a DQN agent "
+                  "would lose its replay buffer there; use \"final\" or \"always\"");
+  return out;
+}
+
+std::vector<std::uint64_t> parse_seeds(const std::string& text) {
+  const std::string allowed = "must be a comma-separated list of distinct non-negative integers (at most 64), e.g. 1,2,3";
+  auto bad = [&](const std::string& why) {
+    return std::invalid_argument("--seeds " + text + ": " + allowed + (why.empty() ? "" : " (" + why + ")"));
+  };
+  std::vector<std::uint64_t> seeds;
+  std::size_t pos = 0;
+  if (text.empty()) throw bad("empty");
+  for (;;) {
+    const std::size_t comma = text.find(',', pos);
+    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    if (item.empty()) throw bad("an empty entry");
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (ec != std::errc() || end != item.data() + item.size() || v < 0 || item.front() == '+')
+      throw bad("\"" + item + "\" is not one");
+    if (std::find(seeds.begin(), seeds.end(), static_cast<std::uint64_t>(v)) != seeds.end())
+      throw bad(item + " is repeated");
+    seeds.push_back(static_cast<std::uint64_t>(v));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  if (seeds.size() > 64) throw bad(std::to_string(seeds.size()) + " seeds");
+  return seeds;
+}
+
+AgentsConfig with_seeds(const AgentsConfig& config, const std::vector<std::uint64_t>& seeds) {
+  AgentsConfig out;
+  out.several = true;
+  for (const AgentConfig& a : config.agents)
+    for (std::uint64_t seed : seeds) {
+      AgentConfig b = a;
+      b.config.run.seed = seed;
+      b.name = (a.name.empty() ? "seed" : a.name + "-seed") + std::to_string(seed);
+      out.agents.push_back(std::move(b));
+    }
+  const std::vector<std::string> problems = agents_problems(out);
+  if (!problems.empty()) {
+    std::string s = "--seeds runs several agents at once:";
+    for (const auto& p : problems) s += "\n  " + p;
+    throw std::invalid_argument(s);
+  }
+  return out;
 }
 
 }  // namespace foxhunt::actors

@@ -151,7 +151,42 @@ std::string resolved_toml(const RunConfig& c);
 // the run trained on, with the same split, whatever became of the market file since.
 inline constexpr const char* kKeptMarketFile = "market.resolved.toml";
 std::vector<std::pair<std::string, std::string>> kept_config_files(const RunConfig& c);
-// Every key the run config reader accepts ("replay.batch_size"), sorted (docs/configs.md's test).
+// Every key the run config reader accepts ("replay.batch_size"), sorted (docs/configs.md's test);
+// the keys of an [[agent]] table as "agent.name".
 std::vector<std::string> run_config_keys();
+
+// ---- several agents in one run ------------------------------------------------------------------
+// A file with [[agent]] tables runs several agents over its one [env] (and [run], [checkpoint],
+// [logging]): each [[agent]] has a `name`, an optional `seed` (default run.seed) and
+// `stream_priority`, and its own [agent.learner], [agent.replay], [agent.pipeline], whose keys
+// override the top-level tables of those names (which then hold what the agents share). Each
+// agent is read as a whole run config (the file as it would be with only that agent), so every
+// key is checked as in a file of one agent; a problem of one agent's is reported prefixed with
+// `[[agent]] <index> "<name>"` (index from 1, in file order), a problem every agent has once. PPO
+// agents train through the actors (pipeline.mode = "actors", the default there).
+struct AgentConfig {
+  std::string name;         // "" only for the one agent of a file without [[agent]] tables
+  int stream_priority = 0;  // CUDA's convention: 0 the default, lower numbers higher priority
+  RunConfig config;         // the agent's whole run (its seed in run.seed), as a file of one agent
+};
+struct AgentsConfig {
+  bool several = false;  // [[agent]] tables or --seeds: the multi-agent run (else run_training's)
+  std::vector<AgentConfig> agents;
+};
+// parse_run_config / load_run_config for a file with or without [[agent]] tables; without, one
+// unnamed agent whose config is exactly load_run_config's. Throws config::Error listing every
+// problem of every agent, and of the agents together (repeated names, different
+// pipeline.completions, checkpoint.replay = "never" beside a PPO agent).
+AgentsConfig parse_agents_config(const std::string& toml_text, const std::string& source = "config");
+AgentsConfig load_agents_config(const std::filesystem::path& file);
+// `--seeds 1,2,3`: distinct non-negative integers, at most 64; std::invalid_argument naming
+// --seeds, the text and what is allowed.
+std::vector<std::uint64_t> parse_seeds(const std::string& text);
+// Every agent once per seed (run.seed = s), named "seed<s>" (a file of one agent) or
+// "<name>-seed<s>". std::invalid_argument when an agent cannot run beside others (PPO with
+// pipeline.mode = "sync").
+AgentsConfig with_seeds(const AgentsConfig& config, const std::vector<std::uint64_t>& seeds);
+// Checks that hold across agents (as parse_agents_config does); "" when they hold.
+std::vector<std::string> agents_problems(const AgentsConfig& config);
 
 }  // namespace foxhunt::actors

@@ -64,28 +64,92 @@ ProgressSnapshot snapshot_of(const Progress& p, std::chrono::steady_clock::time_
 
 }  // namespace
 
+namespace {
+
+// A child's name in the supervisor: "<agent>/<role>", or the role alone in a run of one agent.
+std::string child_name(const std::string& agent, const std::string& role) {
+  return agent.empty() ? role : agent + "/" + role;
+}
+
+std::string agent_label(const std::string& agent) { return agent.empty() ? std::string() : " (agent " + agent + ")"; }
+
+struct AgentRuntime {
+  AgentSpec spec;
+  std::vector<Stage*> stages;
+  std::shared_ptr<RunShared> shared;
+  std::string sync_error;
+  std::int64_t last_steps = -1, last_updates = -1;
+  std::chrono::steady_clock::time_point last_change;
+};
+
+}  // namespace
+
 RunResult run_stage_set(StageSet& set, const RunHooks& hooks) {
+  AgentSpec spec;
+  spec.set = &set;
+  spec.store = hooks.store;
+  spec.timeline = hooks.timeline;
+  RunHooks h = hooks;
+  if (hooks.on_progress && !hooks.on_agents_progress)
+    h.on_agents_progress = [f = hooks.on_progress](const std::vector<ProgressSnapshot>& s) { f(s.front()); };
+  const AgentsResult all = run_agents({spec}, h);
+  RunResult r;
+  r.outcome = all.outcome;
+  r.counters = all.agents.front().counters;
+  r.final_checkpoint = all.agents.front().final_checkpoint;
+  r.checkpoint_error = all.agents.front().checkpoint_error;
+  r.overlap = all.overlap;
+  r.startup_ms = all.startup_ms;
+  r.shutdown_ms = all.shutdown_ms;
+  r.after_ms = all.after_ms;
+  return r;
+}
+
+AgentsResult run_agents(const std::vector<AgentSpec>& specs, const RunHooks& hooks) {
   using Clock = std::chrono::steady_clock;
   const auto entry = Clock::now();
   auto ms_since = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
   };
-  set.validate();
-  const std::vector<Stage*> stages = set.all();
-  auto shared = std::make_shared<RunShared>();
-  shared->store = hooks.store;
-  if (hooks.store && set.periodic_checkpoints()) shared->worker = std::make_shared<BackgroundWorker>();
-  auto progress = shared->progress;
-  const Counters start = set.start();
-  progress->env_steps = start.env_steps;
-  progress->updates_issued = start.updates;
-  progress->updates_done = start.updates;
-  progress->policy_version = start.policy_version;
+  if (specs.empty()) throw std::invalid_argument("run_agents: no agent");
+  std::map<std::string, std::size_t> index_of;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].set == nullptr) throw std::invalid_argument("run_agents: agent " + std::to_string(i) + " has no stages");
+    if (specs.size() > 1 && specs[i].name.empty())
+      throw std::invalid_argument("run_agents: with several agents every agent needs a name (agent " +
+                                  std::to_string(i) + " has none)");
+    if (!index_of.emplace(specs[i].name, i).second)
+      throw std::invalid_argument("run_agents: two agents are named \"" + specs[i].name + "\"");
+  }
+  for (const auto& a : specs) a.set->validate();
 
-  RunResult result;
-  std::string sync_error;
-  if (hooks.timeline) hooks.timeline->start(nullptr);  // the origin every interval is measured from
+  std::vector<AgentRuntime> agents(specs.size());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    AgentRuntime& a = agents[i];
+    a.spec = specs[i];
+    a.stages = a.spec.set->all();
+    a.shared = std::make_shared<RunShared>();
+    a.shared->store = a.spec.store;
+    if (a.spec.store && a.spec.set->periodic_checkpoints()) a.shared->worker = std::make_shared<BackgroundWorker>();
+    const Counters start = a.spec.set->start();
+    Progress& p = *a.shared->progress;
+    p.env_steps = start.env_steps;
+    p.updates_issued = start.updates;
+    p.updates_done = start.updates;
+    p.policy_version = start.policy_version;
+  }
+  // Set by the supervisor when an agent finished (read by the stall watchdog).
+  auto finished = std::make_shared<std::vector<std::atomic<bool>>>(specs.size());
+
+  AgentsResult result;
+  for (auto& a : agents)  // the origin every interval is measured from
+    if (a.spec.timeline) a.spec.timeline->start(nullptr);
   const auto t0 = std::chrono::steady_clock::now();
+  auto snapshots = [&agents, t0] {
+    std::vector<ProgressSnapshot> out;
+    for (const auto& a : agents) out.push_back(snapshot_of(*a.shared->progress, t0));
+    return out;
+  };
   auto latch = std::make_shared<OutcomeLatch>();
   Clock::time_point outcome_at;
   {
@@ -94,28 +158,57 @@ RunResult run_stage_set(StageSet& set, const RunHooks& hooks) {
     caf::actor_system sys{cfg};
 
     // Children as dynamically typed handles: the supervisor treats them alike.
-    std::vector<ChildSpec> specs = set.children(shared);
+    std::vector<ChildSpec> children;
+    std::vector<std::pair<std::string, StageSet*>> wiring;  // agent name, its set (outlives the system)
+    for (auto& a : agents) {
+      for (ChildSpec c : a.spec.set->children(a.shared)) {
+        c.name = child_name(a.spec.name, c.name);
+        c.agent = a.spec.name;
+        children.push_back(std::move(c));
+      }
+      wiring.emplace_back(a.spec.name, a.spec.set);
+    }
     auto on_started = hooks.on_started;
     auto wired_at = std::make_shared<std::atomic<Clock::rep>>(0);
-    StageSet* agent = &set;  // outlives the actor system
-    WireFn wire = [agent, on_started, wired_at](caf::local_actor* sup, const std::map<std::string, caf::actor>& ch) {
+    WireFn wire = [wiring, on_started, wired_at](caf::local_actor* sup, const std::map<std::string, caf::actor>& ch) {
       wired_at->store(Clock::now().time_since_epoch().count());
-      agent->wire(sup, ch);
+      for (const auto& [name, set] : wiring) {
+        if (name.empty()) {
+          set->wire(sup, ch);
+          continue;
+        }
+        // Each agent sees its own actors under their role names.
+        std::map<std::string, caf::actor> own;
+        const std::string prefix = name + "/";
+        for (const auto& [n, h] : ch)
+          if (n.rfind(prefix, 0) == 0) own.emplace(n.substr(prefix.size()), h);
+        set->wire(sup, own);
+      }
       if (on_started) on_started(caf::actor_cast<caf::actor>(sup), ch);
     };
-    SupervisorActor sup = sys.spawn(supervisor_actor, std::move(specs), hooks.policy, wire, latch);
+    AgentFinishedFn on_finished = [finished, index_of](const std::string& agent) {
+      if (auto it = index_of.find(agent); it != index_of.end()) (*finished)[it->second] = true;
+    };
+    SupervisorActor sup = sys.spawn(supervisor_actor, std::move(children), hooks.policy, wire, latch, on_finished);
 
     bool stop_sent = false, failure_sent = false;
-    auto last_change = std::chrono::steady_clock::now();
-    std::int64_t last_steps = -1, last_updates = -1;
+    const auto begin = std::chrono::steady_clock::now();
+    for (auto& a : agents) a.last_change = begin;
+    auto fail = [&](const std::string& why) {
+      if (failure_sent) return;
+      failure_sent = true;
+      caf::anon_send(sup, failure_atom_v, why);
+    };
     for (;;) {
       if (auto out = latch->wait_for(hooks.progress_interval)) break;
       if (hooks.stop_signal && hooks.stop_signal->load() != 0 && !stop_sent) {
         stop_sent = true;
         caf::anon_send(sup, stop_atom_v, std::string("received ") + stop_signal_name(hooks.stop_signal->load()));
       }
-      if (!failure_sent) {
-        for (Stage* s : stages) {
+      const auto now = std::chrono::steady_clock::now();
+      for (std::size_t i = 0; i < agents.size() && !failure_sent; ++i) {
+        AgentRuntime& a = agents[i];
+        for (Stage* s : a.stages) {
           std::string why;
           try {
             why = s->health();
@@ -123,35 +216,29 @@ RunResult run_stage_set(StageSet& set, const RunHooks& hooks) {
             why = e.what();
           }
           if (!why.empty()) {
-            failure_sent = true;
-            caf::anon_send(sup, failure_atom_v, "device error: " + why);
+            fail("device error" + agent_label(a.spec.name) + ": " + why);
             break;
           }
         }
+        const Progress& p = *a.shared->progress;
+        const std::int64_t steps = p.env_steps.load(), updates = p.updates_done.load();
+        if (steps != a.last_steps || updates != a.last_updates) {
+          a.last_steps = steps;
+          a.last_updates = updates;
+          a.last_change = now;
+        } else if (!(*finished)[i] && now - a.last_change > hooks.stall_timeout) {
+          fail(std::string("stalled") + (a.spec.name.empty() ? "" : " (agent " + a.spec.name + ")") +
+               ": no environment step or update for " +
+               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(hooks.stall_timeout).count()) + " s");
+        }
       }
-      const auto now = std::chrono::steady_clock::now();
-      const std::int64_t steps = progress->env_steps.load(), updates = progress->updates_done.load();
-      if (steps != last_steps || updates != last_updates) {
-        last_steps = steps;
-        last_updates = updates;
-        last_change = now;
-      } else if (!failure_sent && now - last_change > hooks.stall_timeout) {
-        failure_sent = true;
-        caf::anon_send(
-            sup, failure_atom_v,
-            "stalled: no environment step or update for " +
-                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(hooks.stall_timeout).count()) + " s");
-      }
-      if (hooks.on_progress) {
+      if (hooks.on_agents_progress) {
         // An exception escaping here would leave live actors behind ~actor_system (a hang):
         // a failing progress sink (e.g. a full disk under the metrics files) stops the run instead.
         try {
-          hooks.on_progress(snapshot_of(*progress, t0));
+          hooks.on_agents_progress(snapshots());
         } catch (const std::exception& e) {
-          if (!failure_sent) {
-            failure_sent = true;
-            caf::anon_send(sup, failure_atom_v, std::string("progress/metrics output failed: ") + e.what());
-          }
+          fail(std::string("progress/metrics output failed: ") + e.what());
         }
       }
     }
@@ -160,52 +247,76 @@ RunResult run_stage_set(StageSet& set, const RunHooks& hooks) {
     if (const auto w = wired_at->load(); w != 0)
       result.startup_ms = ms_since(entry, Clock::time_point(Clock::duration(w)));
     sys.await_all_actors_done();
-    if (shared->worker) shared->worker->drain();
+    for (auto& a : agents)
+      if (a.shared->worker) a.shared->worker->drain();
     // Quiesce the device: all enqueued work done and every host callback run (they send to
     // actors of `sys`, which must outlive them).
-    for (Stage* s : stages) {
-      try {
-        s->synchronize();
-      } catch (const std::exception& e) {
-        if (sync_error.empty()) sync_error = e.what();
+    for (auto& a : agents)
+      for (Stage* s : a.stages) {
+        try {
+          s->synchronize();
+        } catch (const std::exception& e) {
+          if (a.sync_error.empty()) a.sync_error = e.what();
+        }
       }
-    }
-    if (hooks.on_progress) {
+    if (hooks.on_agents_progress) {
       try {
-        hooks.on_progress(snapshot_of(*progress, t0));
+        hooks.on_agents_progress(snapshots());
       } catch (const std::exception&) {
       }
     }
   }  // ~actor_system: its scheduler threads joined
   const auto down_at = Clock::now();
   result.shutdown_ms = ms_since(outcome_at, down_at);
-  if (hooks.timeline && !hooks.timeline_file.empty() && sync_error.empty()) {
+  bool any_sync_error = false;
+  for (const auto& a : agents) any_sync_error = any_sync_error || !a.sync_error.empty();
+  if (!hooks.timeline_file.empty() && !any_sync_error) {
+    // Every agent's lanes in one trace ("<agent>/<lane>" with several agents).
+    std::vector<BusyInterval> intervals;
+    bool any = false;
     try {
-      auto intervals = hooks.timeline->resolve();
-      result.overlap = overlap_fraction(intervals, 2);
-      write_chrome_trace(hooks.timeline_file, intervals);
+      for (const auto& a : agents) {
+        if (!a.spec.timeline) continue;
+        any = true;
+        for (BusyInterval& b : a.spec.timeline->resolve()) {
+          if (!a.spec.name.empty()) b.lane = a.spec.name + "/" + b.lane;
+          intervals.push_back(std::move(b));
+        }
+      }
+      if (any) {
+        result.overlap = overlap_fraction(intervals, 2);
+        write_chrome_trace(hooks.timeline_file, intervals);
+      }
     } catch (const std::exception& e) {
       spdlog::warn("timeline not written: {}", e.what());
     }
   }
-  result.counters = set.final_counters(progress->counters());
-  if (hooks.store) {
-    if (!sync_error.empty()) {
-      auto latest = CheckpointStore::latest(hooks.store->root());
-      result.checkpoint_error = "no final checkpoint: the device is unusable (" + sync_error +
-                                "); the latest good checkpoint is " + (latest ? latest->string() : std::string("none"));
-    } else {
-      try {
-        // Every stage's state from the same quiesced moment.
-        auto job = set.final_checkpoint_job();
-        result.final_checkpoint = hooks.store->write(result.counters, job);
-      } catch (const std::exception& e) {
-        result.checkpoint_error = e.what();
+  for (std::size_t i = 0; i < agents.size(); ++i) {
+    AgentRuntime& a = agents[i];
+    AgentResult r;
+    r.name = a.spec.name;
+    r.finished = (*finished)[i] || (agents.size() == 1 && result.outcome.kind == RunOutcome::Kind::completed);
+    r.counters = a.spec.set->final_counters(a.shared->progress->counters());
+    if (a.spec.store) {
+      if (!a.sync_error.empty()) {
+        auto latest = CheckpointStore::latest(a.spec.store->root());
+        r.checkpoint_error = "no final checkpoint" + agent_label(a.spec.name) + ": the device is unusable (" +
+                             a.sync_error + "); the latest good checkpoint is " +
+                             (latest ? latest->string() : std::string("none"));
+      } else {
+        try {
+          // Every stage's state from the same quiesced moment.
+          auto job = a.spec.set->final_checkpoint_job();
+          r.final_checkpoint = a.spec.store->write(r.counters, job);
+        } catch (const std::exception& e) {
+          r.checkpoint_error = e.what();
+        }
       }
     }
+    if (!a.sync_error.empty() && result.outcome.ok())
+      result.outcome = {RunOutcome::Kind::failed, "device error at shutdown" + agent_label(a.spec.name) + ": " + a.sync_error};
+    result.agents.push_back(std::move(r));
   }
-  if (!sync_error.empty() && result.outcome.ok())
-    result.outcome = {RunOutcome::Kind::failed, "device error at shutdown: " + sync_error};
   result.after_ms = ms_since(down_at, Clock::now());
   return result;
 }

@@ -102,8 +102,10 @@ struct ProgressSnapshot {
 };
 
 struct RunHooks {
-  std::shared_ptr<CheckpointStore> store;  // null: no checkpoints at all
-  std::function<void(const ProgressSnapshot&)> on_progress;
+  std::shared_ptr<CheckpointStore> store;  // null: no checkpoints at all (run_agents: AgentSpec::store)
+  std::function<void(const ProgressSnapshot&)> on_progress;  // run_stage_set (run_agents: the first agent's)
+  // run_agents: every agent's snapshot, in the order of the agents, each progress interval.
+  std::function<void(const std::vector<ProgressSnapshot>&)> on_agents_progress;
   std::chrono::milliseconds progress_interval{500};
   std::chrono::milliseconds stall_timeout{std::chrono::seconds(120)};  // no progress for this long: failure
   const std::atomic<int>* stop_signal = nullptr;
@@ -112,6 +114,7 @@ struct RunHooks {
   SupervisorPolicy policy{0, std::chrono::seconds(10)};  // pipeline actors are not restarted
   // Timeline: stages record into it (Stage::record_timeline); written as Chrome trace to
   // timeline_file after the streams are synchronized (nothing when either is empty).
+  // run_agents: AgentSpec::timeline, one per agent, written together into timeline_file.
   std::shared_ptr<StreamTimeline> timeline;
   std::filesystem::path timeline_file;
   // Test hook: called with the supervisor and the actors by name right after spawning.
@@ -134,5 +137,44 @@ struct RunResult {
 
 // Runs one agent to its end. Throws std::invalid_argument (StageSet::validate) before spawning.
 RunResult run_stage_set(StageSet& set, const RunHooks& hooks);
+
+// One agent of a run of several (run_agents).
+struct AgentSpec {
+  // Names the agent's actors ("<name>/collector"), its progress and its failures; "" only in a run
+  // of one agent (plain actor names, as run_stage_set).
+  std::string name;
+  StageSet* set = nullptr;                 // outlives the run
+  std::shared_ptr<CheckpointStore> store;  // its own checkpoint directory; null: no checkpoints
+  std::shared_ptr<StreamTimeline> timeline;  // its stages record into it; null: none
+};
+
+struct AgentResult {
+  std::string name;
+  Counters counters;  // at the end
+  bool finished = false;  // reached its configured end (others may have stopped it before)
+  std::optional<std::filesystem::path> final_checkpoint;
+  std::string checkpoint_error;  // why the final checkpoint is missing, if it is
+};
+
+struct AgentsResult {
+  RunOutcome outcome;  // the run's: completed once every agent finished; the first stop or failure
+  std::vector<AgentResult> agents;
+  double overlap = -1;  // every agent's streams together (-1: no timeline)
+  double startup_ms = 0, shutdown_ms = 0, after_ms = 0;  // as RunResult's
+  int exit_code() const {
+    if (!outcome.ok()) return 1;
+    for (const auto& a : agents)
+      if (!a.checkpoint_error.empty()) return 1;
+    return 0;
+  }
+};
+
+// Runs several agents at once under one supervisor and one watch loop, each with its own stages
+// (streams), progress counts, checkpoint store and timeline: the run completes when every agent
+// has; a stop (signal) stops them all; one agent's failure (an actor's, a stage's health, a stall
+// of that agent) stops them all with the reason naming the agent. After the quiesce every agent
+// writes its final checkpoint into its own store. Throws std::invalid_argument (an agent's
+// StageSet::validate, or names that are empty or repeated with several agents) before spawning.
+AgentsResult run_agents(const std::vector<AgentSpec>& agents, const RunHooks& hooks);
 
 }  // namespace foxhunt::actors

@@ -94,7 +94,8 @@ void stop_all(Self self, RunOutcome outcome, const std::shared_ptr<OutcomeLatch>
 }  // namespace
 
 SupervisorActor::behavior_type supervisor_actor(Self self, std::vector<ChildSpec> specs, SupervisorPolicy policy,
-                                                WireFn wire, std::shared_ptr<OutcomeLatch> latch) {
+                                                WireFn wire, std::shared_ptr<OutcomeLatch> latch,
+                                                AgentFinishedFn on_agent_finished) {
   report_exceptions_as(self, "supervisor");
   for (auto& spec : specs) {
     caf::actor child = spec.spawn(self);
@@ -138,7 +139,21 @@ SupervisorActor::behavior_type supervisor_actor(Self self, std::vector<ChildSpec
   });
 
   return {
-      [self, latch](finished_atom) {
+      [self, latch, on_agent_finished](finished_atom) {
+        auto& st = self->state;
+        const caf::actor_addr sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
+        const std::string* agent = nullptr;
+        for (auto& c : st.children)
+          if (c.handle.address() == sender) agent = &c.spec.agent;
+        if (agent != nullptr && !agent->empty() && !st.stopping) {
+          // Its actors go idle (no work is left to them) until every agent is done.
+          if (st.finished_agents.insert(*agent).second) {
+            spdlog::info("supervisor: agent {} reached its configured number of environment steps", *agent);
+            if (on_agent_finished) on_agent_finished(*agent);
+          }
+          for (auto& c : st.children)
+            if (st.finished_agents.count(c.spec.agent) == 0) return;
+        }
         stop_all(self, {RunOutcome::Kind::completed, "reached the configured number of environment steps"}, latch);
       },
       [self, latch](stop_atom, const std::string& why) {

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,9 @@ struct ChildSpec {
   std::string name;
   std::function<caf::actor(caf::local_actor* supervisor)> spawn;
   bool restart = false;  // respawn on failure (within the intensity) instead of stopping the pipeline
+  // The agent the child belongs to ("" in a run of one agent). With several agents, the run is
+  // complete once a child of every agent has reported finished_atom.
+  std::string agent{};
 };
 
 struct SupervisorPolicy {
@@ -65,7 +69,8 @@ struct SupervisorPolicy {
 // sends them whatever they need to find each other.
 using WireFn = std::function<void(caf::local_actor* supervisor, const std::map<std::string, caf::actor>& children)>;
 
-// (finished_atom): the run is complete; (stop_atom, why): a graceful stop (signals);
+// (finished_atom): the sender's agent is complete (the run, once every agent is; a sender that is
+// no child of an agent completes the run at once); (stop_atom, why): a graceful stop (signals);
 // (failure_atom, why): a failure found outside the actors (device health, stalls, checkpoint writes).
 using SupervisorActor = caf::typed_actor<caf::reacts_to<finished_atom>, caf::reacts_to<stop_atom, std::string>,
                                          caf::reacts_to<failure_atom, std::string>>;
@@ -81,12 +86,17 @@ struct SupervisorState {
   bool stopping = false;
   RunOutcome outcome;
   int restart_count = 0;
+  std::set<std::string> finished_agents;
   const char* name = "foxhunt.supervisor";
 };
 
+// Called (on the supervisor's thread; it must not block) when an agent has finished.
+using AgentFinishedFn = std::function<void(const std::string& agent)>;
+
 SupervisorActor::behavior_type supervisor_actor(SupervisorActor::stateful_pointer<SupervisorState> self,
                                                 std::vector<ChildSpec> specs, SupervisorPolicy policy, WireFn wire,
-                                                std::shared_ptr<OutcomeLatch> latch);
+                                                std::shared_ptr<OutcomeLatch> latch,
+                                                AgentFinishedFn on_agent_finished);
 
 // Readable text for an actor's exit reason (the exception text when there is one).
 std::string describe(caf::actor_system& sys, const caf::error& reason);

@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "actors/memory_estimate.hpp"
+#include "actors/agents_run.hpp"
 #include "actors/run_config.hpp"
 #include "actors/shipped_configs.hpp"
 #include "apps/commands.hpp"
@@ -21,7 +22,7 @@ namespace foxhunt::apps {
 
 namespace {
 struct CheckArgs {
-  std::string config, resume;
+  std::string config, resume, seeds;
 };
 
 // A pretrain config has [model] and [task] tables, which no run config has. A file that does not
@@ -48,6 +49,7 @@ void add_check_command(CLI::App& app, Console& io) {
       ->required()
       ->check(CLI::ExistingFile);
   c->add_option("--resume", args->resume, "checkpoint (or run) directory that `train --resume` would read");
+  c->add_option("--seeds", args->seeds, "as `train --seeds`: every agent once per seed (e.g. 1,2,3)");
   c->callback([args, &io] {
     if (is_pretrain_config(args->config)) {
       if (!args->resume.empty()) {
@@ -63,6 +65,35 @@ void add_check_command(CLI::App& app, Console& io) {
         io.err << "foxhunt check: " << e.what() << "\n";
         io.exit_code = 2;
       }
+      return;
+    }
+    CheckedAgents agents;
+    try {
+      agents = check_agents(args->config, args->seeds, args->resume);
+    } catch (const std::invalid_argument& e) {
+      io.err << "foxhunt check: " << e.what() << "\n";
+      io.exit_code = 2;
+      return;
+    }
+    if (agents.config.several) {
+      const auto& list = agents.config.agents;
+      io.out << "# " << args->config << ": ok; " << list.size()
+             << " agents, each as the run it trains (its resolved config, every default filled in):\n";
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        io.out << "\n# ---- agent " << list[i].name << " (stream_priority " << list[i].stream_priority
+               << "): <run>/agents/" << list[i].name << "/config.resolved.toml\n"
+               << actors::resolved_toml(list[i].config) << "\n";
+        io.out << "# agent " << list[i].name << ": estimated device memory\n"
+               << actors::format_memory_table(agents.memory[i]);
+        if (agents.resume)
+          io.out << "resume: agent " << list[i].name << ": " << agents.checkpoints.at(list[i].name).string()
+                 << ": ok (env_steps " << agents.resume_counters.at(list[i].name).env_steps << ", updates "
+                 << agents.resume_counters.at(list[i].name).updates << ")\n";
+      }
+      io.out << "\ndevice: run.device = " << list.front().config.run.device
+             << " (not checked without a GPU: `foxhunt devices` lists the devices of a GPU host)\n";
+      io.out << "# every agent together (" << list.size() << " agents on one device): estimated device memory\n"
+             << actors::format_memory_table(agents.total);
       return;
     }
     CheckedRun run;

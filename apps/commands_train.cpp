@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "actors/agents_run.hpp"
 #include "actors/train_run.hpp"
 #include "apps/commands.hpp"
 #include "apps/run_checks.hpp"
@@ -22,7 +23,7 @@ using namespace foxhunt::actors;
 namespace {
 
 struct TrainArgs {
-  std::string config, resume, run_dir;
+  std::string config, resume, run_dir, seeds;
   bool overwrite = false;
 };
 
@@ -47,10 +48,64 @@ std::string device_problem(const RunConfig& config, const MemoryEstimate& memory
   return "";
 }
 
+// A run of several agents ([[agent]] tables or --seeds): actors::run_agents_training.
+int train_agents(const TrainArgs& a, CheckedAgents run, Console& io) {
+  RunDirPlan dir;
+  const RunConfig& shared = run.config.agents.front().config;
+  try {
+    const fs::path path = a.run_dir.empty() ? default_run_dir(shared.run.name) : fs::path(a.run_dir);
+    dir = plan_run_dir(path, a.overwrite, run.resume);
+  } catch (const std::invalid_argument& e) {
+    io.err << "foxhunt train: " << e.what() << "\n";
+    return 2;
+  }
+  std::string why;
+  const int count = gpu::device_count(&why);
+  if (count == 0) {
+    io.err << "foxhunt train: needs a CUDA device: " << (why.empty() ? "none found" : why)
+           << " (foxhunt check validates a config without one)\n";
+    return 1;
+  }
+  if (const std::string problem = device_problem(shared, run.total, count); !problem.empty()) {
+    io.err << "foxhunt train: " << problem << " (" << run.config.agents.size() << " agents together)\n";
+    return 2;
+  }
+  try {
+    prepare_run_dir(dir);
+  } catch (const std::invalid_argument& e) {
+    io.err << "foxhunt train: " << e.what() << "\n";
+    return 2;
+  }
+  log_to_run_dir(dir.dir, shared.logging.level);
+  spdlog::info("run directory {} ({} agents)", fs::absolute(dir.dir).string(), run.config.agents.size());
+  for (std::size_t i = 0; i < run.config.agents.size(); ++i)
+    spdlog::info("agent {}: {} (seed {}, stream priority {}), estimated device memory {}", run.config.agents[i].name,
+                 run.config.agents[i].config.learner.kind, run.config.agents[i].config.run.seed,
+                 run.config.agents[i].stream_priority, human_bytes(run.memory[i].total()));
+  AgentsTrainRequest req;
+  req.config = run.config;
+  req.run_dir = dir.dir;
+  req.resume = run.checkpoints;
+  req.stop_signal = &install_stop_signals();
+  try {
+    const AgentsTrainOutcome out = run_agents_training(req);
+    const AgentsResult& r = out.result;
+    if (!r.outcome.ok()) io.err << "foxhunt train: failed: " << r.outcome.reason << "\n";
+    for (const auto& agent : r.agents)
+      if (!agent.checkpoint_error.empty()) io.err << "foxhunt train: agent " << agent.name << ": " << agent.checkpoint_error << "\n";
+    return r.exit_code();
+  } catch (const std::exception& e) {
+    io.err << "foxhunt train: " << e.what() << "\n";
+    return 1;
+  }
+}
+
 int train(const TrainArgs& a, Console& io) {
   CheckedRun run;
   RunDirPlan dir;
   try {
+    CheckedAgents agents = check_agents(a.config, a.seeds, a.resume);
+    if (agents.config.several) return train_agents(a, std::move(agents), io);
     run = check_run(a.config, a.resume);
     const fs::path path =
         a.run_dir.empty() ? default_run_dir(run.config.run.name) : fs::path(a.run_dir);
@@ -117,6 +172,9 @@ void add_train_command(CLI::App& app, Console& io) {
   t->add_option("--run-dir", args->run_dir,
                 "where logs, metrics and checkpoints go (default runs/<name>-<time>); must be new or empty");
   t->add_flag("--overwrite", args->overwrite, "replace the contents of a non-empty --run-dir (listed in the log)");
+  t->add_option("--seeds", args->seeds,
+                "run every agent of the config once per seed, all at once (e.g. 1,2,3: distinct non-negative "
+                "integers); each is an agent <name>-seed<s> (seed<s> for a file of one agent)");
   t->callback([args, &io] { io.exit_code = train(*args, io); });
 }
 

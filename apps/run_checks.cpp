@@ -4,6 +4,7 @@
 
 #include "actors/checkpoint_check.hpp"
 #include "actors/checkpoint_store.hpp"
+#include "actors/agents_run.hpp"
 #include "actors/train_run.hpp"
 
 namespace foxhunt::apps {
@@ -21,6 +22,41 @@ CheckedRun check_run(const std::filesystem::path& config, const std::string& res
     run.resume_counters = actors::CheckpointStore::read_counters(*run.resume);
   }
   run.memory = actors::estimate_memory(run.config);
+  return run;
+}
+
+CheckedAgents check_agents(const std::filesystem::path& config, const std::string& seeds, const std::string& resume) {
+  CheckedAgents run;
+  run.config = actors::load_agents_config(config);
+  if (!seeds.empty()) run.config = actors::with_seeds(run.config, actors::parse_seeds(seeds));
+  if (!run.config.several) return run;
+  if (!resume.empty()) {
+    run.resume = resume;
+    run.checkpoints = actors::resolve_agent_checkpoints(run.config, resume);
+    for (const auto& a : run.config.agents) {
+      const std::filesystem::path& dir = run.checkpoints.at(a.name);
+      try {
+        actors::require_resumable(a.config, dir);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument("--resume: agent \"" + a.name + "\": " + e.what());
+      }
+      run.resume_counters[a.name] = actors::CheckpointStore::read_counters(dir);
+    }
+  }
+  for (const auto& a : run.config.agents) {
+    actors::MemoryEstimate m;
+    try {
+      m = actors::estimate_memory(a.config);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("agent \"" + a.name + "\": " + e.what());
+    }
+    run.total.parameters += m.parameters;
+    run.total.replay += m.replay;
+    run.total.learner += m.learner;
+    run.total.collector += m.collector;
+    run.total.fixed += m.fixed;
+    run.memory.push_back(m);
+  }
   return run;
 }
 

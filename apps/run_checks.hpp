@@ -3,6 +3,8 @@
 // config and everything it references (load_run_config), the checkpoint to resume
 // (actors/checkpoint_check), and the run's device-memory estimate (actors/memory_estimate).
 #include <filesystem>
+#include <map>
+#include <vector>
 #include <optional>
 #include <string>
 
@@ -23,5 +25,21 @@ struct CheckedRun {
 // them, from load_run_config), or the checkpoint's (naming --resume, each file, tensor and shape).
 // `resume` empty: no resume.
 CheckedRun check_run(const std::filesystem::path& config, const std::string& resume);
+
+// A run of several agents ([[agent]] tables, or --seeds): every agent's config, checkpoint to
+// resume (<resume>/agents/<name>) and memory estimate, and their sum (the agents share the device).
+struct CheckedAgents {
+  actors::AgentsConfig config;
+  std::optional<std::filesystem::path> resume;              // the run directory given to --resume
+  std::map<std::string, std::filesystem::path> checkpoints;  // agent -> checkpoint (with resume)
+  std::map<std::string, actors::Counters> resume_counters;
+  std::vector<actors::MemoryEstimate> memory;  // per agent, in order
+  actors::MemoryEstimate total;                // summed
+};
+
+// load_agents_config(config), with_seeds when `seeds` is given; for a file of one agent without
+// --seeds, config.several is false and nothing else is filled in (check_run's turn).
+// std::invalid_argument as check_run's, naming the agent.
+CheckedAgents check_agents(const std::filesystem::path& config, const std::string& seeds, const std::string& resume);
 
 }  // namespace foxhunt::apps

@@ -88,6 +88,24 @@ Reader::Reader(const std::string& text, std::string source) : source_(std::move(
   }
 }
 
+bool Reader::select_element(const std::string& array, std::size_t index, const std::vector<std::string>& merged) {
+  toml::array* elements = root_[array].as_array();
+  if (elements == nullptr || index >= elements->size() || !(*elements)[index].is_table()) return false;
+  // Moved, not copied: toml++ keeps a node's source position only when it is moved.
+  toml::table element = std::move(*(*elements)[index].as_table());
+  for (const std::string& name : merged) {
+    toml::table* sub = element[name].as_table();
+    if (sub == nullptr) continue;
+    if (root_.get(name) == nullptr) root_.insert_or_assign(name, toml::table{});
+    toml::table* top = root_[name].as_table();
+    if (top == nullptr) continue;  // not a table at the top: table() reports it
+    for (auto&& [key, value] : *sub) top->insert_or_assign(key, std::move(value));
+    element.erase(name);
+  }
+  root_.insert_or_assign(array, std::move(element));
+  return true;
+}
+
 // ---- tables -----------------------------------------------------------------------------------
 
 bool Reader::table(const std::string& name, bool required, std::string_view hint) {

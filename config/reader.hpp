@@ -48,6 +48,13 @@ class Reader {
   const std::string& source() const { return source_; }
   bool syntax_ok() const { return syntax_ok_; }
 
+  // Reads the file as if, instead of the array of tables `array` ([[agent]] ...), it had only
+  // element `index` of it as the table [array], with that element's sub-tables named in `merged`
+  // merged into the top-level tables of the same names (its keys win; every value keeps its line).
+  // One reader per element reads a file of several agents over shared tables. False (nothing
+  // changed) when the file has no such element or it is not a table.
+  bool select_element(const std::string& array, std::size_t index, const std::vector<std::string>& merged);
+
   // ---- tables ---------------------------------------------------------------------------------
   // Makes `name` ("replay", "process.jumps") the current table and a known one. Returns whether
   // the file has it; a required table that is absent is an error naming `hint` (what it holds).

@@ -3,10 +3,23 @@
 #include <utility>
 
 #include "gpu/check.hpp"
+#include "gpu/stream_priority.hpp"
 
 namespace foxhunt::gpu {
 
-Stream::Stream() { FH_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+namespace {
+thread_local int t_stream_priority = 0;
+}  // namespace
+
+StreamPriorityScope::StreamPriorityScope(int priority) : previous_(t_stream_priority) {
+  t_stream_priority = priority;
+}
+StreamPriorityScope::~StreamPriorityScope() { t_stream_priority = previous_; }
+int StreamPriorityScope::current() noexcept { return t_stream_priority; }
+
+Stream::Stream() {
+  FH_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, t_stream_priority));
+}
 Stream::~Stream() {
   if (stream_) cudaStreamDestroy(stream_);
 }

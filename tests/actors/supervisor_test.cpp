@@ -36,7 +36,7 @@ struct Harness {
       children = ch;
       ++wirings;
     };
-    sup = sys->spawn(supervisor_actor, std::move(specs), policy, wire, latch);
+    sup = sys->spawn(supervisor_actor, std::move(specs), policy, wire, latch, AgentFinishedFn{});
     // the supervisor spawns and wires its children when it first runs, asynchronously
     for (int i = 0; i < 1000 && wirings.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }

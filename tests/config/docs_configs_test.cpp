@@ -25,7 +25,10 @@ std::set<std::string> documented(const std::string& part) {
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("## ", 0) == 0) inside = line == "## " + part;
     if (!inside) continue;
-    if (line.rfind("### [", 0) == 0) table = line.substr(5, line.find(']') - 5);
+    if (line.rfind("### [[", 0) == 0)  // an array of tables: "### [[agent]]"
+      table = line.substr(6, line.find(']') - 6);
+    else if (line.rfind("### [", 0) == 0)
+      table = line.substr(5, line.find(']') - 5);
     if (line.rfind("| `", 0) == 0 && !table.empty()) keys.insert(table + "." + line.substr(3, line.find('`', 3) - 3));
   }
   return keys;

@@ -72,20 +72,50 @@ void expect_same(const RunConfig& got, const RunConfig& want) {
 }
 
 TEST(ShippedRunConfigs, EveryRunConfigLoadsAndRoundTrips) {
-  int n = 0;
+  int n = 0, several = 0;
   for (const auto& e : fs::directory_iterator(kConfigs)) {
     if (!e.is_regular_file() || e.path().extension() != ".toml") continue;
     SCOPED_TRACE(e.path().string());
-    RunConfig c;
-    ASSERT_NO_THROW(c = load_run_config(e.path()));
-    if (c.env.kind == "market") {
-      EXPECT_NO_THROW(market_config(c));
+    AgentsConfig agents;
+    ASSERT_NO_THROW(agents = load_agents_config(e.path()));
+    if (!agents.several) {  // a file of one agent reads as load_run_config reads it
+      ASSERT_EQ(agents.agents.size(), 1u);
+      expect_same(agents.agents.front().config, load_run_config(e.path()));
     }
-    // The resolved config (what a run directory keeps) reads back to the same settings.
-    expect_same(parse_run_config(resolved_toml(c), "resolved"), c);
+    several += agents.several ? 1 : 0;
+    for (const AgentConfig& a : agents.agents) {
+      SCOPED_TRACE("agent " + a.name);
+      const RunConfig& c = a.config;
+      if (c.env.kind == "market") {
+        EXPECT_NO_THROW(market_config(c));
+      }
+      // The resolved config (what a run directory keeps) reads back to the same settings.
+      expect_same(parse_run_config(resolved_toml(c), "resolved"), c);
+    }
     ++n;
   }
   EXPECT_GE(n, 6);
+  EXPECT_GE(several, 2) << "configs/dqn_and_ppo_ou.toml and a multi-seed example";
+}
+
+// configs/dqn_and_ppo_ou.toml: its agents are configs/pipeline_dqn_ou_market.toml's DQN and
+// configs/ppo_market.toml's PPO (trained through the actors), over one environment and the same
+// seed (the same price paths), for one total of env steps.
+TEST(ShippedRunConfigs, DqnAndPpoOuTakesItsAgentsFromTheOneAgentConfigs) {
+  const AgentsConfig agents = load_agents_config(kConfigs / "dqn_and_ppo_ou.toml");
+  ASSERT_EQ(agents.agents.size(), 2u);
+  RunConfig dqn = load_run_config(kConfigs / "pipeline_dqn_ou_market.toml");
+  RunConfig ppo = load_run_config(kConfigs / "ppo_market.toml");
+  EXPECT_EQ(agents.agents[0].name, "dqn");
+  EXPECT_EQ(agents.agents[1].name, "ppo");
+  for (RunConfig* c : {&dqn, &ppo}) {
+    c->run = agents.agents[0].config.run;
+    c->checkpoint = agents.agents[0].config.checkpoint;
+  }
+  ppo.pipeline.mode = "actors";
+  expect_same(agents.agents[0].config, dqn);
+  expect_same(agents.agents[1].config, ppo);
+  EXPECT_EQ(agents.agents[0].config.run.seed, agents.agents[1].config.run.seed);
 }
 
 TEST(ShippedRunConfigs, EveryMarketConfigLoads) {

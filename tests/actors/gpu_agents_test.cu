@@ -1,0 +1,187 @@
+// Several agents in one run on the device (actors/agents_run.hpp):
+//   GpuAgents.DqnAndPpoAtOnceOnTheOuMarket: configs/dqn_and_ppo_ou.toml's two agents, shortened
+//     (64k env steps, segments of 32k: the PPO agent's checkpoints are segment ends for both),
+//     run at once: the run completes, each agent reaches its steps, writes agent/<name>/ metrics
+//     into metrics.jsonl and checkpoints under <run>/agents/<name>/ whose kept config loads as a
+//     file of one agent; the timeline has both agents' streams.
+//   GpuAgents.StopWritesEveryAgentsCheckpointAndResumeContinuesAll: a stop (the SIGINT flag) of
+//     the two-agent run leaves each agent a checkpoint; --resume of the run continues both to the
+//     end.
+//   PpoSeedsLearning.ThreeSeedsOfCartPoleEachReach475 (minutes): configs/ppo_pipeline_cartpole.toml
+//     with --seeds 1,2,3, all three at once: each seed's last window of episode statistics (50k
+//     env steps, about the last 100 episodes at 500 steps) has a mean return >= 475 within its
+//     500k env steps.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+
+#include "actors/agents_run.hpp"
+#include "actors/checkpoint_check.hpp"
+#include "actors/train_run.hpp"
+#include "tests/support/gpu_test.hpp"
+#include "tests/support/paths.hpp"
+
+using namespace foxhunt;
+using namespace foxhunt::actors;
+namespace fs = std::filesystem;
+
+namespace {
+
+// configs/dqn_and_ppo_ou.toml, shortened for a unit test: `total` env steps, segments of `every`,
+// 32 environments.
+AgentsConfig short_dqn_and_ppo(std::int64_t total, std::int64_t every) {
+  AgentsConfig c = load_agents_config(test::configs_dir() / "dqn_and_ppo_ou.toml");
+  for (AgentConfig& a : c.agents) {
+    RunConfig& r = a.config;
+    r.run.total_env_steps = total;
+    r.env.num_envs = 32;  // 256-step episodes end every 8192 env steps: both agents report returns
+    r.checkpoint.every_env_steps = every;
+    r.logging.tensorboard = false;
+    r.logging.progress_interval_ms = 100;
+    if (r.learner.kind == "dqn") {
+      r.replay.capacity = 50'000;
+      r.pipeline.learning_starts = 2'000;
+      r.learner.epsilon_decay_steps = 20'000;
+    }
+  }
+  return c;
+}
+
+std::string read_text(const fs::path& f) {
+  std::ifstream in(f);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class GpuAgents : public test::GpuTest {
+ protected:
+  fs::path dir_ = fs::temp_directory_path() / ("foxhunt_gpu_agents_" + std::to_string(::getpid()));
+  void TearDown() override {
+    fs::remove_all(dir_);
+    test::GpuTest::TearDown();
+  }
+};
+
+}  // namespace
+
+TEST_F(GpuAgents, DqnAndPpoAtOnceOnTheOuMarket) {
+  AgentsTrainRequest req;
+  req.config = short_dqn_and_ppo(65'536, 32'768);  // whole PPO rollouts (32 x 64)
+  req.run_dir = dir_ / "run";
+  req.console = false;
+  std::mutex m;
+  std::map<std::string, std::int64_t> seen_steps;
+  req.observer = [&](const std::vector<std::string>& names, const std::vector<ProgressSnapshot>& s) {
+    std::lock_guard lock(m);
+    for (std::size_t i = 0; i < names.size(); ++i) seen_steps[names[i]] = s[i].counters.env_steps;
+  };
+  const AgentsTrainOutcome out = run_agents_training(req);
+  const AgentsResult& r = out.result;
+  ASSERT_EQ(r.outcome.kind, RunOutcome::Kind::completed) << r.outcome.reason;
+  EXPECT_EQ(r.exit_code(), 0);
+  ASSERT_EQ(r.agents.size(), 2u);
+  const std::string metrics = read_text(req.run_dir / "metrics.jsonl");
+  for (const AgentResult& a : r.agents) {
+    SCOPED_TRACE(a.name);
+    EXPECT_GE(a.counters.env_steps, 65'536);
+    EXPECT_GT(a.counters.updates, 0);
+    EXPECT_GT(seen_steps[a.name], 0);
+    ASSERT_TRUE(a.final_checkpoint.has_value()) << a.checkpoint_error;
+    const fs::path agent = agent_dir(req.run_dir, a.name);
+    EXPECT_EQ(a.final_checkpoint->parent_path(), agent / "checkpoints");
+    const Counters c = CheckpointStore::read_counters(resolve_checkpoint(agent));
+    EXPECT_GE(c.env_steps, 65'536);
+    // Two checkpoints: the segment end at 32k and the final one.
+    int steps = 0;
+    for (const auto& e : fs::directory_iterator(agent / "checkpoints"))
+      steps += e.path().filename().string().rfind("step_", 0) == 0 ? 1 : 0;
+    EXPECT_EQ(steps, 2);
+    // The kept config is a file of one agent: the agent's own run.
+    const RunConfig kept = load_run_config(agent / "config.resolved.toml");
+    EXPECT_EQ(kept.learner.kind, a.name);
+    EXPECT_EQ(kept.run.seed, 1u);
+    EXPECT_NO_THROW(require_resumable(kept, *a.final_checkpoint));
+    // Its metrics under its prefix.
+    EXPECT_NE(metrics.find("\"agent/" + a.name + "/perf/env_steps_per_s\""), std::string::npos);
+    EXPECT_NE(metrics.find("\"agent/" + a.name + "/episode/return\""), std::string::npos);
+  }
+  const std::string timeline = read_text(req.run_dir / "timeline.json");
+  EXPECT_NE(timeline.find("dqn/"), std::string::npos);
+  EXPECT_NE(timeline.find("ppo/"), std::string::npos);
+  EXPECT_GE(r.overlap, 0.0);
+}
+
+TEST_F(GpuAgents, StopWritesEveryAgentsCheckpointAndResumeContinuesAll) {
+  AgentsTrainRequest req;
+  req.config = short_dqn_and_ppo(262'144, 0);  // no segments: the stop is the only checkpoint
+  for (AgentConfig& a : req.config.agents) a.config.logging.timeline = false;
+  req.run_dir = dir_ / "first";
+  req.console = false;
+  std::atomic<int> stop{0};
+  req.stop_signal = &stop;
+  req.observer = [&stop](const std::vector<std::string>&, const std::vector<ProgressSnapshot>& s) {
+    bool all = true;
+    for (const auto& a : s) all = all && a.counters.env_steps >= 16'384 && a.updates_done > 0;
+    if (all) stop = 1;  // as the SIGINT handler does
+  };
+  const AgentsTrainOutcome first = run_agents_training(req);
+  ASSERT_EQ(first.result.outcome.kind, RunOutcome::Kind::stopped) << first.result.outcome.reason;
+  for (const AgentResult& a : first.result.agents) {
+    SCOPED_TRACE(a.name);
+    ASSERT_TRUE(a.final_checkpoint.has_value()) << a.checkpoint_error;
+    EXPECT_LT(a.counters.env_steps, 262'144);
+  }
+  AgentsTrainRequest again;
+  again.config = req.config;
+  again.run_dir = dir_ / "second";
+  again.console = false;
+  again.resume = resolve_agent_checkpoints(again.config, req.run_dir);
+  ASSERT_EQ(again.resume.size(), 2u);
+  const AgentsTrainOutcome second = run_agents_training(again);
+  ASSERT_EQ(second.result.outcome.kind, RunOutcome::Kind::completed) << second.result.outcome.reason;
+  for (std::size_t i = 0; i < 2; ++i) {
+    SCOPED_TRACE(second.result.agents[i].name);
+    EXPECT_GE(second.result.agents[i].counters.env_steps, 262'144);
+    EXPECT_GT(second.result.agents[i].counters.updates, first.result.agents[i].counters.updates);
+  }
+}
+
+class PpoSeedsLearning : public test::GpuTest {};
+
+TEST_F(PpoSeedsLearning, ThreeSeedsOfCartPoleEachReach475) {
+  const fs::path root = fs::temp_directory_path() / ("foxhunt_ppo_seeds_learn_" + std::to_string(::getpid()));
+  AgentsTrainRequest req;
+  req.config = with_seeds(load_agents_config(test::configs_dir() / "ppo_pipeline_cartpole.toml"), parse_seeds("1,2,3"));
+  for (AgentConfig& a : req.config.agents) {
+    a.config.checkpoint.every_env_steps = 0;
+    a.config.logging.timeline = false;
+    a.config.logging.tensorboard = false;
+  }
+  req.stage_options.stats_every = 50'000;  // a window of about 100 episodes of 500 steps
+  req.run_dir = root / "run";
+  req.console = false;
+  std::mutex m;
+  std::map<std::string, double> last_return;
+  req.observer = [&](const std::vector<std::string>& names, const std::vector<ProgressSnapshot>& s) {
+    std::lock_guard lock(m);
+    for (std::size_t i = 0; i < names.size(); ++i)
+      for (const auto& [k, v] : s[i].scalars)
+        if (k == "episode/return") last_return[names[i]] = v;
+  };
+  const AgentsTrainOutcome out = run_agents_training(req);
+  ASSERT_EQ(out.result.outcome.kind, RunOutcome::Kind::completed) << out.result.outcome.reason;
+  ASSERT_EQ(out.result.agents.size(), 3u);
+  for (const AgentResult& a : out.result.agents) {
+    SCOPED_TRACE(a.name);
+    EXPECT_LE(a.counters.env_steps, 500'000);
+    EXPECT_GE(last_return[a.name], 475.0);
+  }
+  fs::remove_all(root);
+}
