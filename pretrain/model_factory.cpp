@@ -275,6 +275,8 @@ std::unique_ptr<models::RecurrentModule> make_tft(const ModelSpec& s) {
     throw std::invalid_argument("model.heads = " + std::to_string(t.heads) + " must divide model.hidden = " +
                                 std::to_string(t.hidden));
   return std::make_unique<models::tft::Tft>(t);
+}
+
 void kan_keys(config::Reader& r, FamilyOptions& o) {
   r.integer("grid", o.integers["grid"] = 5, 1, models::kKanMaxBases - 1);
   r.integer("order", o.integers["order"] = 3, 1, models::kKanMaxOrder);
