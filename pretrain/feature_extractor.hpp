@@ -9,7 +9,8 @@
 //   head       the task head on them (the forecasts, or the regime / direction logits).
 // So the features of an observation t steps into an episode are the model's training form over
 // the episode's returns r_0 .. r_t (r_0: the newest return of the episode's first observation),
-// from the zero state; the two agree by test (tests/pretrain/feature_extractor_test.cu).
+// from the zero state (tft: over the last T of them, zeros in front: its state is a shift
+// register of T inputs); the two agree by test (tests/pretrain/feature_extractor_test.cu).
 //
 // Parameters: the checkpoint's model and head in an arena of the extractor's own, loaded once
 // (model.safetensors, every tensor's shape checked against the config's model) and never trained

@@ -1,7 +1,8 @@
 // FeatureExtractor (pretrain/feature_extractor.hpp) on the device, for every family: the features
 // it writes into the observations, step by step with one state per environment and resets at
 // random episode ends, equal the model's training form (the window form, models::RecurrentModule::
-// forward over (B, T, C) from the zero state) on the same episode's returns; a peek (an episode's
+// forward over (B, T, C)) on the same episode's returns (from the window's start for the recurrent
+// families, ending the window for TFT's shift register); a peek (an episode's
 // final observation) continues the episode from a copy of the state and leaves the state as it was;
 // no other observation column changes. The weights come from a checkpoint directory written like
 // `foxhunt pretrain`'s (config.resolved.toml, market.resolved.toml, model.safetensors).
@@ -132,13 +133,18 @@ void FeatureExtractorTest::check_family(const std::string& kind, std::int64_t la
   const std::int64_t A = market.assets, B = 2 * K * N;
   std::vector<float> x(static_cast<std::size_t>(B * kWindow * A), 0.f);
   std::vector<std::int64_t> pos(static_cast<std::size_t>(B), -1);
+  // The recurrent families' step form continues from the zero state: the episode's returns from
+  // the window's first position, read at the last one given. TFT's keeps the last T inputs with
+  // zeros after a reset: the returns end the window (zeros in front), read at its last position.
+  const bool shift_register = kind == "tft";
   auto put = [&](std::int64_t b, std::int64_t s, std::int64_t last_t, std::int64_t i, const std::vector<float>& last) {
+    const std::int64_t first = shift_register ? kWindow - 1 - (last_t - s) : 0;
     for (std::int64_t u = s; u <= last_t; ++u)
       for (std::int64_t a = 0; a < A; ++a) {
         const auto& src_obs = u == last_t ? last : obs;
-        x[(b * kWindow + (u - s)) * A + a] = src_obs[(u * N + i) * D + newest + a];
+        x[(b * kWindow + first + (u - s)) * A + a] = src_obs[(u * N + i) * D + newest + a];
       }
-    pos[b] = last_t - s;
+    pos[b] = first + last_t - s;
   };
   for (std::int64_t t = 0; t < K; ++t)
     for (std::int64_t i = 0; i < N; ++i) {
