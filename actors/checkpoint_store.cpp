@@ -35,7 +35,10 @@ fs::path CheckpointStore::write(const Counters& c, const std::function<void(cons
   try {
     fs::create_directories(tmp_dir);
     if (job) job(tmp_dir);
-    for (const auto& [file, text] : attachments_) write_text_atomically(tmp_dir / file, text);
+    for (const auto& [file, text] : attachments_) {
+      fs::create_directories((tmp_dir / file).parent_path());  // an attachment may sit in a folder
+      write_text_atomically(tmp_dir / file, text);
+    }
     nlohmann::json j = {{"env_steps", c.env_steps}, {"updates", c.updates}, {"policy_version", c.policy_version}};
     write_text_atomically(tmp_dir / "counters.json", j.dump(2) + "\n");
     fs::remove_all(final_dir, ec);  // a re-save at the same step replaces the older one

@@ -6,6 +6,7 @@
 #include "actors/ppo_run.hpp"
 #include "actors/stage_factory.hpp"
 #include "gpu/check.hpp"
+#include "pretrain/feature_extractor.hpp"
 #include "rl/ppo/actor_critic.hpp"
 #include "rl/ppo/distributions.hpp"
 
@@ -47,6 +48,10 @@ struct PpoGreedyPolicy::Impl {
   models::OwnedWorkspace ws;
   gpu::DeviceBuffer<float> head, state;
   gpu::DeviceBuffer<std::uint8_t> reset_all;
+  // [features]: the run's frozen extractor fills a copy of each observation's feature block.
+  std::unique_ptr<pretrain::FeatureExtractor> features;
+  gpu::DeviceBuffer<float> obs;
+  gpu::DeviceBuffer<std::uint8_t> no_done;
 };
 
 PpoGreedyPolicy::PpoGreedyPolicy(const RunConfig& config, const fs::path& config_file, const rl::VecEnv& env,
@@ -74,6 +79,15 @@ PpoGreedyPolicy::PpoGreedyPolicy(const RunConfig& config, const fs::path& config
     m.reset_all = gpu::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(n));
     FH_CHECK(cudaMemsetAsync(m.reset_all.data(), 1, m.reset_all.bytes(), lane.stream));
   }
+  if (const auto src = feature_source(config)) {
+    const auto* market = dynamic_cast<const rl::MarketEnv*>(&env);
+    if (market == nullptr) throw std::runtime_error("[features] needs a market environment (config " + config_file.string() + ")");
+    m.features = std::make_unique<pretrain::FeatureExtractor>(
+        *src, pretrain::parse_feature_output(config.features.output), market->config(), n, lane.stream);
+    m.obs = gpu::DeviceBuffer<float>(static_cast<std::size_t>(n * env.obs_dim()));
+    m.no_done = gpu::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(n));
+    m.no_done.zero(lane.stream);
+  }
 }
 
 PpoGreedyPolicy::~PpoGreedyPolicy() = default;
@@ -82,6 +96,13 @@ void PpoGreedyPolicy::act(const EvalActions& actions, const float* obs, std::int
                           cudaStream_t stream) {
   Impl& m = *impl_;
   FH_EXPECT(stream == m.lane.stream, "PpoGreedyPolicy::act: stream must be the policy's lane stream");
+  if (m.features) {
+    // One episode per environment: every state starts at step 0 and carries after that.
+    FH_EXPECT(rows == m.features->num_envs(), "PpoGreedyPolicy::act: rows differ from the environments");
+    FH_CHECK(cudaMemcpyAsync(m.obs.data(), obs, m.obs.bytes(), cudaMemcpyDeviceToDevice, stream));
+    m.features->step(m.obs.data(), step == 0 ? nullptr : m.no_done.data(), nullptr, m.lane);
+    obs = m.obs.data();
+  }
   if (m.net.recurrent())
     m.net.step(m.head.data(), nullptr, m.state.data(), obs, step == 0 ? m.reset_all.data() : nullptr, rows,
                m.ws.view, m.lane);
@@ -100,6 +121,8 @@ const char* baseline_name(rl::BaselinePolicy kind) {
       return "random";
     case rl::BaselinePolicy::ou_oracle:
       return "ou_oracle";
+    case rl::BaselinePolicy::regime_oracle:
+      return "regime_oracle";
   }
   return "baseline";
 }

@@ -468,6 +468,8 @@ EvalReport evaluate(const EvalPlan& plan) {
   }
   std::vector<rl::BaselinePolicy> baselines = {rl::BaselinePolicy::buy_and_hold, rl::BaselinePolicy::flat};
   if (mc.process == rl::PriceProcess::ou) baselines.push_back(rl::BaselinePolicy::ou_oracle);
+  if (mc.process == rl::PriceProcess::gbm && mc.regimes >= 2 && mc.jump_intensity == 0.0)
+    baselines.push_back(rl::BaselinePolicy::regime_oracle);
   baselines.push_back(rl::BaselinePolicy::random);
 
   for (const double m : plan.cost_multipliers) {

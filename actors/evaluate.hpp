@@ -81,7 +81,8 @@ struct EvalReport {
   std::int64_t steps = 0;     // steps each environment ran
   std::uint64_t seed = 0;
   rl::Split split = rl::Split::train;  // the part of a replay market evaluated
-  // Per cost multiplier: each checkpoint's policy, then buy_and_hold, flat, ou_oracle (OU
+  // Per cost multiplier: each checkpoint's policy, then buy_and_hold, flat, regime_oracle (GBM
+  // markets of >= 2 regimes without jumps), ou_oracle (OU
   // markets), random.
   std::vector<EvalRow> rows;
   report::Report report;  // runs[i] is rows[i]; summarized (intervals and aggregates filled)

@@ -18,6 +18,7 @@
 #include "gpu/check.hpp"
 #include "gpu/context.hpp"
 #include "gpu/device.hpp"
+#include "pretrain/feature_extractor.hpp"
 #include "rl/ppo/trainer.hpp"
 
 namespace foxhunt::actors {
@@ -36,8 +37,11 @@ std::int64_t iterations_of(const RunConfig& c) {
   return std::max<std::int64_t>(1, c.run.total_env_steps / (c.env.num_envs * c.learner.rollout_steps));
 }
 
-std::vector<DeviceSpan> trainer_state_spans(rl::ppo::PpoTrainer& t) {
-  return ppo_state_spans(t.rollout(), t.learner().counters(), t.act_counter(), t.reward_normalizer());
+std::vector<DeviceSpan> trainer_state_spans(rl::ppo::PpoTrainer& t, pretrain::FeatureExtractor* features) {
+  DeviceSpan f;
+  if (features != nullptr) f = {"features_state", features->state().data(), features->state().bytes()};
+  return ppo_state_spans(t.rollout(), t.learner().counters(), t.act_counter(), t.reward_normalizer(),
+                         features != nullptr ? &f : nullptr);
 }
 
 Scalars scalars_of(const rl::ppo::TrainerStats& s) {
@@ -61,7 +65,8 @@ Scalars scalars_of(const rl::ppo::TrainerStats& s) {
 }  // namespace
 
 std::vector<DeviceSpan> ppo_state_spans(rl::ppo::Rollout& carry, std::uint64_t* learner_counters,
-                                        std::uint64_t* act_counter, rl::ppo::RewardNormalizer* reward_norm) {
+                                        std::uint64_t* act_counter, rl::ppo::RewardNormalizer* reward_norm,
+                                        const DeviceSpan* features_state) {
   rl::ppo::Rollout& r = carry;
   std::vector<DeviceSpan> spans{{"next_obs", r.next_obs.data(), r.next_obs.bytes()}};
   if (!r.state.empty()) {
@@ -75,6 +80,7 @@ std::vector<DeviceSpan> ppo_state_spans(rl::ppo::Rollout& carry, std::uint64_t* 
     spans.push_back({"reward_returns", reward_norm->returns(), reward_norm->returns_buffer().bytes()});
     spans.push_back({"reward_moments", reward_norm->moments(), reward_norm->moments_buffer().bytes()});
   }
+  if (features_state != nullptr && features_state->bytes > 0) spans.push_back(*features_state);
   return spans;
 }
 
@@ -130,6 +136,10 @@ std::vector<std::pair<std::string, std::size_t>> ppo_state_arrays(const RunConfi
     a.emplace_back("reward_returns", n * sizeof(float));
     a.emplace_back("reward_moments", 3 * sizeof(double));
   }
+  if (const auto src = feature_source(c)) {
+    const std::int64_t S = pretrain::make_model(src->model)->state_features();  // host-only construction
+    if (S > 0) a.emplace_back("features_state", n * static_cast<std::size_t>(S) * sizeof(float));
+  }
   return a;
 }
 
@@ -148,6 +158,14 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
   const EnvShape shape = env_shape(cfg);
   std::unique_ptr<rl::VecEnv> env = make_env(cfg, cfg.env.num_envs, rl::Split::train, s);
   rl::ppo::PpoTrainer trainer(ppo_config(cfg, shape), *env, ctx.blas());
+  std::unique_ptr<pretrain::FeatureExtractor> features;
+  if (const auto src = feature_source(cfg)) {
+    const pretrain::FeatureOutput output = pretrain::parse_feature_output(cfg.features.output);
+    features = std::make_unique<pretrain::FeatureExtractor>(*src, output, market_config(cfg), cfg.env.num_envs, s);
+    trainer.set_features(features.get());
+    spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), frozen", src->dir.string(),
+                 src->config.model.kind, src->config.model.hidden, cfg.features.output, features->features());
+  }
   trainer.reset(cfg.run.seed);
 
   const std::int64_t total_iterations = iterations_of(cfg);
@@ -156,7 +174,7 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
   if (req.resume) {
     counters = CheckpointStore::read_counters(*req.resume);
     trainer.learner().arena().load(*req.resume / "learner.safetensors", s);
-    read_spans(*req.resume / "ppo.state", trainer_state_spans(trainer), s);
+    read_spans(*req.resume / "ppo.state", trainer_state_spans(trainer, features.get()), s);
     read_spans(*req.resume / "env.state", env_state_spans(*env), s);
     trainer.set_iterations(counters.env_steps / rows);
     spdlog::info("resuming from {} at {} env steps, {} updates", req.resume->string(), counters.env_steps,
@@ -171,7 +189,7 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
     counters.updates = trainer.iterations();
     return store.write(counters, [&](const fs::path& dir) {
       trainer.learner().arena().save(dir / "learner.safetensors", s, true);
-      write_spans(dir / "ppo.state", trainer_state_spans(trainer), s);
+      write_spans(dir / "ppo.state", trainer_state_spans(trainer, features.get()), s);
       write_spans(dir / "env.state", env_state_spans(*env), s);
     });
   };

@@ -8,7 +8,9 @@
 //   learner.safetensors   the networks and Adam's moments (gpu::ParameterArena)
 //   ppo.state             the trainer's device state: the observation after the last step, the
 //                         LSTM state and last dones (recurrent), the learner's counters (updates,
-//                         Adam steps, permutation draws) and the sampling counter
+//                         Adam steps, permutation draws), the sampling counter and ([features])
+//                         the feature extractor's per-environment state
+//   features/             [features]: the frozen extractor (RunConfig's kKeptFeaturesDir)
 //   env.state             the environments (actors/env_state.hpp)
 //   counters.json         env_steps (iterations x num_envs x rollout_steps) and updates
 // so a resumed run continues bitwise where the checkpoint was taken.
@@ -32,9 +34,11 @@ rl::ppo::PpoConfig ppo_config(const RunConfig& config, const EnvShape& env);
 std::vector<std::pair<std::string, std::size_t>> ppo_state_arrays(const RunConfig& config, const EnvShape& env);
 
 // The spans of ppo.state, in file order: the carried rollout state (next_obs; LSTM state and
-// last dones), the learner's counters, the sampling counter, the reward normalizer's state.
+// last dones), the learner's counters, the sampling counter, the reward normalizer's state and,
+// with [features], the extractor's per-environment state (features_state: its span, or null).
 std::vector<DeviceSpan> ppo_state_spans(rl::ppo::Rollout& carry, std::uint64_t* learner_counters,
-                                        std::uint64_t* act_counter, rl::ppo::RewardNormalizer* reward_norm);
+                                        std::uint64_t* act_counter, rl::ppo::RewardNormalizer* reward_norm,
+                                        const DeviceSpan* features_state = nullptr);
 
 // Iterations (updates) of a run: total_env_steps / (num_envs x rollout_steps), at least 1.
 std::int64_t ppo_iterations(const RunConfig& config);

@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "actors/train_run.hpp"
 #include "config/reader.hpp"
 #include "config/text_file.hpp"
 
@@ -73,6 +74,30 @@ void read_ppo_relations(config::Reader& r, const RunConfig& c) {
   r.relation(rows <= c.run.total_env_steps, "learner.rollout_steps", "run.total_env_steps",
              "one iteration (env.num_envs x learner.rollout_steps = " + std::to_string(rows) +
                  " steps) must fit in the run");
+}
+
+// [features]: what runs with a feature extractor, and what is declared but not supported yet
+// (each refused naming its key, never a silent fallback).
+void read_feature_relations(config::Reader& r, const RunConfig& c) {
+  const bool on = c.features.enabled();
+  const bool ppo = c.learner.kind == "ppo";
+  for (const char* k : {"features.mode", "features.output"})
+    r.no_effect(k, on, "features.checkpoint", "the options of a feature extractor");
+  r.no_effect("features.shared", on && ppo, on ? "learner.kind" : "features.checkpoint",
+              "whether PPO's actor and critic share the extractor");
+  if (!on) return;
+  if (c.features.mode == "finetune")
+    r.fail("features.mode", "\"finetune\" is not supported yet: the extractor can only be frozen (mode = \"frozen\")");
+  r.relation(c.env.kind == "market", "features.checkpoint", "env.kind",
+             "features are computed from a market observation's returns (env.kind = \"market\")");
+  r.relation(ppo && c.pipeline.mode == "sync", "features.checkpoint", "learner.kind",
+             "a feature extractor runs with learner.kind = \"ppo\" and pipeline.mode = \"sync\"; not supported yet: "
+             "DQN and PPO through the actors");
+  r.relation(c.env.observe.empty(), "features.checkpoint", "env.observe",
+             "the extractor reads and writes the whole market observation; not supported yet with a column selection");
+  r.relation(!ppo || c.features.shared || c.features.mode == "finetune", "features.shared", "features.mode",
+             "frozen features are one observation block that actor and critic both read (separate extractors need "
+             "mode = \"finetune\")");
 }
 
 // One pass reads every field (defaults where absent), records the resolved table, and checks
@@ -179,6 +204,12 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file, AgentKeys* agent 
   r.choice("action_bound", c.learner.action_bound, {"clip", "tanh"});
   r.boolean("fused_kernels", c.learner.fused_kernels);
 
+  r.table("features");
+  r.path("checkpoint", c.features.checkpoint);
+  r.choice("mode", c.features.mode, {"frozen", "finetune"});
+  r.choice("output", c.features.output, {"embedding", "head"});
+  r.boolean("shared", c.features.shared);
+
   r.table("pipeline");
   r.choice("mode", c.pipeline.mode, {"actors", "sync"});
   r.integer("policy_lag", c.pipeline.policy_lag, 0, 1);
@@ -230,6 +261,7 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file, AgentKeys* agent 
              "checkpoint.every_env_steps",
              "\"always\" puts the replay buffer in the periodic checkpoints, and every_env_steps = 0 writes none "
              "(set every_env_steps, or use \"final\")");
+  read_feature_relations(r, c);
   // Keys that do nothing under the options chosen: an error when given, a comment when resolved.
   r.no_effect("env.market", c.env.kind == "market", "env.kind", "only markets read a market file");
   for (const char* k :
@@ -270,7 +302,9 @@ std::string pipeline_market_problem(const rl::MarketConfig& m, const std::string
   if (m.action != rl::ActionMode::discrete && learner_kind == "dqn")
     return "action.kind = \"continuous\" cannot run in the DQN pipeline (needs discrete levels; PPO takes "
            "continuous actions)";
-  if (m.extra_features != 0) return "market.extra_features must be 0 (nothing fills the extra block in the pipeline)";
+  if (m.extra_features != 0)
+    return "market.extra_features must be 0 (nothing fills the extra block in the pipeline; with [features] the "
+           "extractor sets its width)";
   return {};
 }
 
@@ -317,11 +351,43 @@ void read_market(config::Reader& r, RunConfig& c, const fs::path& base) {
                                 " assets (one branch each in the pipeline)");
 }
 
+// features.checkpoint: resolved against the run config's folder (a pretrain checkpoint directory,
+// or a run or checkpoint root: its latest checkpoint), stored absolute, read, and checked against
+// the environment's observation; every problem is an error naming features.checkpoint.
+void read_features(config::Reader& r, RunConfig& c, const fs::path& base) {
+  if (!c.features.enabled() || r.has_error("features.checkpoint")) return;
+  fs::path p(c.features.checkpoint);
+  if (p.is_relative()) p = base / p;
+  std::error_code ec;
+  fs::path abs = fs::absolute(p, ec);
+  if (ec) abs = p;
+  abs = abs.lexically_normal();
+  pretrain::FeatureSource src;
+  try {
+    const fs::path dir = fs::is_regular_file(abs / pretrain::kFeatureModelFile, ec) ? abs : resolve_checkpoint(abs);
+    src = pretrain::load_feature_source(dir);
+  } catch (const std::exception& e) {
+    r.fail("features.checkpoint", std::string(e.what()) + " (features.checkpoint names a `foxhunt pretrain` "
+                                  "checkpoint or run directory, relative to this file)");
+    return;
+  }
+  c.features.checkpoint = src.dir.string();
+  if (c.env.kind != "market" || c.env.market.empty() || r.has_error("env.market")) return;
+  rl::MarketConfig m;
+  try {
+    m = rl::load_market_config(c.env.market);
+  } catch (const std::exception&) {
+    return;  // reported under env.market
+  }
+  if (const std::string why = pretrain::feature_input_problem(src, m); !why.empty()) r.fail("features.checkpoint", why);
+}
+
 RunConfig read(const std::string& text, const std::string& source, const fs::path* base) {
   config::Reader r(text, source);
   RunConfig c;
   read_all(r, c, true);
   if (base != nullptr) read_market(r, c, *base);
+  if (base != nullptr) read_features(r, c, *base);
   r.finish();
   return c;
 }
@@ -363,7 +429,21 @@ rl::MarketConfig market_config(const RunConfig& c) {
   }
   if (const std::string why = pipeline_market_problem(m, c.learner.kind); !why.empty())
     throw std::invalid_argument("env.market = \"" + c.env.market + "\": " + why);
+  if (const auto src = feature_source(c)) {
+    if (const std::string why = pretrain::feature_input_problem(*src, m); !why.empty())
+      throw std::invalid_argument("features.checkpoint = \"" + c.features.checkpoint + "\": " + why);
+    m.extra_features = static_cast<int>(src->width(pretrain::parse_feature_output(c.features.output)));
+  }
   return m;
+}
+
+std::optional<pretrain::FeatureSource> feature_source(const RunConfig& c) {
+  if (!c.features.enabled()) return std::nullopt;
+  try {
+    return pretrain::load_feature_source(c.features.checkpoint);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument("features.checkpoint = \"" + c.features.checkpoint + "\": " + e.what());
+  }
 }
 
 std::string resolved_toml(const RunConfig& c) {
@@ -377,10 +457,26 @@ std::string resolved_toml(const RunConfig& c) {
 
 std::vector<std::pair<std::string, std::string>> kept_config_files(const RunConfig& c) {
   if (c.env.kind != "market") return {{"config.resolved.toml", resolved_toml(c)}};
-  const rl::MarketConfig m = market_config(c);
+  rl::MarketConfig m = market_config(c);
+  m.extra_features = 0;  // as the file must say: [features] sets the block's width
   RunConfig kept = c;
   kept.env.market = kKeptMarketFile;  // relative: beside the kept run config
-  return {{"config.resolved.toml", resolved_toml(kept)}, {kKeptMarketFile, rl::market_config_toml(m)}};
+  std::vector<std::pair<std::string, std::string>> files;
+  if (const auto src = feature_source(c)) {
+    kept.features.checkpoint = kKeptFeaturesDir;  // relative: beside the kept run config
+    const std::string dir = std::string(kKeptFeaturesDir) + "/";
+    std::ifstream in(src->dir / pretrain::kFeatureModelFile, std::ios::binary);
+    std::ostringstream weights;
+    weights << in.rdbuf();
+    if (!in) throw std::runtime_error("cannot read " + (src->dir / pretrain::kFeatureModelFile).string());
+    pretrain::PretrainConfig pc = src->config;
+    pc.data.market = kKeptMarketFile;  // beside the kept pretrain config
+    files.emplace_back(dir + pretrain::kFeatureModelFile, weights.str());
+    files.emplace_back(dir + pretrain::kFeatureConfigFile, pretrain::resolved_pretrain_toml(pc));
+    files.emplace_back(dir + kKeptMarketFile, rl::market_config_toml(src->market));
+  }
+  files.insert(files.begin(), {{"config.resolved.toml", resolved_toml(kept)}, {kKeptMarketFile, rl::market_config_toml(m)}});
+  return files;
 }
 
 std::vector<std::string> run_config_keys() {

@@ -1,6 +1,6 @@
 #pragma once
 // RunConfig: what `foxhunt train --config FILE` reads, one schema for every run:
-//   [run] [env] [replay] [learner] [pipeline] [checkpoint] [logging]
+//   [run] [env] [replay] [learner] [features] [pipeline] [checkpoint] [logging]
 // read with config::Reader (config/reader.hpp), so every problem of a file is reported at once,
 // each with the file, the line, the key, the value as written and what is allowed. [run], [env]
 // and [learner] are required, as are env.kind and learner.kind; a key that has no effect with the
@@ -9,11 +9,13 @@
 // the run directory keeps it (config.resolved.toml) so a run can be reproduced from its own folder.
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "actors/pipeline_actors.hpp"
+#include "pretrain/feature_source.hpp"
 #include "rl/envs/market_config.hpp"
 
 namespace foxhunt::actors {
@@ -88,6 +90,18 @@ struct RunConfig {
     std::string action_bound = "clip";  // continuous actions: clip | tanh
     bool fused_kernels = true;          // small feed-forward networks as whole-network kernels
   } learner;
+  // [features]: a pretrained sequence model (a `foxhunt pretrain` checkpoint) whose features fill
+  // the market observation's extra block (pretrain/feature_extractor.hpp; docs/features.md). The
+  // market file's extra_features must be 0: the block's width becomes the chosen output's.
+  struct Features {
+    // A pretrain checkpoint directory (or its run directory: the latest checkpoint); "" = none.
+    // load_run_config resolves it against the run config's folder and stores it absolute.
+    std::string checkpoint;
+    std::string mode = "frozen";       // frozen | finetune (declared; refused: not supported yet)
+    std::string output = "embedding";  // embedding | head (pretrain::FeatureOutput)
+    bool shared = true;                // PPO: actor and critic read the same features
+    bool enabled() const { return !checkpoint.empty(); }
+  } features;
   struct Pipeline {
     // How the agent trains: "actors" (the actor runtime: DQN's collector / replay / learner /
     // target sync, or PPO's collector and learner exchanging rollout slots) or "sync" (PPO only:
@@ -144,8 +158,17 @@ rl::MarketConfig market_config(const RunConfig& c);
 // The whole configuration as TOML, defaults included (parse_run_config(resolved_toml(c)) == c);
 // keys without effect under the chosen options are written as comments.
 std::string resolved_toml(const RunConfig& c);
+// [features]: the pretrain checkpoint's extractor source (features.checkpoint), nullopt when the
+// run has none. std::invalid_argument naming features.checkpoint when it cannot be read.
+std::optional<pretrain::FeatureSource> feature_source(const RunConfig& c);
+// What a run with [features] keeps of the extractor, in its run directory and every checkpoint:
+// kKeptFeaturesDir/ with the pretrain checkpoint's model.safetensors, its resolved config and its
+// market, which the kept run config names as features.checkpoint: a checkpoint evaluates with the
+// extractor it trained with.
+inline constexpr const char* kKeptFeaturesDir = "features";
 // What a run keeps of its configuration, in its run directory and in every checkpoint (name,
-// text): config.resolved.toml and, for markets, kKeptMarketFile, the market as read
+// text): config.resolved.toml and, for markets, kKeptMarketFile (and with [features] the
+// kKeptFeaturesDir files), the market as read
 // (rl::market_config_toml: a replay's [split] as resolved bar indices), which the kept run config
 // names as its env.market. `foxhunt eval` of a run directory or checkpoint thus replays the market
 // the run trained on, with the same split, whatever became of the market file since.

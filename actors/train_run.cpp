@@ -62,7 +62,8 @@ std::optional<fs::path> run_config_of(const fs::path& checkpoint) {
 std::vector<std::pair<std::string, std::string>> write_kept_configs(const fs::path& run_dir, const RunConfig& cfg) {
   auto kept = kept_config_files(cfg);
   for (const auto& [name, text] : kept) {
-    std::ofstream out(run_dir / name);
+    fs::create_directories((run_dir / name).parent_path());  // [features]: the extractor's folder
+    std::ofstream out(run_dir / name, std::ios::binary);
     out << text;
     out.flush();
     if (!out) throw std::runtime_error("cannot write " + (run_dir / name).string());

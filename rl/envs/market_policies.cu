@@ -65,6 +65,15 @@ __global__ void policy_kernel(std::int32_t* discrete, float* continuous, MarketS
         target = -fmin(fmax(dev / s, -1.0), 1.0);
         break;
       }
+      case BaselinePolicy::regime_oracle: {
+        // GBM: drift = (mu - sigma^2 / 2) dt and step_vol = sigma sqrt(dt) (no jumps), so
+        // mu / sigma^2 = drift / step_vol^2 + 1/2.
+        const int k = st.regime[i] * kMaxAssets + a;
+        const double v = p.step_vol[k] * p.step_vol[k];
+        const double w = v > 0 ? p.drift[k] / v + 0.5 : (p.drift[k] > 0 ? 1e300 : (p.drift[k] < 0 ? -1e300 : 0.0));
+        target = fmin(fmax(w / p.position_limit, -1.0), 1.0);
+        break;
+      }
     }
     if (disc) {
       discrete[e] = hold ? -1 : (index >= 0 ? index : nearest_level(p, target));
@@ -88,6 +97,9 @@ void market_policy_actions(std::int32_t* discrete, float* continuous, const Mark
   FH_EXPECT(policy != BaselinePolicy::ou_oracle || c.process == PriceProcess::ou,
             "market_policy_actions: ou_oracle needs process.kind = \"ou\" (got \"" + std::string(to_string(c.process)) +
                 "\")");
+  FH_EXPECT(policy != BaselinePolicy::regime_oracle || (c.process == PriceProcess::gbm && c.jump_intensity == 0.0),
+            "market_policy_actions: regime_oracle needs process.kind = \"gbm\" without jumps (got \"" +
+                std::string(to_string(c.process)) + "\", jumps.intensity = " + std::to_string(c.jump_intensity) + ")");
   const std::int64_t total = env.num_envs() * c.assets;
   policy_kernel<<<gpu::grid_stride_blocks(total), gpu::kBlock, 0, stream>>>(
       discrete, continuous, env.state(), env.params(), static_cast<int>(policy), seed, call_index, env.num_envs());

@@ -48,8 +48,23 @@ RolloutCollector::RolloutCollector(const PpoConfig& config, VecEnv& env, PpoLear
   if (config.normalize_rewards) reward_norm_.emplace(config.num_envs, config.gamma, stream);
 }
 
+void RolloutCollector::set_features(ObsFeatures* features) {
+  if (features != nullptr)
+    FH_EXPECT(features->num_envs() == config_.num_envs && features->obs_dim() == env_.obs_dim(),
+              "RolloutCollector::set_features: the extractor is for " + std::to_string(features->num_envs()) + " x " +
+                  std::to_string(features->obs_dim()) + " observations, the environment writes " +
+                  std::to_string(config_.num_envs) + " x " + std::to_string(env_.obs_dim()));
+  features_ = features;
+  graphs_.clear();
+}
+
 void RolloutCollector::reset(std::uint64_t seed, Rollout& carry, cudaStream_t s) {
   env_.reset(carry.next_obs.data(), gpu::DType::f32, seed, s);
+  if (features_ != nullptr) {
+    gpu::BlasLane lane = acting_.lane();
+    lane.stream = s;
+    features_->step(carry.next_obs.data(), nullptr, nullptr, lane);  // every row starts an episode
+  }
   if (reward_norm_) reward_norm_->reset(s);
   if (acting_.network().recurrent()) {
     carry.state.zero(s);
@@ -115,6 +130,12 @@ void RolloutCollector::enqueue(Rollout& r, Rollout& from, cudaStream_t s) {
       in.discrete = r.discrete.data() + t * N * h.branches;
     env_.step(out, in, 1, s);
     if (reward_norm_) reward_norm_->apply(out.reward, out.terminated, out.truncated, s);
+    if (features_ != nullptr) {
+      // The final observations continue the old episodes (a copy of the state), then the next
+      // observations step the state, reset where an episode ended.
+      features_->peek(static_cast<float*>(out.final_obs), lane);
+      features_->step(static_cast<float*>(out.obs), out.terminated, out.truncated, lane);
+    }
     if (recurrent) {
       // V(final obs) continues the old episode: one step from a copy of the state after step t.
       copy_d2d(r.scratch_state.data(), r.state.data(), state_bytes, s);

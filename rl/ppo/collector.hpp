@@ -9,12 +9,19 @@
 // policy's state and last dones) lives in the rollout last filled; a collect into a different
 // rollout first copies it over, so several rollouts can be filled in turn (the actor runtime's
 // rollout slots) while a learner reads the previous ones (it reads none of the carried fields).
+//
+// Features (set_features, rl/envs/obs_features.hpp): every observation the environment writes
+// (the first ones at reset, each step's next observation and final observation) gets its feature
+// columns filled by the extractor right after the environment step, inside the same graph, before
+// the policy or a bootstrap value reads it; the rollout stores them like any observation column.
+// The extractor's per-environment state is reset by the step's done mask on the device.
 #include <cstdint>
 #include <map>
 #include <optional>
 
 #include "gpu/buffer.hpp"
 #include "gpu/graph.hpp"
+#include "rl/envs/obs_features.hpp"
 #include "rl/envs/vec_env.hpp"
 #include "rl/ppo/learner.hpp"
 #include "rl/ppo/reward_norm.hpp"
@@ -39,6 +46,11 @@ class RolloutCollector {
   // The same work without a graph (tests: replay equals eager).
   void collect_eager(Rollout& rollout, Rollout& from, cudaStream_t stream);
 
+  // The extractor that fills the observations' feature columns (nullable: none); set before the
+  // first reset / collect (graphs capture it). It must outlive the collector.
+  void set_features(ObsFeatures* features);
+  ObsFeatures* features() const noexcept { return features_; }
+
   std::uint64_t* act_counter() noexcept { return act_counter_.data(); }  // the sampling counter (checkpointed)
   RewardNormalizer* reward_normalizer() noexcept { return reward_norm_ ? &*reward_norm_ : nullptr; }
   std::size_t graph_nodes(const Rollout& rollout) const;
@@ -50,6 +62,7 @@ class RolloutCollector {
   VecEnv& env_;
   PpoLearner& acting_;
   bool record_ev_;
+  ObsFeatures* features_ = nullptr;
   gpu::DeviceBuffer<float> head_;  // (N, width): the step's policy output
   gpu::DeviceBuffer<std::uint64_t> act_counter_;
   std::optional<RewardNormalizer> reward_norm_;

@@ -34,6 +34,9 @@ class PpoTrainer {
   // config.num_envs must equal env.num_envs() and config.head must fit env.action_space().
   PpoTrainer(const PpoConfig& config, VecEnv& env, gpu::BlasLane lane);
 
+  // The feature extractor of the observations (RolloutCollector::set_features); before reset().
+  void set_features(ObsFeatures* features) { collector_.set_features(features); }
+
   // Resets every environment from `seed` (and a recurrent policy's state); the first
   // observations go to the rollout.
   void reset(std::uint64_t seed);

@@ -1,0 +1,140 @@
+#include "pretrain/feature_extractor.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include "gpu/check.hpp"
+#include "gpu/launch.cuh"
+#include "rl/envs/market_params.hpp"
+
+namespace foxhunt::pretrain {
+namespace {
+
+// in (N, A) <- obs[:, col .. col + A): the newest return of each asset.
+__global__ void gather_newest_kernel(float* __restrict__ in, const float* __restrict__ obs, std::int64_t n,
+                                     std::int64_t assets, std::int64_t obs_dim, std::int64_t col) {
+  const std::int64_t total = n * assets;
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t i = e / assets, a = e - i * assets;
+    in[e] = obs[i * obs_dim + col + a];
+  }
+}
+
+// obs[:, col .. col + F) <- f (N, F).
+__global__ void scatter_features_kernel(float* __restrict__ obs, const float* __restrict__ f, std::int64_t n,
+                                        std::int64_t width, std::int64_t obs_dim, std::int64_t col) {
+  const std::int64_t total = n * width;
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t i = e / width, j = e - i * width;
+    obs[i * obs_dim + col + j] = f[e];
+  }
+}
+
+__global__ void done_kernel(std::uint8_t* __restrict__ done, const std::uint8_t* __restrict__ terminated,
+                            const std::uint8_t* __restrict__ truncated, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    done[i] = ((terminated != nullptr && terminated[i] != 0) || (truncated != nullptr && truncated[i] != 0)) ? 1 : 0;
+}
+
+std::size_t count(std::int64_t a, std::int64_t b) { return static_cast<std::size_t>(a * b); }
+
+}  // namespace
+
+FeatureExtractor::FeatureExtractor(const FeatureSource& source, FeatureOutput output, const rl::MarketConfig& market,
+                                   std::int64_t num_envs, cudaStream_t stream)
+    : output_(output), n_(num_envs) {
+  FH_EXPECT(num_envs >= 1, "FeatureExtractor: num_envs must be >= 1");
+  if (const std::string why = feature_input_problem(source, market); !why.empty())
+    throw std::invalid_argument("features.checkpoint: " + why);
+  width_ = source.width(output);
+  if (market.extra_features != width_)
+    throw std::invalid_argument("features.output = \"" + std::string(to_string(output)) + "\" of " +
+                                source.dir.string() + " has " + std::to_string(width_) +
+                                " columns, but the market's extra feature block has market.extra_features = " +
+                                std::to_string(market.extra_features));
+  assets_ = market.assets;
+  obs_dim_ = rl::market_obs_dim(market);
+  newest_col_ = static_cast<std::int64_t>(market.window - 1) * assets_;
+  feature_col_ = static_cast<std::int64_t>(market.window) * assets_ + assets_ + 3;
+
+  model_ = make_model(source.model);
+  FH_EXPECT(model_->out_features() == source.embedding && model_->in_features() == assets_,
+            "FeatureExtractor: the model of " + source.dir.string() + " is not (assets) -> (model.hidden)");
+  models::DenseSpec hs;  // the pretrain trainer's head (pretrain/trainer.hpp)
+  hs.name = "head";
+  hs.in = source.embedding;
+  hs.out = source.head_outputs;
+  hs.math = source.model.math;
+  head_ = std::make_unique<models::Dense>(hs);
+  model_->declare(arena_);
+  head_->declare(arena_);
+  arena_.finalize(stream);
+  model_->bind(arena_);
+  head_->bind(arena_);
+  const auto file = source.dir / kFeatureModelFile;
+  try {
+    arena_.load(file, stream);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("features.checkpoint: " + file.string() + " does not fit its config's model (" +
+                             source.config.model.kind + ", hidden " + std::to_string(source.config.model.hidden) +
+                             "): " + e.what());
+  }
+
+  const std::int64_t S = model_->state_features();
+  state_ = gpu::DeviceBuffer<float>(count(n_, S));
+  scratch_state_ = gpu::DeviceBuffer<float>(count(n_, S));
+  state_.zero(stream);
+  scratch_state_.zero(stream);
+  input_ = gpu::DeviceBuffer<float>(count(n_, assets_));
+  embedding_ = gpu::DeviceBuffer<float>(count(n_, source.embedding));
+  if (output_ == FeatureOutput::head) {
+    head_out_ = gpu::DeviceBuffer<float>(count(n_, source.head_outputs));
+    head_ws_ = models::OwnedWorkspace(*head_, n_);
+  }
+  done_ = gpu::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(n_));
+  all_ = gpu::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(n_));
+  FH_CHECK(cudaMemsetAsync(all_.data(), 1, all_.bytes(), stream));
+  done_.zero(stream);
+  step_ws_ = gpu::DeviceBuffer<std::byte>(model_->step_workspace_bytes(n_));
+  step_view_ = models::Workspace{step_ws_.data(), n_, false};
+  FH_CHECK(cudaStreamSynchronize(stream));
+}
+
+void FeatureExtractor::extract(float* obs, float* state, const std::uint8_t* reset, gpu::BlasLane lane) {
+  const cudaStream_t s = lane.stream;
+  gather_newest_kernel<<<gpu::grid_stride_blocks(n_ * assets_), gpu::kBlock, 0, s>>>(input_.data(), obs, n_, assets_,
+                                                                                      obs_dim_, newest_col_);
+  FH_CHECK_LAUNCH();
+  model_->step(embedding_.data(), state, input_.data(), reset, n_, step_view_, lane);
+  const float* out = embedding_.data();
+  if (output_ == FeatureOutput::head) {
+    head_->forward(head_out_.data(), embedding_.data(), n_, true, head_ws_.view, lane);
+    out = head_out_.data();
+  }
+  scatter_features_kernel<<<gpu::grid_stride_blocks(n_ * width_), gpu::kBlock, 0, s>>>(obs, out, n_, width_, obs_dim_,
+                                                                                        feature_col_);
+  FH_CHECK_LAUNCH();
+}
+
+void FeatureExtractor::step(float* obs, const std::uint8_t* terminated, const std::uint8_t* truncated,
+                            gpu::BlasLane lane) {
+  const std::uint8_t* reset = all_.data();
+  if (terminated != nullptr || truncated != nullptr) {
+    done_kernel<<<gpu::grid_stride_blocks(n_), gpu::kBlock, 0, lane.stream>>>(done_.data(), terminated, truncated, n_);
+    FH_CHECK_LAUNCH();
+    reset = done_.data();
+  }
+  extract(obs, state_.data(), reset, lane);
+}
+
+void FeatureExtractor::peek(float* obs, gpu::BlasLane lane) {
+  if (state_.bytes() > 0)
+    FH_CHECK(cudaMemcpyAsync(scratch_state_.data(), state_.data(), state_.bytes(), cudaMemcpyDeviceToDevice,
+                             lane.stream));
+  extract(obs, scratch_state_.data(), nullptr, lane);
+}
+
+}  // namespace foxhunt::pretrain

@@ -1,0 +1,36 @@
+#pragma once
+// ObsFeatures: a feature extractor that fills the market observation's extra feature block
+// (rl/envs/market.hpp: `extra_features` columns after the portfolio tail) from the observation's
+// own returns, on the device, capturable. A collector calls it on every observation it stores,
+// right after the environment wrote it, so rollouts and replay hold the features like any other
+// observation column (pretrain/feature_extractor.hpp is the implementation: a pretrained sequence
+// model in its per-step form, one state per environment).
+//
+// Per environment i the extractor keeps a state that has seen the returns of the current episode:
+//   step(obs, terminated, truncated)  rows with terminated | truncated (both null: every row) start
+//                                     a new episode first (the state is reset); then the state
+//                                     takes the observation's newest return and the features of
+//                                     the new state go into the row's feature columns;
+//   peek(obs)                         the same for observations that continue the current episodes
+//                                     (an episode's final observation, for a bootstrap value),
+//                                     from a copy of the state: the state is unchanged.
+// rows = num_envs(); obs (rows, obs_dim) f32 in place. Only the feature columns are written.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "gpu/context.hpp"
+
+namespace foxhunt::rl {
+
+class ObsFeatures {
+ public:
+  virtual ~ObsFeatures() = default;
+  virtual std::int64_t num_envs() const = 0;
+  virtual std::int64_t obs_dim() const = 0;
+  virtual std::int64_t features() const = 0;  // columns written
+  virtual void step(float* obs, const std::uint8_t* terminated, const std::uint8_t* truncated, gpu::BlasLane lane) = 0;
+  virtual void peek(float* obs, gpu::BlasLane lane) = 0;
+};
+
+}  // namespace foxhunt::rl

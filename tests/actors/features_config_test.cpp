@@ -1,0 +1,159 @@
+// [features] in a run config (actors/run_config.hpp, pretrain/feature_source.hpp), on the host: a
+// pretrain checkpoint is resolved against the config's folder (a checkpoint or its run directory),
+// read, and checked against the environment's observation; the market's extra block takes the
+// chosen output's width; the kept configuration carries the extractor. Every refusal names its
+// key (and, for a mismatch, both sides).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "actors/run_config.hpp"
+
+using namespace foxhunt;
+using namespace foxhunt::actors;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A two-regime GBM market of `assets` assets with volatilities sigma (calm) and 3 sigma.
+std::string market_text(int assets, double sigma, int extra_features = 0) {
+  std::ostringstream m;
+  auto row = [&](double v) {
+    std::ostringstream r;
+    r << "[";
+    for (int a = 0; a < assets; ++a) r << (a ? ", " : "") << v;
+    r << "]";
+    return r.str();
+  };
+  m << "[market]\nassets = " << assets << "\nwindow = 16\nepisode_length = 64\nextra_features = " << extra_features
+    << "\n[process]\nkind = \"gbm\"\ninitial_price = 100.0\n[process.regimes]\n"
+    << "transition = [[0.98, 0.02], [0.02, 0.98]]\nmu = [" << row(0.1) << ", " << row(-0.3) << "]\nsigma = ["
+    << row(sigma) << ", " << row(3 * sigma) << "]\n[action]\nkind = \"discrete\"\nlevels = [-1.0, 0.0, 1.0]\n";
+  return m.str();
+}
+
+class FeaturesConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("foxhunt_features_config_" + std::to_string(::getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    // A pretrain run directory: runs/pre/checkpoints/step_1 (latest), as `foxhunt pretrain` keeps it.
+    ckpt_ = root_ / "runs" / "pre" / "checkpoints" / "step_000000000001";
+    fs::create_directories(ckpt_);
+    write(ckpt_ / "market.resolved.toml", market_text(1, 0.1));
+    write(ckpt_ / "config.resolved.toml",
+          "[model]\nkind = \"lstm\"\nhidden = 24\n[data]\nsource = \"market\"\nmarket = \"market.resolved.toml\"\n"
+          "window = 16\n[task]\nkind = \"regime\"\n");
+    write(ckpt_ / "model.safetensors", "weights");
+    write(ckpt_ / "counters.json", "{\"env_steps\": 1, \"updates\": 1}\n");
+    write(root_ / "runs" / "pre" / "checkpoints" / "latest", "step_000000000001\n");
+    write(root_ / "m.toml", market_text(1, 0.1));
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  static void write(const fs::path& f, const std::string& text) { std::ofstream(f) << text; }
+
+  // A PPO market run config with the given [features] lines (and extra lines elsewhere).
+  RunConfig load(const std::string& features, const std::string& learner = "kind = \"ppo\"\nrollout_steps = 16\n",
+                 const std::string& market = "m.toml") {
+    std::ostringstream t;
+    t << "[run]\ntotal_env_steps = 100000\n[env]\nkind = \"market\"\nnum_envs = 8\nmarket = \"" << market
+      << "\"\n[learner]\n" << learner << "[features]\n" << features;
+    write(root_ / "run.toml", t.str());
+    return load_run_config(root_ / "run.toml");
+  }
+  // The message of the refusal of `features` (empty when accepted).
+  std::string refusal(const std::string& features, const std::string& learner = "kind = \"ppo\"\nrollout_steps = 16\n",
+                      const std::string& market = "m.toml") {
+    try {
+      load(features, learner, market);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return {};
+  }
+  fs::path root_, ckpt_;
+};
+
+TEST_F(FeaturesConfigTest, ResolvesTheCheckpointAndSizesTheFeatureBlock) {
+  const RunConfig c = load("checkpoint = \"runs/pre\"\n");  // a run directory: its latest checkpoint
+  EXPECT_EQ(fs::path(c.features.checkpoint), ckpt_);
+  EXPECT_EQ(c.features.mode, "frozen");
+  EXPECT_EQ(c.features.output, "embedding");
+  EXPECT_TRUE(c.features.shared);
+  EXPECT_EQ(market_config(c).extra_features, 24);  // model.hidden
+  const RunConfig h = load("checkpoint = \"runs/pre/checkpoints/step_000000000001\"\noutput = \"head\"\n");
+  EXPECT_EQ(market_config(h).extra_features, 2);  // the regime head: one logit per regime
+  // The resolved config round-trips, and the kept files carry the extractor beside it.
+  EXPECT_EQ(resolved_toml(parse_run_config(resolved_toml(c), "resolved")), resolved_toml(c));
+  const auto kept = kept_config_files(c);
+  std::map<std::string, std::string> files(kept.begin(), kept.end());
+  ASSERT_TRUE(files.count("features/model.safetensors"));
+  EXPECT_EQ(files["features/model.safetensors"], "weights");
+  ASSERT_TRUE(files.count("features/config.resolved.toml"));
+  ASSERT_TRUE(files.count("features/market.resolved.toml"));
+  EXPECT_NE(files["config.resolved.toml"].find("checkpoint = \"features\""), std::string::npos);
+  // Written out, the kept run config loads with the kept extractor.
+  const fs::path kept_dir = root_ / "kept";
+  for (const auto& [name, text] : kept) {
+    fs::create_directories((kept_dir / name).parent_path());
+    write(kept_dir / name, text);
+  }
+  const RunConfig back = load_run_config(kept_dir / "config.resolved.toml");
+  EXPECT_EQ(fs::path(back.features.checkpoint), kept_dir / "features");
+  EXPECT_EQ(market_config(back).extra_features, 24);
+}
+
+TEST_F(FeaturesConfigTest, RefusesWhatItCannotRunNamingTheKeys) {
+  struct Case {
+    const char* name;
+    std::string features, learner, market;
+    std::vector<std::string> says;
+  };
+  write(root_ / "m2.toml", market_text(2, 0.1));
+  write(root_ / "m_scale.toml", market_text(1, 0.2));
+  write(root_ / "m_extra.toml", market_text(1, 0.1, 3));
+  const std::string ppo = "kind = \"ppo\"\nrollout_steps = 16\n";
+  const std::vector<Case> cases = {
+      {"missing checkpoint", "checkpoint = \"nowhere\"\n", ppo, "m.toml", {"features.checkpoint", "nowhere"}},
+      {"other assets", "checkpoint = \"runs/pre\"\n", ppo, "m2.toml", {"features.checkpoint", "1 asset", "has 2"}},
+      {"other return scale", "checkpoint = \"runs/pre\"\n", ppo, "m_scale.toml", {"features.checkpoint", "normalized"}},
+      {"finetune", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\n", ppo, "m.toml",
+       {"features.mode", "not supported yet"}},
+      {"unknown mode", "checkpoint = \"runs/pre\"\nmode = \"thawed\"\n", ppo, "m.toml", {"features.mode", "frozen"}},
+      {"unknown output", "checkpoint = \"runs/pre\"\noutput = \"forecast\"\n", ppo, "m.toml",
+       {"features.output", "embedding", "head"}},
+      {"separate extractors frozen", "checkpoint = \"runs/pre\"\nshared = false\n", ppo, "m.toml",
+       {"features.shared", "features.mode"}},
+      {"dqn", "checkpoint = \"runs/pre\"\n", "kind = \"dqn\"\n", "m.toml", {"features.checkpoint", "learner.kind"}},
+      {"ppo through the actors", "checkpoint = \"runs/pre\"\n", ppo + "[pipeline]\nmode = \"actors\"\n", "m.toml",
+       {"features.checkpoint", "not supported yet"}},
+      {"options without a checkpoint", "mode = \"frozen\"\n", ppo, "m.toml", {"features.mode", "features.checkpoint"}},
+      {"market with its own extra block", "checkpoint = \"runs/pre\"\n", ppo, "m_extra.toml",
+       {"env.market", "extra_features"}},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    std::string learner = k.learner, features = k.features;
+    // [pipeline] belongs after [features]: move it there.
+    std::string tail;
+    if (const auto p = learner.find("[pipeline]"); p != std::string::npos) {
+      tail = learner.substr(p);
+      learner = learner.substr(0, p);
+    }
+    const std::string why = refusal(features + tail, learner, k.market);
+    ASSERT_FALSE(why.empty()) << "accepted";
+    for (const auto& s : k.says) EXPECT_NE(why.find(s), std::string::npos) << "missing \"" << s << "\" in: " << why;
+  }
+}
+
+}  // namespace
