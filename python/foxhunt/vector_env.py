@@ -95,15 +95,28 @@ class MarketVectorEnv:
         (self.single_observation_space, self.single_action_space, self.observation_space,
          self.action_space) = spaces(config, num_envs)
         self._seed = 0
+        self._key, self._views = None, None
+
+    def _tensors(self, arrays):
+        # The market writes every step into the same buffers: while the caller's torch stream is
+        # the market's, the torch views made once stay valid and need no wait (same stream), so
+        # they are reused; otherwise each step's arrays go through from_dlpack (its stream wait).
+        key = tuple((a.data_ptr, a.shape) for a in arrays)
+        if key == self._key and self._torch.cuda.current_stream(self.device).cuda_stream == self.market.stream:
+            return self._views
+        views = [self._torch.from_dlpack(a) for a in arrays]
+        self._key, self._views = key, views
+        return views
 
     def reset(self, *, seed=None, options=None):
         if seed is not None:
             self._seed = seed
+        self._key = None
         obs = self._torch.from_dlpack(self.market.reset(self._seed))
         return obs, {}
 
     def step(self, actions):
-        obs, reward, terminated, truncated, final_obs = (self._torch.from_dlpack(a) for a in self.market.step(actions))
+        obs, reward, terminated, truncated, final_obs = self._tensors(self.market.step(actions))
         done = terminated | truncated
         info = {"final_obs": final_obs, "_final_obs": done}
         return obs, reward, terminated, truncated, info

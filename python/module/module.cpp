@@ -257,7 +257,6 @@ struct Actions {
 // Checks `obj` against `spec` and takes it over; __dlpack__ is asked for `dlpack_stream` (the
 // stream that will read it: the producer makes it wait for its own work).
 Actions take_actions(const py::object& obj, const ActionSpec& spec, std::int64_t dlpack_stream) {
-  const char* want_type = spec.mode == rl::ActionMode::discrete ? "int32" : "float32";
   const std::string what = spec.mode == rl::ActionMode::discrete
                                ? "int32 level indices (discrete market; -1 keeps the holdings)"
                                : "float32 target weights in [-1, 1] (continuous market; NaN keeps the holdings)";
@@ -279,7 +278,7 @@ Actions take_actions(const py::object& obj, const ActionSpec& spec, std::int64_t
                            ? t.dtype.code == dlpack::kInt && t.dtype.bits == 32 && t.dtype.lanes == 1
                            : t.dtype.code == dlpack::kFloat && t.dtype.bits == 32 && t.dtype.lanes == 1;
   if (!type_ok)
-    throw py::value_error(std::string("actions must be ") + want_type + " (" + what + "); got " + dtype_name(t.dtype));
+    throw py::value_error("actions must be " + what + "; got " + dtype_name(t.dtype));
   const std::int64_t n = spec.num_envs, w = spec.width;
   Actions a;
   if (t.ndim == 1 && w == 1 && shape[0] == n) {
