@@ -6,7 +6,8 @@
 # (default ./gpu-logs/python).
 #   usage: scripts/python-gpu-host.sh <dist-py folder> [pytest args...]
 #   PYTHON (default python3: the one with torch), FOXHUNT_PY_BENCH=0 skips the bench,
-#   CUDA_HOME (default /usr/local/cuda).
+#   CUDA_HOME (default /usr/local/cuda), FOXHUNT_BIN (the foxhunt program of a scripts/package.sh
+#   folder, for foxhunt.evaluate's test; default ./dist/bin/foxhunt when present, else that test skips).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 dist=$(cd "${1:?usage: python-gpu-host.sh <dist-py folder> [pytest args...]}" && pwd)
@@ -38,6 +39,7 @@ export PYTHONPATH="$build${PYTHONPATH:+:$PYTHONPATH}"
 export FOXHUNT_SOURCE_DIR="$root"
 export LD_LIBRARY_PATH="$dist/lib:$cuda/lib64:${LD_LIBRARY_PATH:-}"
 export NCCL_NVLS_ENABLE=0
+if [ -z "${FOXHUNT_BIN:-}" ] && [ -x "$PWD/dist/bin/foxhunt" ]; then export FOXHUNT_BIN="$PWD/dist/bin/foxhunt"; fi
 "$py" -m pytest -q -rs "$root/python/tests/gpu" "$root/python/tests/cpu" "$@" >"$out/pytest.txt" 2>&1
 test_rc=$?
 bench_rc=skipped

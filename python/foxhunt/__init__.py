@@ -24,6 +24,7 @@ from ._foxhunt import (  # noqa: F401
     load_market_config,
     parse_market_config,
 )
+from .evaluation import EvalError, evaluate, find_foxhunt  # noqa: F401
 from .vector_env import Box, MarketVectorEnv, MultiDiscrete  # noqa: F401
 
 __version__ = "0.1.0"

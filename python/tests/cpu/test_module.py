@@ -165,6 +165,21 @@ class SpacesTest(unittest.TestCase):
         self.assertEqual([int(v) for v in list(act1.nvec)], [3])
 
 
+@unittest.skipIf(foxhunt.find_foxhunt() is None, "the foxhunt program was not found (FOXHUNT_BIN)")
+class EvaluateTest(unittest.TestCase):
+    """foxhunt.evaluate runs `foxhunt eval`; its argument errors come back as ValueError."""
+
+    def test_missing_checkpoint_names_the_option(self):
+        with self.assertRaisesRegex(ValueError, r"--checkpoint") as cm:
+            foxhunt.evaluate("/nonexistent/run", episodes=4)
+        self.assertIn("/nonexistent/run", str(cm.exception))
+
+    def test_bad_cost_multipliers_name_the_option(self):
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaisesRegex(ValueError, r"--cost-multipliers"):
+                foxhunt.evaluate(d, cost_multipliers=(1.0, 1.0))
+
+
 @unittest.skipIf(foxhunt.device_count() == 0,
                  "no CUDA device (" + foxhunt.cuda_unavailable_reason() + "): the device tests are "
                  "python/tests/gpu, run by scripts/python-gpu-host.sh")
