@@ -19,12 +19,6 @@ struct MarketSession::Outputs {
   gpu::DeviceBuffer<std::uint8_t> terminated, truncated;
 };
 
-// Actions that enqueued work may still read: released once `done` has completed.
-struct MarketSession::Pending {
-  cudaEvent_t done;
-  std::function<void()> release;
-};
-
 namespace {
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 cudaEvent_t as_event(void* e) { return static_cast<cudaEvent_t>(e); }
@@ -61,8 +55,7 @@ MarketSession::MarketSession(const rl::MarketConfig& config, std::int64_t num_en
 MarketSession::~MarketSession() {
   try {
     use_device();
-    drain_releases(true);
-    for (void* e : spare_events_) cudaEventDestroy(as_event(e));
+    releases_.poll(true);
     env_.reset();
     cudaEventDestroy(as_event(ready_));
     if (own_stream_) cudaStreamDestroy(as_stream(stream_));
@@ -72,6 +65,8 @@ MarketSession::~MarketSession() {
 }
 
 std::int64_t MarketSession::obs_dim() const { return env_->obs_dim(); }
+
+const rl::VecEnv& MarketSession::env() const { return *env_; }
 
 StreamHandle MarketSession::stream() const { return reinterpret_cast<StreamHandle>(stream_); }
 
@@ -107,7 +102,7 @@ StepViews MarketSession::views(std::int64_t steps) const {
 
 DeviceView MarketSession::reset(std::uint64_t seed) {
   use_device();
-  drain_releases(false);
+  releases_.poll(false);
   env_->reset(outputs_->obs.data(), bf16_obs_ ? gpu::DType::bf16 : gpu::DType::f32, seed, as_stream(stream_));
   FH_CHECK(cudaEventRecord(as_event(ready_), as_stream(stream_)));
   return views(1).obs;
@@ -115,16 +110,8 @@ DeviceView MarketSession::reset(std::uint64_t seed) {
 
 StepViews MarketSession::step(const void* actions, std::int64_t steps, std::function<void()> release) {
   use_device();
-  drain_releases(false);
-  // Released at the latest by the destructor, even when the step throws.
-  cudaEvent_t done = nullptr;
-  if (!spare_events_.empty()) {
-    done = as_event(spare_events_.back());
-    spare_events_.pop_back();
-  } else {
-    FH_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-  }
-  pending_.push_back(Pending{done, std::move(release)});
+  releases_.poll(false);
+  releases_.push(std::move(release));  // runs at the latest when the session ends, even if the step throws
   FH_EXPECT(steps >= 1, "steps must be >= 1 (got " + std::to_string(steps) + ")");
   ensure_outputs(steps);
   rl::StepOutputs out{outputs_->obs.data(),
@@ -140,26 +127,8 @@ StepViews MarketSession::step(const void* actions, std::int64_t steps, std::func
     in.continuous = static_cast<const float*>(actions);
   env_->step(out, in, steps, as_stream(stream_));
   FH_CHECK(cudaEventRecord(as_event(ready_), as_stream(stream_)));
-  FH_CHECK(cudaEventRecord(done, as_stream(stream_)));
+  releases_.mark(stream_);
   return views(steps);
-}
-
-void MarketSession::drain_releases(bool wait) {
-  std::size_t kept = 0;
-  for (std::size_t k = 0; k < pending_.size(); ++k) {
-    Pending& p = pending_[k];
-    // An event never recorded (a step that threw before its launch) reports complete.
-    const cudaError_t r = wait ? cudaEventSynchronize(p.done) : cudaEventQuery(p.done);
-    if (r == cudaSuccess) {
-      if (p.release) p.release();
-      spare_events_.push_back(p.done);
-    } else if (r == cudaErrorNotReady) {
-      pending_[kept++] = std::move(p);
-    } else {
-      FH_CHECK(r);
-    }
-  }
-  pending_.resize(kept);
 }
 
 void MarketSession::make_stream_wait(StreamHandle consumer) {
@@ -177,7 +146,7 @@ void MarketSession::make_stream_wait(StreamHandle consumer) {
 void MarketSession::synchronize() {
   use_device();
   FH_CHECK(cudaStreamSynchronize(as_stream(stream_)));
-  drain_releases(false);
+  releases_.poll(false);
 }
 
 std::vector<std::pair<std::string, double>> MarketSession::episode_stats(bool clear) {

@@ -17,10 +17,12 @@
 #include <utility>
 #include <vector>
 
+#include "python/api/release_queue.hpp"
 #include "rl/envs/market_config.hpp"
 
 namespace foxhunt::rl {
 class MarketEnv;
+class VecEnv;
 }
 
 namespace foxhunt::python {
@@ -61,6 +63,7 @@ class MarketSession {
   int device() const { return device_; }
   StreamHandle stream() const;
   bool bf16_obs() const { return bf16_obs_; }
+  const rl::VecEnv& env() const;  // for shapes (a policy sized for this market)
 
   // Starts every environment afresh from `seed`; the first observation (1, N, obs_dim).
   DeviceView reset(std::uint64_t seed);
@@ -85,10 +88,8 @@ class MarketSession {
 
  private:
   struct Outputs;
-  struct Pending;
   void use_device() const;
   void ensure_outputs(std::int64_t steps);
-  void drain_releases(bool wait);
   StepViews views(std::int64_t steps) const;
 
   rl::MarketConfig config_;
@@ -100,8 +101,7 @@ class MarketSession {
   void* ready_ = nullptr;   // cudaEvent_t: the last reset/step is written
   std::unique_ptr<rl::MarketEnv> env_;
   std::shared_ptr<Outputs> outputs_;
-  std::vector<Pending> pending_;
-  std::vector<void*> spare_events_;
+  ReleaseQueue releases_;  // actions lent by DLPack producers (emptied by the destructor)
 };
 
 }  // namespace foxhunt::python

@@ -21,9 +21,12 @@ from ._foxhunt import (  # noqa: F401
     check_actions,
     cuda_unavailable_reason,
     device_count,
+    has_agent,
     load_market_config,
     parse_market_config,
 )
+if has_agent:  # built with python/agent (the foxhunt program's actors library)
+    from ._foxhunt import Agent  # noqa: F401
 from .evaluation import EvalError, evaluate, find_foxhunt  # noqa: F401
 from .vector_env import Box, MarketVectorEnv, MultiDiscrete  # noqa: F401
 

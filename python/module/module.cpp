@@ -20,6 +20,9 @@
 #include "gpu/device.hpp"
 #include "gpu/transfer_audit.hpp"
 #include "python/api/market_session.hpp"
+#if FOXHUNT_PYTHON_AGENT
+#include "python/agent/checkpoint_agent.hpp"
+#endif
 #include "rl/envs/market_config.hpp"
 #include "rl/envs/market_params.hpp"
 
@@ -165,10 +168,11 @@ void capsule_destructor(PyObject* cap) {
   PyErr_Clear();  // IsValid/GetPointer on a renamed capsule set no error, but stay clean
 }
 
-// A device array of the market's outputs: shared storage, the session whose stream writes it.
+// A device array a market or agent wrote: shared storage, and how a consumer's stream waits for
+// the write (the producer's make_stream_wait).
 struct Array {
   DeviceView view;
-  std::shared_ptr<MarketSession> session;
+  std::function<void(StreamHandle)> wait_for_write;
 
   py::tuple dlpack_device() const { return py::make_tuple(static_cast<int>(dlpack::kCUDA), view.device); }
 
@@ -185,13 +189,13 @@ struct Array {
     // DLPack stream semantics for CUDA: None and 1 the legacy default stream, 2 the per-thread
     // default stream, -1 no synchronization, 0 disallowed, others a cudaStream_t.
     if (stream.is_none()) {
-      session->make_stream_wait(1);
+      wait_for_write(1);
     } else {
       const auto s = stream.cast<std::int64_t>();
       if (s == 0) throw py::value_error("__dlpack__: stream=0 is ambiguous in DLPack; use 1 for the legacy default stream");
       if (s != -1) {
         if (s < -1) throw py::value_error("__dlpack__: stream must be -1, 1, 2 or a CUDA stream handle");
-        session->make_stream_wait(static_cast<StreamHandle>(s));
+        wait_for_write(static_cast<StreamHandle>(s));
       }
     }
     const bool versioned = !max_version.is_none() && max_version.cast<std::pair<int, int>>().first >= 1;
@@ -224,7 +228,7 @@ struct Array {
 
 Array array_of(DeviceView v, const std::shared_ptr<MarketSession>& s, bool drop_time) {
   if (drop_time) v.shape.erase(v.shape.begin());
-  return Array{std::move(v), s};
+  return Array{std::move(v), [s](StreamHandle h) { s->make_stream_wait(h); }};
 }
 
 // ---- import: a DLPack producer's actions ------------------------------------------------------
@@ -245,8 +249,65 @@ ActionSpec spec_of(const rl::MarketConfig& c, std::int64_t num_envs, int device)
   return ActionSpec{c.action, c.assets, num_envs, device};
 }
 
-// Validated actions: a device pointer, the number of steps, and how to release the producer's
-// tensor (renamed capsule: the deleter is ours to call).
+// A producer's array taken over for reading: its data, shape, and how to give it back (the
+// capsule is renamed, so its deleter is ours to call).
+struct Lent {
+  const void* data = nullptr;
+  std::vector<std::int64_t> shape;
+  dlpack::DataType dtype{};
+  std::function<void()> release;
+};
+
+// Asks `obj` (any DLPack producer) for its array on cuda:`device`, readable on `dlpack_stream`
+// (the producer makes that stream wait for its own work); `what` describes the expected array
+// for the messages. Refuses other devices, and arrays that are not compact row-major.
+Lent borrow(const py::object& obj, int device, std::int64_t dlpack_stream, const std::string& name,
+            const std::string& what) {
+  if (!py::hasattr(obj, "__dlpack__") || !py::hasattr(obj, "__dlpack_device__"))
+    throw py::type_error(name + " must be a device array with the DLPack protocol (__dlpack__, e.g. a torch.Tensor) of " +
+                         what + " on cuda:" + std::to_string(device) + "; got a " +
+                         std::string(py::str(py::type::of(obj).attr("__name__"))));
+  const auto dev = obj.attr("__dlpack_device__")().cast<std::pair<int, int>>();
+  if (dev.first != dlpack::kCUDA || dev.second != device)
+    throw py::value_error(name + " must be on cuda:" + std::to_string(device) + " (the market's device); got " +
+                          device_name(dev.first, dev.second));
+  py::object cap = obj.attr("__dlpack__")(py::arg("stream") = dlpack_stream);
+  if (!PyCapsule_IsValid(cap.ptr(), dlpack::kCapsule))
+    throw py::type_error(name + ": __dlpack__ returned no \"dltensor\" capsule");
+  auto* m = static_cast<dlpack::ManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), dlpack::kCapsule));
+  const dlpack::Tensor& t = m->dl_tensor;
+  Lent l;
+  l.shape.assign(t.shape, t.shape + t.ndim);
+  l.dtype = t.dtype;
+  if (t.strides != nullptr) {
+    std::int64_t expect = 1;
+    for (int k = t.ndim; k-- > 0;) {
+      if (l.shape[k] != 1 && t.strides[k] != expect)
+        throw py::value_error(name + " must be contiguous (row-major; call .contiguous()); got strides " +
+                              shape_str(std::vector<std::int64_t>(t.strides, t.strides + t.ndim)));
+      expect *= l.shape[k];
+    }
+  }
+  l.data = static_cast<const char*>(t.data) + t.byte_offset;
+  // Taken: renamed now; the checks that follow may still refuse it, and then `release` gives it
+  // back at once (Lent's owner calls it on every path).
+  PyCapsule_SetName(cap.ptr(), dlpack::kUsedCapsule);
+  l.release = [m] {
+    if (m->deleter) m->deleter(m);
+  };
+  return l;
+}
+
+// Gives a Lent back when a check refuses it (or when nothing was enqueued).
+struct ReturnOnExit {
+  Lent& lent;
+  bool armed = true;
+  ~ReturnOnExit() {
+    if (armed && lent.release) lent.release();
+  }
+};
+
+// Validated actions: a device pointer, the number of steps, and how to release them.
 struct Actions {
   const void* data = nullptr;
   std::int64_t steps = 1;
@@ -254,57 +315,45 @@ struct Actions {
   std::function<void()> release;
 };
 
-// Checks `obj` against `spec` and takes it over; __dlpack__ is asked for `dlpack_stream` (the
-// stream that will read it: the producer makes it wait for its own work).
+// Checks `obj` against `spec` and takes it over; read on `dlpack_stream`.
 Actions take_actions(const py::object& obj, const ActionSpec& spec, std::int64_t dlpack_stream) {
   const std::string what = spec.mode == rl::ActionMode::discrete
                                ? "int32 level indices (discrete market; -1 keeps the holdings)"
                                : "float32 target weights in [-1, 1] (continuous market; NaN keeps the holdings)";
-  if (!py::hasattr(obj, "__dlpack__") || !py::hasattr(obj, "__dlpack_device__"))
-    throw py::type_error("actions must be a device array with the DLPack protocol (__dlpack__, e.g. a torch.Tensor) of " +
-                         what + " on cuda:" + std::to_string(spec.device) + "; got a " +
-                         std::string(py::str(py::type::of(obj).attr("__name__"))));
-  const auto dev = obj.attr("__dlpack_device__")().cast<std::pair<int, int>>();
-  if (dev.first != dlpack::kCUDA || dev.second != spec.device)
-    throw py::value_error("actions must be on cuda:" + std::to_string(spec.device) + " (the market's device); got " +
-                          device_name(dev.first, dev.second));
-  py::object cap = obj.attr("__dlpack__")(py::arg("stream") = dlpack_stream);
-  if (!PyCapsule_IsValid(cap.ptr(), dlpack::kCapsule))
-    throw py::type_error("actions: __dlpack__ returned no \"dltensor\" capsule");
-  auto* m = static_cast<dlpack::ManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), dlpack::kCapsule));
-  const dlpack::Tensor& t = m->dl_tensor;
-  const std::vector<std::int64_t> shape(t.shape, t.shape + t.ndim);
-  const bool type_ok = spec.mode == rl::ActionMode::discrete
-                           ? t.dtype.code == dlpack::kInt && t.dtype.bits == 32 && t.dtype.lanes == 1
-                           : t.dtype.code == dlpack::kFloat && t.dtype.bits == 32 && t.dtype.lanes == 1;
-  if (!type_ok)
-    throw py::value_error("actions must be " + what + "; got " + dtype_name(t.dtype));
+  Lent l = borrow(obj, spec.device, dlpack_stream, "actions", what);
+  ReturnOnExit guard{l};
+  const dlpack::DataType& d = l.dtype;
+  const bool type_ok = spec.mode == rl::ActionMode::discrete ? d.code == dlpack::kInt && d.bits == 32 && d.lanes == 1
+                                                             : d.code == dlpack::kFloat && d.bits == 32 && d.lanes == 1;
+  if (!type_ok) throw py::value_error("actions must be " + what + "; got " + dtype_name(d));
+  const std::vector<std::int64_t>& shape = l.shape;
   const std::int64_t n = spec.num_envs, w = spec.width;
   Actions a;
-  if (t.ndim == 1 && w == 1 && shape[0] == n) {
-  } else if (t.ndim == 2 && shape[0] == n && shape[1] == w) {
-  } else if (t.ndim == 3 && shape[0] >= 1 && shape[1] == n && shape[2] == w) {
+  if (shape.size() == 1 && w == 1 && shape[0] == n) {
+  } else if (shape.size() == 2 && shape[0] == n && shape[1] == w) {
+  } else if (shape.size() == 3 && shape[0] >= 1 && shape[1] == n && shape[2] == w) {
     a.steps = shape[0];
     a.time_axis = true;
   } else {
     throw py::value_error("actions must have shape " + spec.expected_shapes() + "; got " + shape_str(shape));
   }
-  if (t.strides != nullptr) {
-    std::int64_t expect = 1;
-    for (int k = t.ndim; k-- > 0;) {
-      if (shape[k] != 1 && t.strides[k] != expect)
-        throw py::value_error("actions must be contiguous (row-major; call .contiguous()); got strides " +
-                              shape_str(std::vector<std::int64_t>(t.strides, t.strides + t.ndim)));
-      expect *= shape[k];
-    }
-  }
-  a.data = static_cast<const char*>(t.data) + t.byte_offset;
-  // Taken: the capsule is renamed, and its deleter is called once no work reads the data.
-  PyCapsule_SetName(cap.ptr(), dlpack::kUsedCapsule);
-  a.release = [m] {
-    if (m->deleter) m->deleter(m);
-  };
+  a.data = l.data;
+  a.release = std::move(l.release);
+  guard.armed = false;
   return a;
+}
+
+// Observations for an agent: float32 (N, obs_dim) on the device, taken over like actions.
+Lent take_obs(const py::object& obj, std::int64_t n, std::int64_t obs_dim, int device, std::int64_t dlpack_stream) {
+  const std::string what = "float32 observations of shape (N, obs_dim) = " + shape_str({n, obs_dim});
+  Lent l = borrow(obj, device, dlpack_stream, "obs", what);
+  ReturnOnExit guard{l};
+  if (!(l.dtype.code == dlpack::kFloat && l.dtype.bits == 32 && l.dtype.lanes == 1))
+    throw py::value_error("obs must be " + what + "; got " + dtype_name(l.dtype));
+  if (l.shape != std::vector<std::int64_t>{n, obs_dim})
+    throw py::value_error("obs must be " + what + "; got " + shape_str(l.shape));
+  guard.armed = false;
+  return l;
 }
 
 // DLPack's stream value for a session stream: the legacy default stream is 1 there, never 0.
@@ -470,6 +519,39 @@ PYBIND11_MODULE(_foxhunt, m) {
           },
           py::arg("actions"), py::arg("calls"),
           "Seconds per C++ step call with these actions (T, N, assets), timed on the stream (bench)");
+
+#if FOXHUNT_PYTHON_AGENT
+  using python::CheckpointAgent;
+  m.attr("has_agent") = true;
+  py::class_<CheckpointAgent, std::shared_ptr<CheckpointAgent>>(
+      m, "Agent", "The greedy policy of a trained checkpoint (what foxhunt eval acts with), acting on device arrays")
+      .def(py::init([](const std::filesystem::path& checkpoint, const std::shared_ptr<MarketSession>& market,
+                       const std::optional<std::filesystem::path>& config) {
+             if (!market) throw py::type_error("market must be a foxhunt.Market (the environments the agent acts for)");
+             std::optional<std::string> c;
+             if (config) c = config->string();
+             return std::make_shared<CheckpointAgent>(checkpoint.string(), c, market);
+           }),
+           py::arg("checkpoint"), py::arg("market"), py::arg("config") = py::none(),
+           "checkpoint: a checkpoint or run directory (its latest); config: the run config (default: the "
+           "checkpoint's); sized for market's environments")
+      .def_property_readonly("checkpoint", &CheckpointAgent::checkpoint_dir)
+      .def_property_readonly("config_file", &CheckpointAgent::config_file)
+      .def_property_readonly("learner", &CheckpointAgent::learner)
+      .def_property_readonly("stream", &CheckpointAgent::stream, "The cudaStream_t the policy runs on, as an int")
+      .def(
+          "act",
+          [](const std::shared_ptr<CheckpointAgent>& a, const py::object& obs, std::int64_t step) {
+            Lent o = take_obs(obs, a->num_envs(), a->obs_dim(), a->device(), dlpack_stream_of(a->stream()));
+            DeviceView v = a->act(o.data, step, std::move(o.release));
+            return Array{std::move(v), [a](StreamHandle h) { a->make_stream_wait(h); }};
+          },
+          py::arg("obs"), py::arg("step"),
+          "Greedy actions (N, assets) for obs (N, obs_dim) float32 at episode step `step` (0 right after a "
+          "reset); the array is rewritten by the next act()");
+#else
+  m.attr("has_agent") = false;
+#endif
 
   py::class_<gpu::TransferAudit>(m, "TransferAudit",
                                  "Counts the memory copies the CUDA driver performs between start() and stop() (CUPTI)")

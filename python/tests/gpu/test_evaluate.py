@@ -1,10 +1,11 @@
-"""foxhunt.evaluate on a checkpoint trained here for a few seconds (GPU host)."""
+"""foxhunt.evaluate and foxhunt.Agent on a checkpoint trained here for a few seconds (GPU host)."""
 
 import subprocess
 
 import pytest
 
-import foxhunt
+torch = pytest.importorskip("torch", reason="the GPU tests drive the market from torch")
+import foxhunt  # noqa: E402
 
 RUN_CONFIG = """
 [run]
@@ -53,3 +54,40 @@ def test_evaluate_returns_the_report_of_foxhunt_eval(trained_run, tmp_path):
     again = foxhunt.evaluate(trained_run, episodes=64, cost_multipliers=(0.0, 1.0))
     assert [r["metrics"] for r in again["runs"]] == [r["metrics"] for r in report["runs"]]
     assert again["report_dir"] is None
+
+
+@pytest.mark.skipif(not foxhunt.has_agent, reason="the module was built without python/agent (foxhunt.Agent)")
+def test_agent_greedy_actions_reproduce_foxhunt_eval(trained_run, markets):
+    """The checkpoint's greedy policy acting from Python, on a market stepped from Python, gives the
+    episode statistics foxhunt eval reports for its greedy run (same seed, N and steps; eval runs
+    one episode_length of steps from a reset, acting with the same policy code) bit for bit."""
+    n = 64
+    report = foxhunt.evaluate(trained_run, episodes=n, cost_multipliers=(1.0,))
+    greedy = next(r for r in report["runs"] if r["policy"] == "greedy" and r["cost_multiplier"] == 1.0)
+    config = foxhunt.load_market_config(markets / "ou_mean_reversion.toml")
+    market = foxhunt.Market(config, n, stream=torch.cuda.current_stream().cuda_stream)
+    agent = foxhunt.Agent(trained_run, market)
+    assert agent.learner == "ppo"
+    obs = torch.from_dlpack(market.reset(report["seed"]))
+    for t in range(config.episode_length):
+        actions = torch.from_dlpack(agent.act(obs, t))
+        assert actions.shape == (n, config.assets)
+        obs = torch.from_dlpack(market.step(actions)[0])
+    stats = market.episode_stats()
+    assert stats["episodes"] >= n
+    for key, value in greedy["episode_stats"].items():
+        assert stats[key] == value, (key, stats[key], value)
+
+
+@pytest.mark.skipif(not foxhunt.has_agent, reason="the module was built without python/agent (foxhunt.Agent)")
+def test_agent_refuses_wrong_obs(trained_run, markets):
+    config = foxhunt.load_market_config(markets / "ou_mean_reversion.toml")
+    market = foxhunt.Market(config, 16)
+    agent = foxhunt.Agent(trained_run, market)
+    with pytest.raises(ValueError, match=r"obs must be float32 observations of shape \(N, obs_dim\)"):
+        agent.act(torch.zeros((8, config.obs_dim), device="cuda"), 0)
+    with pytest.raises(ValueError, match=r"got bfloat16"):
+        agent.act(torch.zeros((16, config.obs_dim), device="cuda", dtype=torch.bfloat16), 0)
+    other = foxhunt.Market(foxhunt.load_market_config(markets / "ou4_continuous.toml"), 16)
+    with pytest.raises(Exception):  # the network does not fit 4 assets
+        foxhunt.Agent(trained_run, other)
