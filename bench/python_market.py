@@ -6,6 +6,7 @@ buffers, one step per call: bench/envs.cu's "bench_ou T=1" row; and T = 2^24 / N
 its headline row), beside the same market written in torch (bench/torch_baselines/envs.py).
 
 Usage: python_market.py <configs/markets/bench_ou.toml> [N ...]   (default 2^16 2^20)
+Also times foxhunt.MarketVectorEnv (the Gymnasium-style wrapper) on the same market.
 Prints RESULT lines and one TARGET line per size: Python / C++ at one step per call, target
 >= 80% at 2^16 and >= 95% at 2^20 (issue 23).
 """
@@ -56,6 +57,16 @@ def main(argv):
             t[0] += 1
 
         py = median([timed(py_step, iters, stream) for _ in range(5)])
+
+        env = foxhunt.MarketVectorEnv(config, n)  # the Gymnasium-style wrapper, same stream
+        env.reset(seed=7)
+
+        def env_step():
+            env.step(acts[t[0] % k])
+            t[0] += 1
+
+        wrapped = median([timed(env_step, iters, stream) for _ in range(5)])
+        env.close()
         one = acts[:1]
         cpp = median([m._time_cpp_steps(one, iters) for _ in range(5)])
         big_t = max(1, (1 << 24) // n)
@@ -63,7 +74,8 @@ def main(argv):
         cpp_big = median([m._time_cpp_steps(big, 5) / big_t for _ in range(3)])
         del big
         rows[n] = (n / py, n / cpp, n / cpp_big)
-        print(f"RESULT n={n} python_steps_per_s={n / py:.4e} cpp_T1_steps_per_s={n / cpp:.4e} "
+        print(f"RESULT n={n} python_steps_per_s={n / py:.4e} vector_env_steps_per_s={n / wrapped:.4e} "
+              f"cpp_T1_steps_per_s={n / cpp:.4e} "
               f"cpp_T{big_t}_steps_per_s={n / cpp_big:.4e} python_over_cpp_T1={cpp / py:.3f}", flush=True)
 
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_baselines", "envs.py")
