@@ -94,7 +94,7 @@ class MarketVectorEnv:
         self.device = torch.device("cuda", device)
         (self.single_observation_space, self.single_action_space, self.observation_space,
          self.action_space) = spaces(config, num_envs)
-        self._seed = 0
+        self._seed, self._reset_before = 0, False
         self._key, self._views = None, None
 
     def _tensors(self, arrays):
@@ -109,8 +109,13 @@ class MarketVectorEnv:
         return views
 
     def reset(self, *, seed=None, options=None):
+        # Without a seed, the next one (a reset starts the episodes afresh from its seed: reusing
+        # the last one would replay the same price paths).
         if seed is not None:
             self._seed = seed
+        elif self._reset_before:
+            self._seed += 1
+        self._reset_before = True
         self._key = None
         obs = self._torch.from_dlpack(self.market.reset(self._seed))
         return obs, {}
