@@ -37,7 +37,8 @@ fi
 
 export PYTHONPATH="$build${PYTHONPATH:+:$PYTHONPATH}"
 export FOXHUNT_SOURCE_DIR="$root"
-export LD_LIBRARY_PATH="$dist/lib:$cuda/lib64:${LD_LIBRARY_PATH:-}"
+# No LD_LIBRARY_PATH: the module's RUNPATH names dist-py/lib and the toolkit's libraries, and torch
+# keeps loading its own CUDA libraries.
 export NCCL_NVLS_ENABLE=0
 if [ -z "${FOXHUNT_BIN:-}" ] && [ -x "$PWD/dist/bin/foxhunt" ]; then export FOXHUNT_BIN="$PWD/dist/bin/foxhunt"; fi
 "$py" -m pytest -q -rs "$root/python/tests/gpu" "$root/python/tests/cpu" "$@" >"$out/pytest.txt" 2>&1
