@@ -13,9 +13,12 @@ find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
 if(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)
   message(FATAL_ERROR "NCCL not found: install the CUDA toolkit's NCCL (libnccl-dev) or set NCCL_LIBRARY")
 endif()
+# Exported as foxhunt::nccl: an installed package finds NCCL afresh (cmake/foxhuntConfig.cmake.in
+# defines NCCL::nccl), never at this machine's paths.
 add_library(foxhunt_nccl INTERFACE)
-target_include_directories(foxhunt_nccl INTERFACE ${NCCL_INCLUDE_DIR})
-target_link_libraries(foxhunt_nccl INTERFACE ${NCCL_LIBRARY})
+target_include_directories(foxhunt_nccl INTERFACE $<BUILD_INTERFACE:${NCCL_INCLUDE_DIR}>)
+target_link_libraries(foxhunt_nccl INTERFACE $<BUILD_INTERFACE:${NCCL_LIBRARY}> $<INSTALL_INTERFACE:NCCL::nccl>)
+set_target_properties(foxhunt_nccl PROPERTIES EXPORT_NAME nccl)
 add_library(NCCL::nccl ALIAS foxhunt_nccl)
 
 if(FOXHUNT_BUILD_TESTS)

@@ -9,7 +9,7 @@ FOXHUNT_CUDA_ARCHITECTURES=${FOXHUNT_CUDA_ARCHITECTURES:-90}
 
 # Debian 12 packages the build needs (the CUDA 13 toolkit is the one thing we do not install).
 FOXHUNT_PACKAGES=(cmake ninja-build g++ libcaf-dev libspdlog-dev libgtest-dev libtomlplusplus-dev
-                  libcli11-dev nlohmann-json3-dev libpng-dev)
+                  libcli11-dev nlohmann-json3-dev libpng-dev python3-dev pybind11-dev)
 # Packages only some tests use (chromium: report.html rendered in headless Chromium). A platform
 # without them still builds and tests; those tests skip with the reason.
 FOXHUNT_TEST_PACKAGES=(chromium)

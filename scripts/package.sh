@@ -6,7 +6,9 @@ build_foxhunt
 prefix=${1:-$FOXHUNT_ROOT/dist}
 mkdir -p "$prefix" && prefix=$(cd "$prefix" && pwd)  # absolute: the checks below run from /
 rm -rf "$prefix"
-cmake --install "$FOXHUNT_BUILD" --prefix "$prefix" --strip >&2  # symbols stripped: the folder must stay under 64 MiB
+# The runtime component only (the CMake package and Python module are scripts/python-package.sh's);
+# symbols stripped: the folder must stay under 64 MiB.
+cmake --install "$FOXHUNT_BUILD" --prefix "$prefix" --component Unspecified --strip >&2
 log "packaged $(du -sh "$prefix" | cut -f1) into $prefix"
 # The folder is self-contained: its shipped configs (share/foxhunt/configs) and the market files
 # they name must check from inside it, with no source tree in reach (run from /).

@@ -1,7 +1,8 @@
 // The rule "no device-to-host copy in production code outside the exit and checkpoint I/O", checked
-// on the sources: every file under gpu/, models/, rl/, actors/ and apps/ except gpu/exit.* and
-// gpu/checkpoint_io.* is read, comments and string literals are blanked, and any raw device-to-host
-// copy or device-wide wait left in the code fails the test with its file:line. Flagged:
+// on the sources: every file under gpu/, models/, rl/, actors/, apps/ and python/ (the bindings)
+// except gpu/exit.* and gpu/checkpoint_io.* is read, comments and string literals are blanked, and
+// any raw device-to-host copy or device-wide wait left in the code fails the test with its
+// file:line. Flagged:
 // cudaMemcpyDeviceToHost and cudaMemcpyDefault (the kind of any cudaMemcpy*, whichever line of a
 // call it sits on), cudaMemcpyFromSymbol*, cudaMemcpy*FromArray*, cuMemcpyDtoH*, cudaDeviceSynchronize
 // and cuCtxSynchronize. gpu/transfer_audit.* is exempt too: it is the CUPTI instrument the GPU tests
@@ -159,7 +160,7 @@ TEST(NoRawReadback, ProductionSourcesCopyToTheHostOnlyThroughTheDoor) {
   std::vector<std::string> violations;
   int scanned = 0;
   bool door_seen = false;
-  for (const char* folder : {"gpu", "models", "rl", "actors", "apps"}) {
+  for (const char* folder : {"gpu", "models", "rl", "actors", "apps", "python"}) {
     const fs::path dir = root / folder;
     if (!fs::is_directory(dir)) continue;
     for (const auto& entry : fs::recursive_directory_iterator(dir)) {
