@@ -7,6 +7,7 @@
 //     history is the last `window` returns of the reset's samples; a conditioned model's windows
 //     are sampled given the end of the window before;
 //   - a run resumed from its state spans (actors/env_state.hpp) continues bitwise;
+//   - a step captured in a CUDA graph replays like the eager steps, bitwise;
 //   - steady-state steps copy nothing between host and device.
 #include <gtest/gtest.h>
 
@@ -23,6 +24,7 @@
 
 #include "actors/env_state.hpp"
 #include "gpu/context.hpp"
+#include "gpu/graph.hpp"
 #include "gpu/transfer_audit.hpp"
 #include "pretrain/diffusion_trainer.hpp"
 #include "pretrain/market_windows.hpp"
@@ -264,6 +266,33 @@ TEST_F(GeneratedMarketTest, AResumedRunContinuesBitwise) {
   b.step(ib.view(), ActionInput{act.data() + first * n * market_.assets, nullptr}, second, stream());
   const auto ra = test::download(ia.reward, stream()), rb = test::download(ib.reward, stream());
   const auto oa = test::download(ia.obs, stream()), ob = test::download(ib.obs, stream());
+  EXPECT_EQ(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(oa.data(), ob.data(), oa.size() * sizeof(float)), 0);
+}
+
+// The rollout collector captures env steps in a CUDA graph: one captured step (sampler refill,
+// step, observation, counter) replayed equals the eager steps bitwise.
+TEST_F(GeneratedMarketTest, ACapturedStepReplaysLikeTheEagerOnes) {
+  SCOPED_TRACE(seed_note());
+  const std::int64_t n = 29, steps = 26;
+  MarketEnv a(market_, n), b(market_, n);
+  const std::int64_t d = a.obs_dim();
+  const auto act = actions(n, 1);
+  Io ia(n, d, 1), ib(n, d, 1);
+  a.reset(ia.obs.data(), gpu::DType::f32, 9, stream());
+  b.reset(ib.obs.data(), gpu::DType::f32, 9, stream());
+  gpu::CudaGraph graph;
+  graph.capture(stream(), [&](cudaStream_t cs) { b.step(ib.view(), ActionInput{act.data(), nullptr}, 1, cs); });
+  std::vector<float> ra, rb, oa, ob;
+  for (std::int64_t t = 0; t < steps; ++t) {
+    a.step(ia.view(), ActionInput{act.data(), nullptr}, 1, stream());
+    graph.replay(stream());
+    const auto r1 = test::download(ia.reward, stream()), r2 = test::download(ib.reward, stream());
+    ra.insert(ra.end(), r1.begin(), r1.end());
+    rb.insert(rb.end(), r2.begin(), r2.end());
+  }
+  oa = test::download(ia.obs, stream());
+  ob = test::download(ib.obs, stream());
   EXPECT_EQ(std::memcmp(ra.data(), rb.data(), ra.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(oa.data(), ob.data(), oa.size() * sizeof(float)), 0);
 }
