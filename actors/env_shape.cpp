@@ -6,6 +6,7 @@
 
 #include "rl/envs/cartpole.hpp"
 #include "rl/envs/episode_stats.hpp"
+#include "rl/envs/market_generator_config.hpp"
 #include "rl/envs/market_params.hpp"
 
 namespace foxhunt::actors {
@@ -71,6 +72,11 @@ EnvShape env_shape_unfiltered(const RunConfig& c) {
   s.state_arrays.emplace_back("ring", n * W * A * sizeof(float));
   s.state_arrays.emplace_back("tail", n * (A + 3) * sizeof(float));
   s.state_arrays.emplace_back("accum", n * sizeof(rl::EpisodeAccum));
+  if (m.process == rl::PriceProcess::generated) {  // the sampler's state (actors/env_state.cpp)
+    const rl::GeneratorModel g = rl::read_generator_checkpoint(m);
+    s.state_arrays.emplace_back("gen_returns", n * 2 * static_cast<std::size_t>(g.window) * A * sizeof(float));
+    s.state_arrays.emplace_back("gen_step", sizeof(std::uint64_t));
+  }
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include "gpu/checkpoint_io.hpp"
 #include "rl/envs/cartpole.hpp"
 #include "rl/envs/market.hpp"
+#include "rl/envs/market_generator.hpp"
 #include "rl/envs/obs_filter.hpp"
 
 namespace foxhunt::actors {
@@ -34,7 +35,7 @@ std::vector<DeviceSpan> env_state_spans(rl::VecEnv& env) {
   const auto A = static_cast<std::size_t>(market->config().assets);
   const auto W = static_cast<std::size_t>(market->config().window);
   const std::size_t d = sizeof(double), i = sizeof(std::int32_t);
-  return {
+  std::vector<DeviceSpan> spans = {
       {"log_price", st.log_price, A * n * d},
       {"holdings", st.holdings, A * n * d},
       {"cost_basis", st.cost_basis, A * n * d},
@@ -56,6 +57,11 @@ std::vector<DeviceSpan> env_state_spans(rl::VecEnv& env) {
       {"tail", st.tail, n * (A + 3) * sizeof(float)},
       {"accum", st.accum, n * sizeof(rl::EpisodeAccum)},
   };
+  if (rl::MarketGenerator* gen = market->generator()) {
+    spans.push_back({"gen_returns", gen->returns(), gen->returns_bytes()});
+    spans.push_back({"gen_step", gen->step_counter(), sizeof(std::uint64_t)});
+  }
+  return spans;
 }
 
 void write_spans(const std::filesystem::path& file, const std::vector<DeviceSpan>& spans, cudaStream_t stream) {

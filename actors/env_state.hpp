@@ -2,7 +2,8 @@
 // The device state of a vectorized environment as a list of raw spans, for checkpoints (an exact
 // resume needs every array the step kernel reads: prices, holdings, counters, RNG counters,
 // observation rings, episode accumulators). Only what rl/envs exposes can be listed:
-//   rl::MarketEnv   every array of rl::MarketState (MarketEnv::state()), sized from its config;
+//   rl::MarketEnv   every array of rl::MarketState (MarketEnv::state()), sized from its config,
+//                   and a generated market's sampler state (gen_returns, gen_step);
 //                   the env's seed and "started" flag come from reset() with the run's seed.
 //   rl::CartPoleEnv state, episode_steps, counter (the Philox counter of the next reset draw) and
 //                   accum (CartPoleEnv::mutable_state()); seed and "started" as for markets.

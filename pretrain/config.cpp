@@ -237,6 +237,8 @@ void read_files(config::Reader& r, PretrainConfig& c, const fs::path& base) {
     c.data.market = abs.string();
     if (m.process == rl::PriceProcess::replay)
       r.fail("data.market", "is a replay market: pretrain on historical bars with data.source = \"csv\"");
+    else if (m.process == rl::PriceProcess::generated)
+      r.fail("data.market", "is a generated market: pretrain on the simulated market its model was trained on");
     else if (c.task.kind == "regime" && m.regimes < 2)
       r.relation(false, "task.kind", "data.market",
                  "regime classification needs a market with [process.regimes] of >= 2 regimes");

@@ -116,6 +116,8 @@ MarketWindows::MarketWindows(const rl::MarketConfig& market, WindowSpec spec, st
   if (market.process == rl::PriceProcess::replay)
     throw std::invalid_argument(
         "MarketWindows: process.kind = \"replay\" is historical data, not a simulator: use CsvWindows");
+  if (market.process == rl::PriceProcess::generated)
+    throw std::invalid_argument("MarketWindows: process.kind = \"generated\" is not a simulator of its own");
   FH_EXPECT(spec.window >= 1, "MarketWindows: spec.window must be >= 1");
   FH_EXPECT(spec.horizon >= 1, "MarketWindows: spec.horizon must be >= 1");
   FH_EXPECT(spec.vol_horizon >= 1, "MarketWindows: spec.vol_horizon must be >= 1");

@@ -18,6 +18,7 @@
 #include "gpu/launch.cuh"
 #include "gpu/philox.cuh"
 #include "rl/envs/episode_stats.cuh"
+#include "rl/envs/market_generator.hpp"
 #include "rl/envs/market_process.cuh"
 #include "rl/envs/obs_store.cuh"
 #include "rl/envs/ohlcv_csv.hpp"
@@ -69,9 +70,28 @@ __device__ __forceinline__ float obs_value(const MarketState& st, const MarketPa
 
 // A fresh episode for environment i: regime from the stationary law, `window` steps of history
 // (simulated, or the real bars before a random offset), flat book, cash = initial_cash.
+// Rotates the n vectors of `a` floats at v left by s (the vector at s comes first): three reversals.
+__device__ void reverse_vectors(float* v, int a, int lo, int hi) {
+  for (--hi; lo < hi; ++lo, --hi)
+    for (int k = 0; k < a; ++k) {
+      const float t = v[lo * a + k];
+      v[lo * a + k] = v[hi * a + k];
+      v[hi * a + k] = t;
+    }
+}
+__device__ void rotate_vectors(float* v, int a, int n, int s) {
+  if (s == 0) return;
+  reverse_vectors(v, a, 0, s);
+  reverse_vectors(v, a, s, n);
+  reverse_vectors(v, a, 0, n);
+}
+
+// `ring_start`: the ring slot of the oldest return at an episode end (episode_step mod window; 0
+// for reset()); a generated market's returns continue into the next episode, so its ring is
+// rotated to start at slot 0 (the others refill the ring).
 template <int MaxA>
 __device__ void reset_env(const MarketState& st, const MarketParams& p, std::uint64_t seed, std::int64_t i,
-                          std::int64_t n, std::uint64_t c) {
+                          std::int64_t n, std::uint64_t c, int ring_start) {
   const int A = p.assets, W = p.window;
   const std::uint32_t env = static_cast<std::uint32_t>(i);
   // Burn-in steps use reset_base(c, 0 .. W-1); the initial draws use W (normals) and W + 1.
@@ -95,6 +115,11 @@ __device__ void reset_env(const MarketState& st, const MarketParams& p, std::uin
 #pragma unroll
     for (int a = 0; a < MaxA; ++a)
       if (a < A) x[a] = p.replay_log_price[a * p.replay_bars + bar];
+  } else if (p.process == static_cast<int>(PriceProcess::generated)) {
+    rotate_vectors(ring, A, W, ring_start);
+#pragma unroll
+    for (int a = 0; a < MaxA; ++a)
+      if (a < A) x[a] = p.log_initial_price[a];
   } else {
     const bool ou = p.process == static_cast<int>(PriceProcess::ou);
 #pragma unroll
@@ -155,7 +180,7 @@ __global__ void __launch_bounds__(kEnvBlock)
     reset_kernel(MarketState st, MarketParams p, std::uint64_t seed, std::int64_t n) {
   const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  reset_env<MaxA>(st, p, seed, i, n, 0);
+  reset_env<MaxA>(st, p, seed, i, n, 0, 0);
   st.counter[i] = 0;
   st.accum[i] = EpisodeAccum{};
 }
@@ -263,11 +288,28 @@ __global__ void __launch_bounds__(kEnvBlock)
 #pragma unroll
   for (int a = 0; a < MaxA; ++a) xprev[a] = x[a];
   std::int64_t bar = st.bar[i];
+  // A generated market's return k of this environment's stream (rl/envs/market_generator.hpp),
+  // normalized by 1 / step_vol: the log price moves by y step_vol.
+  float gen[MaxA];
+#pragma unroll
+  for (int a = 0; a < MaxA; ++a) gen[a] = 0.0f;
+  const bool generated = p.process == static_cast<int>(PriceProcess::generated);
   if (p.process == static_cast<int>(PriceProcess::replay)) {
     ++bar;
 #pragma unroll
     for (int a = 0; a < MaxA; ++a)
       if (a < A) x[a] = p.replay_log_price[a * p.replay_bars + bar];
+  } else if (generated) {
+    const std::uint64_t k = *st.gen_step;
+    const std::int64_t slot = static_cast<std::int64_t>(k % static_cast<std::uint64_t>(2 * st.gen_window));
+    const float* y = st.gen_returns + (i * 2 * st.gen_window + slot) * A;
+#pragma unroll
+    for (int a = 0; a < MaxA; ++a) {
+      if (a < A) {
+        gen[a] = y[a];
+        x[a] += static_cast<double>(gen[a]) * p.step_vol[a];
+      }
+    }
   } else {
     advance_prices<MaxA>(x, regime, p, seed, static_cast<std::uint32_t>(i), step_base(c));
   }
@@ -312,7 +354,7 @@ __global__ void __launch_bounds__(kEnvBlock)
   float* ring = st.ring + (i * W + step % W) * A;
 #pragma unroll
   for (int a = 0; a < MaxA; ++a)
-    if (a < A) ring[a] = static_cast<float>((x[a] - xprev[a]) * p.ret_scale[a]);
+    if (a < A) ring[a] = generated ? gen[a] : static_cast<float>((x[a] - xprev[a]) * p.ret_scale[a]);
   ++step;
   float* tail = st.tail + i * (A + 3);
   const double inv_e = equity_new > 0.0 ? 1.0 / equity_new : 0.0;
@@ -379,7 +421,7 @@ __global__ void __launch_bounds__(kEnvBlock)
     EpisodeAccum* acc = st.accum + i;
     record_episode(acc, episode_reward, len);
     record_market_episode(acc, equity_new / p.initial_cash - 1.0, sharpe, max_dd, turnover, trades);
-    reset_env<MaxA>(st, p, seed, i, n, c);
+    reset_env<MaxA>(st, p, seed, i, n, c, step % p.window);
   }
 }
 
@@ -492,7 +534,15 @@ MarketEnv::MarketEnv(const MarketConfig& config, std::int64_t num_envs, const Oh
   state_.ring = ring_.data();
   state_.tail = tail_.data();
   state_.accum = accum_.data();
+  if (config_.process == PriceProcess::generated) {
+    generator_ = std::make_unique<MarketGenerator>(read_generator_checkpoint(config_), num_envs, config_.window, nullptr);
+    state_.gen_returns = generator_->returns();
+    state_.gen_step = generator_->step_counter();
+    state_.gen_window = generator_->window();
+  }
 }
+
+MarketEnv::~MarketEnv() = default;
 
 ActionSpace MarketEnv::action_space() const {
   if (config_.action == ActionMode::discrete)
@@ -514,6 +564,7 @@ void MarketEnv::reset(void* obs, gpu::DType obs_dtype, std::uint64_t seed, cudaS
     launch_reset<8>(state_, params_, seed, n_, stream);
   else
     launch_reset<16>(state_, params_, seed, n_, stream);
+  if (generator_) generator_->reset(state_.ring, seed, stream);
   if (obs_dtype == gpu::DType::f32)
     launch_obs(static_cast<float*>(obs), state_, params_, extra_, n_, stream);
   else
@@ -534,6 +585,7 @@ void MarketEnv::step(const StepOutputs& out, const ActionInput& actions, std::in
     o.reward = out.reward + row0;
     o.terminated = out.terminated + row0;
     o.truncated = out.truncated + row0;
+    if (generator_) generator_->refill(seed_, stream);
     if (out.obs_dtype == gpu::DType::f32) {
       float* fo = out.final_obs ? static_cast<float*>(out.final_obs) + row0 * d : nullptr;
       step_dispatch(fo, o, state_, params_, trace_, act, extra_, seed_, n_, 0, stream);
@@ -543,6 +595,7 @@ void MarketEnv::step(const StepOutputs& out, const ActionInput& actions, std::in
       step_dispatch(fo, o, state_, params_, trace_, act, extra_, seed_, n_, 0, stream);
       launch_obs(static_cast<__nv_bfloat16*>(out.obs) + row0 * d, state_, params_, extra_, n_, stream);
     }
+    if (generator_) generator_->advance(stream);
   }
 }
 
@@ -567,7 +620,8 @@ std::int64_t MarketEnv::step_bytes(std::int64_t steps, gpu::DType obs_dtype) con
                                 + 2 * (3 * 8 * A + 9 * 8 + 3 * 4 + 8 + 8)  // state read + written
                                 + 4 * A + 4 * (A + 3)                      // ring entry and tail written
                                 + 4 * W * A + 4 * (A + 3) + 4 + 4 * F      // obs kernel reads
-                                + (config_.price_level ? 8 * A + 4 : 0);   // price levels: log price, regime
+                                + (config_.price_level ? 8 * A + 4 : 0)    // price levels: log price, regime
+                                + (generator_ ? 4 * A + 8 : 0);            // generated: the return, the counter
   return n_ * steps * per_step;
 }
 

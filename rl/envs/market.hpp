@@ -38,7 +38,11 @@
 //                     the row describes.
 // The window is full from the first step: a reset simulates `window` steps of the process before
 // the episode starts (GBM is then shifted so the episode starts at initial_price); replay starts
-// at a random bar with the real history before it.
+// at a random bar with the real history before it. A generated market (process.kind =
+// "generated") trades the returns its diffusion model samples (rl/envs/market_generator.hpp): the
+// log price moves by y step_vol for the normalized return y, the observation shows y itself; its
+// streams continue across episodes (an episode starts at initial_price with the last `window`
+// returns of the stream as its history).
 //
 // Randomness: Philox (seed, env index, counter) with counter = (step << 4 | block) for steps and
 // (1 << 63 | step << 14 | j << 4 | block) for resets (j = burn-in step; window: initial normals;
@@ -77,6 +81,11 @@ struct MarketState {
   float* ring = nullptr;                 // (N, window, assets) normalized log returns, ring by step
   float* tail = nullptr;                 // (N, assets + 3) weights, unrealized PnL, progress, log equity
   EpisodeAccum* accum = nullptr;         // (N)
+  // process.kind = "generated" (rl/envs/market_generator.hpp), null otherwise: the chunk pairs
+  // (N, 2 gen_window, assets) of normalized returns and the step counter k of the streams.
+  const float* gen_returns = nullptr;
+  const std::uint64_t* gen_step = nullptr;
+  std::int64_t gen_window = 0;
 };
 
 // An optional per-step record of every environment (evaluation reports, rl/eval/metrics.hpp),
@@ -96,10 +105,14 @@ struct MarketTrace {
 inline constexpr std::uint8_t kTraceTruncated = 1;
 inline constexpr std::uint8_t kTraceTerminated = 2;
 
+class MarketGenerator;
+
 class MarketEnv final : public VecEnv {
  public:
-  // `replay` must be given (loaded data) when config.process is replay; it is uploaded once.
+  // `replay` must be given (loaded data) when config.process is replay; it is uploaded once. A
+  // generated market loads its model (read_generator_checkpoint; ConfigError when it does not fit).
   MarketEnv(const MarketConfig& config, std::int64_t num_envs, const OhlcvData* replay = nullptr);
+  ~MarketEnv() override;
 
   std::int64_t num_envs() const override { return n_; }
   std::int64_t obs_dim() const override { return obs_dim_; }
@@ -125,6 +138,8 @@ class MarketEnv final : public VecEnv {
   const MarketState& state() const { return state_; }
   std::uint64_t seed() const { return seed_; }
   const MarketParams& params() const { return params_; }
+  // The returns' sampler of a generated market (its state is part of the env's); null otherwise.
+  MarketGenerator* generator() { return generator_.get(); }
 
  private:
   MarketConfig config_;
@@ -144,6 +159,7 @@ class MarketEnv final : public VecEnv {
   gpu::DeviceBuffer<EpisodeAccum> accum_;
   gpu::DeviceBuffer<std::byte> stats_workspace_;
   MarketState state_;
+  std::unique_ptr<MarketGenerator> generator_;
 };
 
 // The environment of a market config with its data: a replay market's bars are loaded with

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "config/reader.hpp"
+#include "rl/envs/market_generator_config.hpp"
 #include "rl/envs/ohlcv_csv.hpp"
 
 namespace foxhunt::rl {
@@ -65,6 +66,7 @@ void check(const MarketConfig& c, const Complain& bad) {
   const int r = c.regimes;
   if (!in("process.regimes", r, Range::closed(1, kMaxRegimes))) return;
   const bool replay = c.process == PriceProcess::replay;
+  const bool generated = c.process == PriceProcess::generated;
   const std::string rp = r > 1 ? "process.regimes." : "process.";
   auto sized = [&](const std::vector<double>& v, const std::string& key, bool required) {
     if (v.empty() && !required) return;
@@ -78,8 +80,20 @@ void check(const MarketConfig& c, const Complain& bad) {
                                            std::to_string(c.initial_price.size()));
     all_in("process.initial_price", c.initial_price, Range::open(0.0, kInf));
     sized(c.sigma, rp + "sigma", true);
-    all_in(rp + "sigma", c.sigma, Range::closed(0.0, 10.0));
-    if (c.process == PriceProcess::gbm) {
+    // A generated market's sigma normalizes the model's returns: it cannot be 0.
+    all_in(rp + "sigma", c.sigma, generated ? Range::open_low(0.0, 10.0) : Range::closed(0.0, 10.0));
+    if (generated) {
+      if (r != 1) invalid("process.regimes", "only allowed for process.kind = \"gbm\" or \"ou\"");
+      if (!c.correlation.empty()) invalid("process.correlation", "only allowed for process.kind = \"gbm\" or \"ou\"");
+      if (c.jump_intensity != 0.0) invalid("process.jumps.intensity", "only allowed for process.kind = \"gbm\" or \"ou\"");
+      if (c.generator_checkpoint.empty())
+        invalid("process.checkpoint", "required for process.kind = \"generated\": a diffusion pretrain checkpoint or run "
+                                      "directory");
+      if (!c.generator_sampler.empty() && c.generator_sampler != "ddpm" && c.generator_sampler != "ddim")
+        invalid("process.sampler", "must be one of \"ddpm\" | \"ddim\" (got \"" + c.generator_sampler + "\")");
+      in("process.sample_steps", c.generator_sample_steps, Range::closed(0, kMaxGeneratorSampleSteps));
+      if (c.generator_eta > 1.0) invalid("process.eta", "must be in [0, 1] (got " + fmt(c.generator_eta) + ")");
+    } else if (c.process == PriceProcess::gbm) {
       sized(c.mu, rp + "mu", true);
       all_in(rp + "mu", c.mu, Range::closed(-10.0, 10.0));
     } else {
@@ -126,7 +140,10 @@ void check(const MarketConfig& c, const Complain& bad) {
                                              fmt(c.jump_intensity * c.dt) + " jumps per step)");
     in("process.jumps.mean", c.jump_mean, kJumpMean);
     in("process.jumps.stddev", c.jump_stddev, kJumpStddev);
-  } else {
+  }
+  if (!generated && !c.generator_checkpoint.empty())
+    invalid("process.checkpoint", "only allowed for process.kind = \"generated\"");
+  if (replay) {
     if (c.files.empty()) invalid("replay.files", "must name at least one CSV file when process.kind = \"replay\"");
     if (c.layout == CsvLayout::per_asset && static_cast<int>(c.files.size()) != a)
       invalid("replay.files", "layout \"per_asset\" needs one file per asset (" + std::to_string(a) + "), got " +
@@ -155,9 +172,9 @@ void check(const MarketConfig& c, const Complain& bad) {
   in("reward.drawdown_penalty", c.drawdown_penalty, kPenalty);
   in("reward.turnover_penalty", c.turnover_penalty, kPenalty);
   in("reward.scale", c.reward_scale, kScale);
-  if (c.price_level && replay)
+  if (c.price_level && (replay || generated))
     invalid("observation.price_level",
-            "only allowed for process.kind = \"gbm\" or \"ou\" (a replay has no model level)");
+            "only allowed for process.kind = \"gbm\" or \"ou\" (a replay or a generated market has no model level)");
   if (c.split.given && !replay) invalid("split", "only allowed for process.kind = \"replay\"");
   if (c.replay_split != Split::train && !c.split.given)
     invalid("split", std::string("the environment replays the ") + to_string(c.replay_split) +
@@ -222,23 +239,46 @@ void read_file(config::Reader& r, MarketConfig& cfg, const fs::path* base) {
   r.integer("extra_features", cfg.extra_features, 0, kMaxExtra);
   const std::size_t a = static_cast<std::size_t>(cfg.assets);
 
-  const bool has_process = r.table("process", true, "kind = \"gbm\" | \"ou\" | \"replay\"");
-  if (has_process) r.require("kind", "must be one of \"gbm\" | \"ou\" | \"replay\"");
+  const bool has_process = r.table("process", true, "kind = \"gbm\" | \"ou\" | \"replay\" | \"generated\"");
+  if (has_process) r.require("kind", "must be one of \"gbm\" | \"ou\" | \"replay\" | \"generated\"");
   r.choice("kind", cfg.process,
-           {{"gbm", PriceProcess::gbm}, {"ou", PriceProcess::ou}, {"replay", PriceProcess::replay}});
-  for (const char* k : {"initial_price", "mu", "sigma", "kappa", "theta", "correlation"}) r.declare(k);
+           {{"gbm", PriceProcess::gbm},
+            {"ou", PriceProcess::ou},
+            {"replay", PriceProcess::replay},
+            {"generated", PriceProcess::generated}});
+  for (const char* k :
+       {"initial_price", "mu", "sigma", "kappa", "theta", "correlation", "checkpoint", "sampler", "sample_steps", "eta"})
+    r.declare(k);
   const bool ou = cfg.process == PriceProcess::ou;
   const bool gbm = cfg.process == PriceProcess::gbm;
   const bool replay = cfg.process == PriceProcess::replay;
+  const bool generated = cfg.process == PriceProcess::generated;
   auto only_for = [&](const char* key, bool allowed, const char* kinds) {
     if (!allowed && r.given(key)) r.fail(key, std::string("only allowed for process.kind = ") + kinds);
   };
   only_for("process.mu", gbm, "\"gbm\"");
   only_for("process.kappa", ou, "\"ou\"");
   only_for("process.theta", ou, "\"ou\"");
-  for (const char* k :
-       {"process.sigma", "process.initial_price", "process.correlation", "process.jumps", "process.regimes"})
-    only_for(k, !replay, "\"gbm\" or \"ou\"");
+  for (const char* k : {"process.sigma", "process.initial_price"}) only_for(k, !replay, "\"gbm\", \"ou\" or \"generated\"");
+  for (const char* k : {"process.correlation", "process.jumps", "process.regimes"})
+    only_for(k, !replay && !generated, "\"gbm\" or \"ou\"");
+  for (const char* k : {"process.checkpoint", "process.sampler", "process.sample_steps", "process.eta"})
+    only_for(k, generated, "\"generated\"");
+  if (generated) {
+    if (r.given("process.checkpoint")) {
+      r.text("checkpoint", cfg.generator_checkpoint);
+      if (base != nullptr && !cfg.generator_checkpoint.empty()) {
+        fs::path p(cfg.generator_checkpoint);
+        if (p.is_relative()) p = (*base / p).lexically_normal();
+        cfg.generator_checkpoint = p.string();
+      }
+    } else {
+      r.require("checkpoint", "a diffusion pretrain checkpoint or run directory, relative to this file");
+    }
+    r.choice("sampler", cfg.generator_sampler, {"ddpm", "ddim"});
+    r.integer("sample_steps", cfg.generator_sample_steps, 1, kMaxGeneratorSampleSteps);
+    r.number("eta", cfg.generator_eta, Range::closed(0.0, 1.0));
+  }
   const bool regimes = r.given("process.regimes");
   if (has_process && !replay && assets_ok) {
     if (r.given("process.initial_price"))
@@ -275,7 +315,7 @@ void read_file(config::Reader& r, MarketConfig& cfg, const fs::path* base) {
 
   const bool has_regimes = r.table("process.regimes");
   for (const char* k : {"transition", "mu", "sigma", "kappa", "theta"}) r.declare(k);
-  if (has_regimes && !replay && assets_ok) {
+  if (has_regimes && !replay && !generated && assets_ok) {
     for (const char* k : {"mu", "sigma", "kappa", "theta"})
       if (r.given(std::string("process.") + k))
         r.fail(std::string("process.") + k,
@@ -390,6 +430,15 @@ void read_file(config::Reader& r, MarketConfig& cfg, const fs::path* base) {
   };
   if (assets_ok) check(cfg, complain);
 
+  // A generated market's model: read from its checkpoint (base set: a file) and held against the
+  // market, once the keys it is compared with are sound.
+  bool model_ok = base != nullptr && generated && assets_ok;
+  for (const char* k : {"market.dt", "process.checkpoint", "process.sigma", "process.sampler", "process.sample_steps",
+                        "process.eta"})
+    model_ok = model_ok && !r.has_error(k);
+  if (model_ok)
+    for (const auto& [key, what] : generator_problems(cfg, nullptr)) complain(key, what);
+
   // A replay's bars: every CSV problem as `file:line` under replay.files, then [split] against
   // the data (dates resolved to bars, every part long enough for an episode).
   bool data_ok = base != nullptr && replay && has_replay && assets_ok;
@@ -433,6 +482,8 @@ const char* to_string(PriceProcess p) {
       return "ou";
     case PriceProcess::replay:
       return "replay";
+    case PriceProcess::generated:
+      return "generated";
   }
   return "?";
 }

@@ -19,7 +19,7 @@ inline constexpr int kMaxRegimes = 4;
 inline constexpr int kMaxLevels = 9;
 inline constexpr int kMaxWindow = 256;
 
-enum class PriceProcess : std::uint8_t { gbm, ou, replay };
+enum class PriceProcess : std::uint8_t { gbm, ou, replay, generated };
 enum class ActionMode : std::uint8_t { discrete, continuous };
 enum class RewardKind : std::uint8_t { pnl, log_return, differential_sharpe };
 enum class CsvLayout : std::uint8_t { per_asset, long_format };
@@ -99,6 +99,14 @@ struct MarketConfig {
   double turnover_penalty = 0.0;  // reward -= turnover_penalty * traded notional / equity
   double reward_scale = 1.0;      // `reward.scale` (> 0): the reward (penalties included) times this
 
+  // [process] kind = "generated" (rl/envs/market_generator.hpp): returns sampled from a diffusion
+  // model; initial_price and sigma (the reference volatility: slippage scale and the returns'
+  // normalization, which must be the model's) as for gbm, one regime, no jumps or correlation.
+  std::string generator_checkpoint;  // `process.checkpoint`: a diffusion pretrain checkpoint or run directory
+  std::string generator_sampler;     // `process.sampler`: "" the checkpoint's, "ddpm" | "ddim"
+  int generator_sample_steps = 0;    // `process.sample_steps`: 0 the checkpoint's
+  double generator_eta = -1.0;       // `process.eta`: < 0 the checkpoint's (ddim only)
+
   // [observation]
   bool price_level = false;  // append one column per asset: the log price's standardized level
                              // (rl/envs/market.hpp); gbm and ou only
@@ -118,7 +126,8 @@ struct MarketConfig {
 // Parses TOML text; `source` names it in messages (a file name). Throws ConfigError.
 MarketConfig parse_market_config(const std::string& toml_text, const std::string& source);
 // Reads and parses a file; relative replay paths are resolved against the file's folder and
-// must name existing files.
+// must name existing files; a generated market's checkpoint is resolved the same way and read
+// (read_generator_checkpoint, rl/envs/market_generator_config.hpp): it must fit the market.
 MarketConfig load_market_config(const std::filesystem::path& file);
 // Checks every value and cross-constraint of a config built in code; throws ConfigError listing
 // every problem, each naming the key.

@@ -80,6 +80,22 @@ MarketParams make_market_params(const MarketConfig& c, const OhlcvData* replay, 
     return p;
   }
 
+  if (c.process == PriceProcess::generated) {
+    // One regime; the returns come from the model (rl/envs/market_generator.hpp), normalized by
+    // 1 / (sigma sqrt(dt)): step_vol is both the slippage scale and the returns' scale.
+    p.regimes = 1;
+    for (int a = 0; a < A; ++a) {
+      p.log_initial_price[a] = std::log(c.initial_price[a]);
+      p.step_vol[a] = c.sigma[a] * std::sqrt(c.dt);
+      p.ret_scale[a] = static_cast<float>(1.0 / p.step_vol[a]);
+      p.decay[a] = 1.0f;
+      p.chol[a * kMaxAssets + a] = 1.0f;
+    }
+    p.transition_cdf[0] = 1.0f;
+    p.stationary_cdf[0] = 1.0f;
+    return p;
+  }
+
   const double lambda = c.jump_intensity;
   p.jumps = lambda > 0 ? 1 : 0;
   p.jump_lambda_dt = lambda * c.dt;

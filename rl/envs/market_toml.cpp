@@ -71,7 +71,14 @@ std::string market_config_toml(const MarketConfig& c) {
 
   s += "\n[process]\n";
   key("kind", quoted(to_string(c.process)));
-  if (c.process != PriceProcess::replay) {
+  if (c.process == PriceProcess::generated) {
+    key("initial_price", list(c.initial_price, 0, A));
+    key("sigma", list(c.sigma, 0, A));
+    key("checkpoint", quoted(c.generator_checkpoint));
+    if (!c.generator_sampler.empty()) key("sampler", quoted(c.generator_sampler));
+    if (c.generator_sample_steps > 0) key("sample_steps", std::to_string(c.generator_sample_steps));
+    if (c.generator_eta >= 0.0) key("eta", num(c.generator_eta));
+  } else if (c.process != PriceProcess::replay) {
     key("initial_price", list(c.initial_price, 0, A));
     if (!c.correlation.empty()) key("correlation", rows(c.correlation, A, A));
     const bool gbm = c.process == PriceProcess::gbm;
