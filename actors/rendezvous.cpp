@@ -91,11 +91,25 @@ caf::behavior coordinator(caf::stateful_actor<CoordinatorState>* self, std::shar
         if (static_cast<int>(st.peers.size()) == s.world - 1) sh->set_ready("");
         return {kAccepted, sh->id_hex};
       },
-      [=](done_atom, int rank) {
+      // A rank that finished: its going away is no fault. Rank 0's own: every peer is told (and
+      // acknowledges) before rank 0 answers, so its process may exit right after.
+      [=](done_atom, int rank) -> caf::response_promise {
         auto& st = self->state;
         st.done.insert(rank);
-        if (rank == 0)  // rank 0 itself: the peers may go away from now on too
-          for (const auto& [other, peer] : st.peers) self->send(peer, done_atom::value, 0);
+        auto rp = std::make_shared<caf::response_promise>(self->make_response_promise());
+        auto pending = std::make_shared<int>(0);
+        if (rank == 0)
+          for (const auto& [other, peer] : st.peers)
+            if (!st.done.count(other)) {
+              ++*pending;
+              const auto one_done = [rp, pending] {
+                if (--*pending == 0) rp->deliver(0);
+              };
+              self->request(peer, sh->spec.timeout, done_atom::value, 0)
+                  .then([one_done](int) { one_done(); }, [one_done](const caf::error&) { one_done(); });
+            }
+        if (*pending == 0) rp->deliver(0);
+        return *rp;
       },
   };
 }
@@ -125,7 +139,10 @@ caf::behavior peer(caf::stateful_actor<PeerState>* self, std::shared_ptr<Shared>
           [=](const caf::error& e) { sh->set_failed("join request to rank 0 failed: " + self->system().render(e)); });
   return {
       [=](lost_atom, int rank, const std::string& why) { sh->lost(rank, why); },
-      [=](done_atom, int) { self->state.coordinator_done = true; },
+      [=](done_atom, int) {
+        self->state.coordinator_done = true;
+        return 0;
+      },
   };
 }
 
@@ -199,10 +216,12 @@ Rendezvous::Rendezvous(caf::actor_system& system, const RendezvousSpec& spec, co
 void Rendezvous::finished() {
   if (finished_) return;
   finished_ = true;
-  if (spec_.rank == 0)
-    caf::anon_send(self_, done_atom::value, 0);
-  else
-    caf::anon_send(coordinator_, done_atom::value, spec_.rank);
+  // Acknowledged, so the message is through before this process may exit; a coordinator already
+  // gone answers with an error at once (or the wait ends after the bound).
+  caf::scoped_actor s{system_};
+  const auto bound = std::min<std::chrono::milliseconds>(spec_.timeout, std::chrono::milliseconds(5000));
+  s->request(spec_.rank == 0 ? self_ : coordinator_, bound, done_atom::value, spec_.rank)
+      .receive([](int) {}, [](const caf::error&) {});
 }
 
 Rendezvous::~Rendezvous() {

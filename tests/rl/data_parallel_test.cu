@@ -140,14 +140,13 @@ TEST_F(DataParallelTest, PpoWorldOneThroughTheAllReduceIsBitwiseTheSingleLearner
   // target_kl tiny: every update stops after its first epoch (the agreed KL flag); 0: no stop.
   for (const float target_kl : {1e-12f, 0.f}) {
     SCOPED_TRACE("target_kl " + std::to_string(target_kl));
-    CartPoleEnv env_a(16), env_b(16);
     ppo::PpoConfig c;
     c.num_envs = 16;
     c.rollout_steps = 16;
     c.epochs = 3;
     c.minibatches = 4;
     c.hidden = {32, 32};
-    c.head = ppo::head_for(env_a.action_space());
+    c.head = ppo::head_for(CartPoleEnv(16).action_space());
     c.lr = 1e-3f;
     c.anneal_iterations = 10;
     c.target_kl = target_kl;
@@ -155,6 +154,7 @@ TEST_F(DataParallelTest, PpoWorldOneThroughTheAllReduceIsBitwiseTheSingleLearner
     for (const bool fused : {true, false}) {
       SCOPED_TRACE(fused ? "fused" : "GEMM path");
       c.fused_kernels = fused;
+      CartPoleEnv env_a(16), env_b(16);
       ppo::PpoTrainer plain(c, env_a, lane()), replica(c, env_b, lane());
       replica.learner().join(gpu::DataParallel{&comm, 1 << 12, true});
       ASSERT_TRUE(replica.learner().data_parallel().active());
