@@ -155,7 +155,12 @@ std::string build_id() {
          std::to_string(CUDART_VERSION);
 }
 
-void configure_rendezvous(caf::actor_system_config& cfg) { cfg.load<caf::io::middleman>(); }
+void configure_rendezvous(caf::actor_system_config& cfg, std::chrono::milliseconds timeout) {
+  cfg.load<caf::io::middleman>();
+  const auto beat = std::max<std::chrono::milliseconds>(timeout / 10, std::chrono::milliseconds(20));
+  cfg.set("middleman.heartbeat-interval", caf::timespan{beat});
+  cfg.set("middleman.connection-timeout", caf::timespan{timeout});
+}
 
 Rendezvous::Rendezvous(caf::actor_system& system, const RendezvousSpec& spec, const std::string& nccl_id_hex,
                        LostFn on_lost)

@@ -72,7 +72,9 @@ class Rendezvous {
   bool finished_ = false;
 };
 
-// An actor system configuration with the middleman (caf::io) loaded, for a Rendezvous.
-void configure_rendezvous(caf::actor_system_config& cfg);
+// An actor system configuration with the middleman (caf::io) loaded, for a Rendezvous, with
+// heartbeats: a peer whose node sends nothing for `timeout` (a frozen or hung process, a dead
+// host) is disconnected, which its monitors see as it going away.
+void configure_rendezvous(caf::actor_system_config& cfg, std::chrono::milliseconds timeout);
 
 }  // namespace foxhunt::actors

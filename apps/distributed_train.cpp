@@ -120,7 +120,7 @@ int train_rank(const DistributedArgs& a, CheckedRun run, const std::string& run_
 
   auto lost = std::make_shared<LostState>();
   caf::actor_system_config caf_cfg;
-  configure_rendezvous(caf_cfg);
+  configure_rendezvous(caf_cfg, spec.timeout);
   caf::actor_system system{caf_cfg};
   std::unique_ptr<Rendezvous> rv;
   try {

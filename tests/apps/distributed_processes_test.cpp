@@ -205,6 +205,21 @@ TEST_F(DistributedProcesses, AKilledRankEndsTheOtherWithinTheBound) {
   }
 }
 
+TEST_F(DistributedProcesses, AFrozenRankEndsTheOtherAfterTheTimeout) {
+  const fs::path quick = write_config("quick.toml", 0.001, 2000);  // heartbeats every 200 ms
+  Proc r0(rank_args(0, quick, 2, 120'000), dir_, "r0");
+  Proc r1(rank_args(1, quick, 2, 120'000), dir_, "r1");
+  ASSERT_TRUE(r0.printed("joined", 20s)) << r0.stderr_text();
+  ASSERT_TRUE(r1.printed("joined", 20s)) << r1.stderr_text();
+  ::kill(r1.pid, SIGSTOP);  // alive, connection open, silent
+  const auto t0 = clock_type::now();
+  EXPECT_EQ(r0.exit_code(15s), 3) << "rank 0 did not end within 15 s";
+  EXPECT_LT(clock_type::now() - t0, 15s);
+  EXPECT_NE(r0.stderr_text().find("rank 1 is gone"), std::string::npos) << r0.stderr_text();
+  ::kill(r1.pid, SIGKILL);
+  ::kill(r1.pid, SIGCONT);
+}
+
 std::vector<pid_t> children_of(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
   std::vector<pid_t> out;
