@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <future>
 #include <map>
 #include <set>
@@ -30,6 +31,8 @@ struct Shared {
   std::string id_hex;
   Rendezvous::LostFn on_lost;
   std::once_flag lost_once;
+  // rank r: rank 0 finished (its going away is no fault); shared with the Rendezvous.
+  std::shared_ptr<std::atomic<bool>> coordinator_done = std::make_shared<std::atomic<bool>>(false);
   std::promise<std::string> ready;  // rank 0: all joined; rank r: the id (or an exception)
   std::once_flag ready_once;
   void lost(int rank, const std::string& why) {
@@ -114,14 +117,10 @@ caf::behavior coordinator(caf::stateful_actor<CoordinatorState>* self, std::shar
   };
 }
 
-struct PeerState {
-  bool coordinator_done = false;
-};
-
-caf::behavior peer(caf::stateful_actor<PeerState>* self, std::shared_ptr<Shared> sh, caf::actor coord) {
+caf::behavior peer(caf::event_based_actor* self, std::shared_ptr<Shared> sh, caf::actor coord) {
   self->monitor(coord);
   self->set_down_handler([=](const caf::down_msg& dm) {
-    if (dm.source != coord.address() || self->state.coordinator_done) return;
+    if (dm.source != coord.address() || sh->coordinator_done->load()) return;
     const std::string why = "rank 0 (the coordinator) is gone (" + describe(self->system(), dm.reason) + ")";
     sh->set_failed(why);
     sh->lost(0, why);
@@ -140,7 +139,7 @@ caf::behavior peer(caf::stateful_actor<PeerState>* self, std::shared_ptr<Shared>
   return {
       [=](lost_atom, int rank, const std::string& why) { sh->lost(rank, why); },
       [=](done_atom, int) {
-        self->state.coordinator_done = true;
+        sh->coordinator_done->store(true);
         return 0;
       },
   };
@@ -173,6 +172,7 @@ Rendezvous::Rendezvous(caf::actor_system& system, const RendezvousSpec& spec, co
   sh->id_hex = nccl_id_hex;
   sh->on_lost = std::move(on_lost);
   auto ready = sh->ready.get_future();
+  coordinator_done_ = sh->coordinator_done;
   const auto deadline = std::chrono::steady_clock::now() + spec.timeout;
   const std::string where = spec.host + ":" + std::to_string(spec.port);
   if (spec.rank == 0) {
@@ -221,6 +221,7 @@ Rendezvous::Rendezvous(caf::actor_system& system, const RendezvousSpec& spec, co
 void Rendezvous::finished() {
   if (finished_) return;
   finished_ = true;
+  if (spec_.rank != 0 && coordinator_done_->load()) return;  // rank 0 finished first: nobody to tell
   // Acknowledged, so the message is through before this process may exit; a coordinator already
   // gone answers with an error at once (or the wait ends after the bound).
   caf::scoped_actor s{system_};

@@ -17,6 +17,7 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -70,6 +71,7 @@ class Rendezvous {
   caf::actor self_;         // rank 0: the coordinator; rank r: its peer actor
   caf::actor coordinator_;  // rank r: rank 0's coordinator (a remote proxy)
   bool finished_ = false;
+  std::shared_ptr<std::atomic<bool>> coordinator_done_;  // rank r: rank 0 said it finished
 };
 
 // An actor system configuration with the middleman (caf::io) loaded, for a Rendezvous, with

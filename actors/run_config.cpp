@@ -524,6 +524,7 @@ std::pair<std::string, std::uint16_t> coordinator_address(const std::string& hos
 std::string distributed_config_hash(const RunConfig& c) {
   RunConfig copy = c;
   copy.distributed.rank = 0;
+  copy.run.device = 0;  // each rank its own GPU (foxhunt launch: --device r)
   const std::string text = resolved_toml(copy);
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (const unsigned char ch : text) {

@@ -189,7 +189,7 @@ std::vector<std::pair<std::string, std::string>> kept_config_files(const RunConf
 // [distributed] coordinator "host:port" split; std::invalid_argument naming distributed.coordinator.
 std::pair<std::string, std::uint16_t> coordinator_address(const std::string& host_port);
 // The hash every rank of a run compares with rank 0's: FNV-1a 64 of the resolved config with
-// distributed.rank set to 0 (what differs between ranks by design), as 16 hex digits.
+// distributed.rank and run.device set to 0 (what differs between ranks by design), as 16 hex digits.
 std::string distributed_config_hash(const RunConfig& c);
 // Every key the run config reader accepts ("replay.batch_size"), sorted (docs/configs.md's test);
 // the keys of an [[agent]] table as "agent.name".

@@ -92,10 +92,11 @@ TEST(DistributedConfigTest, CoordinatorAddress) {
   EXPECT_THROW(coordinator_address("host:"), std::invalid_argument);
 }
 
-TEST(DistributedConfigTest, ConfigHashIgnoresTheRankOnly) {
+TEST(DistributedConfigTest, ConfigHashIgnoresRankAndDeviceOnly) {
   RunConfig a = parse_run_config(std::string(kBase) + "[distributed]\nworld = 2\n");
   RunConfig b = a;
   b.distributed.rank = 1;
+  b.run.device = 1;
   EXPECT_EQ(distributed_config_hash(a), distributed_config_hash(b));
   EXPECT_EQ(distributed_config_hash(a).size(), 16u);
   RunConfig c = a;

@@ -126,7 +126,7 @@ class DistributedProcesses : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  fs::path write_config(const std::string& name, double lr, std::int64_t timeout_ms = 5000) {
+  fs::path write_config(const std::string& name, double lr, std::int64_t timeout_ms = 3000) {
     const fs::path p = dir_ / name;
     std::ofstream(p) << "[run]\ndeterministic = true\ntotal_env_steps = 20000\n[env]\nkind = \"cartpole\"\n"
                      << "num_envs = 8\n[learner]\nkind = \"dqn\"\nhidden = [16]\nlr = " << lr
@@ -163,7 +163,7 @@ TEST_F(DistributedProcesses, RefusesADifferentConfigHash) {
   EXPECT_EQ(r1.exit_code(), 4);
   const std::string e1 = r1.stderr_text();
   EXPECT_NE(e1.find("refused by rank 0: config hash"), std::string::npos) << e1;
-  // Rank 0 waits for a valid rank 1 until its timeout (5 s), then gives up naming the cause.
+  // Rank 0 waits for a valid rank 1 until its timeout (3 s), then gives up naming the cause.
   EXPECT_EQ(r0.exit_code(20s), 4);
   EXPECT_NE(r0.stderr_text().find("not every rank joined"), std::string::npos) << r0.stderr_text();
 }
