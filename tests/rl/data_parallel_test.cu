@@ -2,16 +2,18 @@
 // communicator of world size 1 with the collective path forced on (DataParallel::always) give bit
 // for bit the parameters, Adam moments, target network and counters of the same learner without
 // one — eagerly and through the captured graphs, across skipped updates (DQN's NaN guard) and KL
-// stops (PPO). Runs with several ranks wait for the machines with several GPUs
-// (tests/gpu/nccl_test.cu has the collectives' multi-rank test).
+// stops (PPO). With two or more devices, DQN replicas on every device stay bitwise equal (skips
+// otherwise; tests/gpu/nccl_test.cu has the collectives' multi-rank test).
 #include "models/fd_support.hpp"
 
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "gpu/data_parallel.hpp"
+#include "gpu/device.hpp"
 #include "gpu/nccl.hpp"
 #include "rl/dqn/learner.hpp"
 #include "rl/envs/cartpole.hpp"
@@ -173,6 +175,57 @@ TEST_F(DataParallelTest, PpoWorldOneThroughTheAllReduceIsBitwiseTheSingleLearner
       EXPECT_EQ(a.update.policy_loss, b.update.policy_loss);
     }
   }
+}
+
+// Every device one rank (one thread each), each learner built from its own seed and fed its own
+// batches: after joining (rank 0's weights broadcast) and 10 captured updates every replica holds
+// the same bytes (parameters, Adam moments, target), and they are not rank 0's weights had it
+// trained alone (the gradients were exchanged). Skips with fewer than two devices.
+TEST(DataParallelMultiGpuTest, DqnReplicasStayBitwiseEqual) {
+  std::string why;
+  const int devices = gpu::device_count(&why);
+  if (devices < 2)
+    GTEST_SKIP() << "needs >= 2 CUDA devices (one rank per device; two ranks sharing one GPU are not a valid NCCL "
+                    "setup), found "
+                 << devices << (why.empty() ? "" : ": " + why);
+  const std::uint64_t seed = test::test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (FOXHUNT_TEST_SEED)");
+  const int world = devices;
+  const gpu::NcclId id = gpu::nccl_unique_id();
+  std::vector<std::vector<float>> state(static_cast<std::size_t>(world) + 1);  // + rank 0 alone
+  std::vector<std::string> errors(state.size());
+  const auto run_rank = [&](int r, bool alone) {
+    try {
+      FH_CHECK(cudaSetDevice(r));
+      gpu::DeviceContext ctx(r, 1);
+      const cudaStream_t s = ctx.stream(0);
+      const DqnLearnerConfig cfg = dqn_config(false, 1, seed + static_cast<std::uint64_t>(r));
+      DqnLearner learner(cfg, ctx.blas(0));
+      std::unique_ptr<gpu::NcclCommunicator> comm;
+      if (!alone) {
+        comm = std::make_unique<gpu::NcclCommunicator>(id, world, r);
+        learner.join(gpu::DataParallel{comm.get(), 0, false});
+      }
+      std::mt19937_64 rng(seed * 7919 + static_cast<std::uint64_t>(r));
+      DeviceBatch batch(cfg, rng, s);
+      learner.capture(batch.view);
+      for (int i = 0; i < 10; ++i) learner.replay();
+      auto bytes = arena_bytes(learner.online_arena(), s);
+      const auto nt = static_cast<std::size_t>(learner.target_arena().padded_count());
+      const auto target = test::download(learner.target_arena().params(), nt, s);
+      bytes.insert(bytes.end(), target.begin(), target.end());
+      state[alone ? static_cast<std::size_t>(world) : static_cast<std::size_t>(r)] = std::move(bytes);
+    } catch (const std::exception& e) {
+      errors[alone ? static_cast<std::size_t>(world) : static_cast<std::size_t>(r)] = e.what();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back(run_rank, r, false);
+  for (auto& t : threads) t.join();
+  run_rank(0, true);
+  for (std::size_t r = 0; r < state.size(); ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  for (int r = 1; r < world; ++r) EXPECT_TRUE(bits_equal(state[static_cast<std::size_t>(r)], state[0])) << "rank " << r;
+  EXPECT_FALSE(bits_equal(state[0], state[static_cast<std::size_t>(world)])) << "the replicas trained as rank 0 alone";
 }
 
 }  // namespace
