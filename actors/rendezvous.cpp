@@ -56,9 +56,12 @@ struct CoordinatorState {
 
 std::string describe(caf::actor_system& sys, const caf::error& e) { return e ? sys.render(e) : "exited normally"; }
 
-caf::behavior coordinator(caf::stateful_actor<CoordinatorState>* self, std::shared_ptr<Shared> sh) {
+// The actors keep their state in a struct of their own, touched only by their handlers (one at a
+// time), not in stateful_actor's state.
+caf::behavior coordinator(caf::event_based_actor* self, std::shared_ptr<Shared> sh) {
+  auto state = std::make_shared<CoordinatorState>();
   self->set_down_handler([=](const caf::down_msg& dm) {
-    auto& st = self->state;
+    auto& st = *state;
     const auto it = st.rank_of.find(dm.source);
     if (it == st.rank_of.end()) return;
     const int r = it->second;
@@ -73,7 +76,7 @@ caf::behavior coordinator(caf::stateful_actor<CoordinatorState>* self, std::shar
   return {
       [=](join_atom, int rank, int world, const std::string& hash, const std::string& build,
           const caf::actor& peer) -> caf::result<caf::atom_value, std::string> {
-        auto& st = self->state;
+        auto& st = *state;
         const RendezvousSpec& s = sh->spec;
         std::string why;
         if (world != s.world)
@@ -97,7 +100,7 @@ caf::behavior coordinator(caf::stateful_actor<CoordinatorState>* self, std::shar
       // A rank that finished: its going away is no fault. Rank 0's own: every peer is told (and
       // acknowledges) before rank 0 answers, so its process may exit right after.
       [=](done_atom, int rank) -> caf::response_promise {
-        auto& st = self->state;
+        auto& st = *state;
         st.done.insert(rank);
         auto rp = std::make_shared<caf::response_promise>(self->make_response_promise());
         auto pending = std::make_shared<int>(0);
