@@ -332,7 +332,8 @@ bool DqnCollectorStage::poll_metrics(Scalars& out) {
 
 // --------------------------------------------------------------------------------- learner
 DqnLearnerStage::DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplayStage& replay, std::int64_t metrics_every,
-                                 const std::optional<std::filesystem::path>& resume, int device)
+                                 const std::optional<std::filesystem::path>& resume, int device,
+                                 const gpu::DataParallel& dp)
     : lane_(device), replay_(&replay), metrics_every_(metrics_every) {
   FH_EXPECT(metrics_every >= 1, "DqnLearnerStage: metrics_every must be >= 1");
   FH_EXPECT(config.batch == replay.batch_size(), "DqnLearnerStage: learner batch (" + std::to_string(config.batch) +
@@ -345,6 +346,7 @@ DqnLearnerStage::DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplaySt
   // The shadow runs no GEMM: it only holds copies and writes files (on the context's own stream).
   shadow_ = std::make_unique<rl::DqnLearner>(config, blas_->blas(0));
   if (resume) learner_->load(*resume / "learner");
+  learner_->join(dp);  // a replica takes rank 0's weights before its graphs are captured
   const std::int64_t B = config.batch;
   const int batches = replay.batches();
   graphs_.resize(static_cast<std::size_t>(batches));

@@ -134,8 +134,10 @@ class DqnLearnerStage final : public LearnerStage {
   // Captures one update graph per batch buffer of `replay` (which must outlive this stage).
   // `resume`: a checkpoint directory whose learner/ files are loaded. DqnState metrics are
   // published every `metrics_every` updates.
+  // dp: a data-parallel run's replica (joined after the resume's load, before the capture).
   DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplayStage& replay, std::int64_t metrics_every,
-                  const std::optional<std::filesystem::path>& resume, int device = 0);
+                  const std::optional<std::filesystem::path>& resume, int device = 0,
+                  const gpu::DataParallel& dp = {});
 
   void wait(std::uint64_t event) override { lane_.wait(event); }
   void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }

@@ -181,6 +181,9 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
                  counters.updates);
   }
 
+  // A replica takes rank 0's weights (after the resume's load), before the first update.
+  trainer.learner().join(req.stage_options.data_parallel);
+
   CheckpointStore store(req.run_dir / "checkpoints");
   store.keep_newest(cfg.checkpoint.keep);
   for (const auto& [name, text] : kept) store.attach(name, text);

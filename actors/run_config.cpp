@@ -233,6 +233,32 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file, AgentKeys* agent 
   r.boolean("timeline", c.logging.timeline);
   r.choice("level", c.logging.level, {"trace", "debug", "info", "warn", "error"});
 
+  r.table("distributed");
+  r.integer("world", c.distributed.world, 1, 1024);
+  r.integer("rank", c.distributed.rank, 0, 1023);
+  r.text("coordinator", c.distributed.coordinator);
+  r.integer("bucket_bytes", c.distributed.bucket_bytes, 0, std::int64_t{1} << 40);
+  r.choice("placement", c.distributed.placement, {"all"});
+  r.integer("timeout_ms", c.distributed.timeout_ms, 100, 3'600'000);
+  if (!r.has_error("distributed.coordinator")) {
+    try {
+      (void)coordinator_address(c.distributed.coordinator);
+    } catch (const std::invalid_argument& e) {
+      r.fail("distributed.coordinator", e.what());
+    }
+  }
+  r.relation(c.distributed.rank < c.distributed.world, "distributed.rank", "distributed.world",
+             "must be < distributed.world (ranks count from 0)");
+  if (c.distributed.bucket_bytes % 4 != 0 && !r.has_error("distributed.bucket_bytes"))
+    r.fail("distributed.bucket_bytes", "must be a multiple of 4 (whole f32 gradients)");
+  // Every replica's learner must run the same number of updates (each is a collective): the
+  // updates must follow the counts, not the timing. PPO's do; DQN's with run.deterministic.
+  r.relation(c.distributed.world == 1 || ppo || c.run.deterministic, "distributed.world", "run.deterministic",
+             "a DQN run over several ranks needs run.deterministic = true (every replica must run the same "
+             "number of updates, so they must follow the counts)");
+  if (c.distributed.world > 1 && agent != nullptr && from_file && !r.has_error("distributed.world"))
+    r.fail("distributed.world", "several agents ([[agent]] tables) train on one GPU: world must be 1");
+
   // Relations between keys.
   if (ppo) read_ppo_relations(r, c);
   const bool dqn = !ppo;
@@ -477,6 +503,38 @@ std::vector<std::pair<std::string, std::string>> kept_config_files(const RunConf
   }
   files.insert(files.begin(), {{"config.resolved.toml", resolved_toml(kept)}, {kKeptMarketFile, rl::market_config_toml(m)}});
   return files;
+}
+
+std::pair<std::string, std::uint16_t> coordinator_address(const std::string& host_port) {
+  const auto bad = [&](const std::string& why) {
+    return std::invalid_argument("distributed.coordinator = \"" + host_port + "\": " + why +
+                                 " (allowed: \"host:port\", e.g. \"127.0.0.1:29400\", port in [1, 65535])");
+  };
+  const std::size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos || colon == 0) throw bad("needs a host and a port");
+  const std::string host = host_port.substr(0, colon), port = host_port.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
+    throw bad("the port must be a number");
+  const long p = std::stol(port);
+  if (p < 1 || p > 65535) throw bad("the port must be in [1, 65535]");
+  if (host.find_first_of(" \t/") != std::string::npos) throw bad("the host has a space or '/'");
+  return {host, static_cast<std::uint16_t>(p)};
+}
+
+std::string distributed_config_hash(const RunConfig& c) {
+  RunConfig copy = c;
+  copy.distributed.rank = 0;
+  copy.run.device = 0;  // each rank its own GPU (foxhunt launch: --device r)
+  const std::string text = resolved_toml(copy);
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const unsigned char ch : text) {
+    h ^= ch;
+    h *= 0x100000001b3ull;
+  }
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, h >>= 4) out[static_cast<std::size_t>(i)] = kDigits[h & 0xf];
+  return out;
 }
 
 std::vector<std::string> run_config_keys() {

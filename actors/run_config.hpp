@@ -138,6 +138,18 @@ struct RunConfig {
     bool timeline = true;
     std::string level = "info";  // trace | debug | info | warn | error
   } logging;
+  // [distributed]: one rank of a data-parallel run (docs/distributed.md). world 1 is a run of one
+  // GPU, unchanged. The command line (`foxhunt train --rank --world --coordinator`, `foxhunt
+  // launch`) overrides world, rank and coordinator; the config hash every rank checks leaves rank
+  // out (distributed_config_hash).
+  struct Distributed {
+    int world = 1;
+    int rank = 0;
+    std::string coordinator = "127.0.0.1:29400";  // host:port rank 0 publishes its coordinator at
+    std::int64_t bucket_bytes = 0;                 // gradient all-reduce bucket; 0: one all-reduce
+    std::string placement = "all";                 // every role (collector, replay, learner) on every GPU
+    std::int64_t timeout_ms = 60'000;              // handshake, and a dead rank's bound on ending the rest
+  } distributed;
 
   // The pipeline's view (resumed counters are set by the caller).
   PipelineConfig pipeline_config() const;
@@ -174,6 +186,11 @@ inline constexpr const char* kKeptFeaturesDir = "features";
 // the run trained on, with the same split, whatever became of the market file since.
 inline constexpr const char* kKeptMarketFile = "market.resolved.toml";
 std::vector<std::pair<std::string, std::string>> kept_config_files(const RunConfig& c);
+// [distributed] coordinator "host:port" split; std::invalid_argument naming distributed.coordinator.
+std::pair<std::string, std::uint16_t> coordinator_address(const std::string& host_port);
+// The hash every rank of a run compares with rank 0's: FNV-1a 64 of the resolved config with
+// distributed.rank and run.device set to 0 (what differs between ranks by design), as 16 hex digits.
+std::string distributed_config_hash(const RunConfig& c);
 // Every key the run config reader accepts ("replay.batch_size"), sorted (docs/configs.md's test);
 // the keys of an [[agent]] table as "agent.name".
 std::vector<std::string> run_config_keys();

@@ -152,7 +152,8 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   // A final checkpoint carries the replay buffer (contents, priorities, sampler and slot state):
   // restored here, before any insert.
   const bool replay_restored = resume && replay->restore(*resume);
-  auto learner = std::make_shared<DqnLearnerStage>(lc, *replay, options.metrics_every, resume, device);
+  auto learner =
+      std::make_shared<DqnLearnerStage>(lc, *replay, options.metrics_every, resume, device, options.data_parallel);
   learner->synchronize();
   const Counters start = resume ? CheckpointStore::read_counters(*resume) : Counters{};
   learner->set_update_base(start.updates);
@@ -214,9 +215,11 @@ PpoStages make_ppo_stages(const RunConfig& config, const std::optional<std::file
   learner->attach_rollouts(std::move(slots));
   collector->attach_learner(learner);
   rl::ppo::PpoLearner& l = learner->learner();
+  if (resume) learner->load(*resume);
+  // Before the collector copies the weights it acts with: every replica acts with rank 0's.
+  l.join(options.data_parallel);
   if (resume) {
     const Counters start = CheckpointStore::read_counters(*resume);
-    learner->load(*resume);
     collector->restore(*resume, l.arena().params(), l.arena().padded_count(), start.env_steps / pc.batch_rows(),
                        start.policy_version);
   } else {

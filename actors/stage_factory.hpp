@@ -9,6 +9,7 @@
 #include "actors/pipeline_shared.hpp"
 #include "actors/ppo_pipeline.hpp"
 #include "actors/run_config.hpp"
+#include "gpu/data_parallel.hpp"
 #include "rl/dqn/learner.hpp"
 #include "rl/envs/vec_env.hpp"
 #include "rl/replay/config.hpp"
@@ -40,6 +41,9 @@ std::unique_ptr<rl::VecEnv> make_env(const RunConfig& config, std::int64_t num_e
 struct StageOptions {
   std::int64_t stats_every = 10'000;  // env steps per window of episode statistics (cleared after each)
   std::int64_t metrics_every = 100;   // updates between learner metrics publications
+  // A data-parallel run's replica (gpu/data_parallel.hpp): the learner joins it (takes rank 0's
+  // weights, all-reduces its gradients). Inactive by default: a run of one GPU.
+  gpu::DataParallel data_parallel{};
 };
 // The DQN stages (learner.kind = "dqn").
 PipelineStages make_stages(const RunConfig& config, const std::optional<std::filesystem::path>& resume,

@@ -50,6 +50,7 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   add_check_command(app, console);
   add_devices_command(app, console);
   add_eval_command(app, console);
+  add_launch_command(app, console);
   add_pretrain_command(app, console);
   add_train_command(app, console);
 

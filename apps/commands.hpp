@@ -18,5 +18,6 @@ void add_train_command(CLI::App& app, Console& console);    // apps/commands_tra
 void add_check_command(CLI::App& app, Console& console);    // apps/commands_check.cpp
 void add_eval_command(CLI::App& app, Console& console);     // apps/commands_eval.cpp
 void add_pretrain_command(CLI::App& app, Console& console); // apps/commands_pretrain.cpp
+void add_launch_command(CLI::App& app, Console& console);   // apps/commands_launch.cpp
 
 }  // namespace foxhunt::apps

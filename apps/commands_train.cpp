@@ -12,6 +12,7 @@
 #include "actors/agents_run.hpp"
 #include "actors/train_run.hpp"
 #include "apps/commands.hpp"
+#include "apps/distributed_train.hpp"
 #include "apps/run_checks.hpp"
 #include "apps/run_dir.hpp"
 #include "gpu/device.hpp"
@@ -25,6 +26,7 @@ namespace {
 struct TrainArgs {
   std::string config, resume, run_dir, seeds;
   bool overwrite = false;
+  DistributedArgs distributed;
 };
 
 // run.device among the devices present, and the estimate within its free memory. Returns the
@@ -105,8 +107,14 @@ int train(const TrainArgs& a, Console& io) {
   RunDirPlan dir;
   try {
     CheckedAgents agents = check_agents(a.config, a.seeds, a.resume);
-    if (agents.config.several) return train_agents(a, std::move(agents), io);
+    if (agents.config.several) {
+      if (a.distributed.given())
+        throw std::invalid_argument("--rank/--world: several agents in one run train on one GPU (world 1)");
+      return train_agents(a, std::move(agents), io);
+    }
     run = check_run(a.config, a.resume);
+    if (a.distributed.given() || run.config.distributed.world > 1)
+      return train_rank(a.distributed, run, a.run_dir, a.overwrite, io);
     const fs::path path =
         a.run_dir.empty() ? default_run_dir(run.config.run.name) : fs::path(a.run_dir);
     dir = plan_run_dir(path, a.overwrite, run.resume);
@@ -175,6 +183,7 @@ void add_train_command(CLI::App& app, Console& io) {
   t->add_option("--seeds", args->seeds,
                 "run every agent of the config once per seed, all at once (e.g. 1,2,3: distinct non-negative "
                 "integers); each is an agent <name>-seed<s> (seed<s> for a file of one agent)");
+  add_distributed_options(*t, args->distributed);
   t->callback([args, &io] { io.exit_code = train(*args, io); });
 }
 

@@ -191,6 +191,15 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s, const std:
   online_->backward(ws_, d_logits_.data(), batch.obs, B, lane, &backward_side);
   FH_CHECK(cudaStreamWaitEvent(s, side_done_, 0));  // the side stream rejoins (a capture must end joined)
 
+  // Data-parallel: the mean gradient of every replica, and one skip decision. After the mean,
+  // every replica holds the same gradients, so the guard's gradient checks agree by themselves;
+  // the loss flag (set by the TD kernel from this replica's batch) is agreed here, before the guard
+  // folds the gradient flag into it.
+  if (dp_.active()) {
+    dp_.comm->all_reduce_mean(online_arena_.grads(), online_arena_.padded_count(), s, dp_.bucket_floats());
+    dp_.comm->max_u32(&st->skip, 1, s);
+  }
+
   // Guard: a non-finite loss or gradient skips Adam and the target update (bit-exact).
   // One kernel: non-finite gradient flag, global norm, clip scale, and the safe priorities of a
   // skipped update: priorities_ is final when it ends.
@@ -210,6 +219,18 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s, const std:
                                  target_arena_.params(), nullptr, online_arena_.grads(), n, B, c.adam,
                                  c.max_grad_norm > 0.f, c.skip_priority, c.tau, c.target_period, end_ws_.data(), s);
   if (after) FH_CHECK(cudaStreamWaitEvent(s, after_done_, 0));
+}
+
+void DqnLearner::join(const gpu::DataParallel& dp) {
+  FH_EXPECT(!graph_.captured(), "DqnLearner::join: before the first capture");
+  dp_ = dp;
+  if (!dp_.active()) return;
+  const cudaStream_t s = lane_.stream;
+  const std::int64_t n = online_arena_.padded_count(), nt = target_arena_.padded_count();
+  for (float* a : {online_arena_.params(), online_arena_.adam_m(), online_arena_.adam_v()})
+    dp_.comm->broadcast(a, n, 0, s);
+  dp_.comm->broadcast(target_arena_.params(), nt, 0, s);
+  FH_CHECK(cudaStreamSynchronize(s));  // set-up: every replica starts from the same weights
 }
 
 void DqnLearner::update(const DqnBatch& batch) { record_update(batch, lane_.stream); }

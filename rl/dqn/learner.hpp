@@ -28,6 +28,7 @@
 #include "gpu/arena.hpp"
 #include "gpu/buffer.hpp"
 #include "gpu/context.hpp"
+#include "gpu/data_parallel.hpp"
 #include "gpu/exit.hpp"
 #include "gpu/graph.hpp"
 #include "gpu/stream.hpp"
@@ -78,6 +79,13 @@ class DqnLearner {
                const std::function<void(cudaStream_t)>& after = {});
   void replay();
   bool captured() const { return graph_.captured(); }
+
+  // Makes this learner one replica of a data-parallel learner (gpu/data_parallel.hpp): every rank
+  // takes rank 0's online and target weights and Adam moments (broadcast on stream(), which it
+  // synchronizes), and later updates all-reduce the gradients and agree on the skip. Before the
+  // first update or capture; every rank calls it. An inactive `dp` changes nothing.
+  void join(const gpu::DataParallel& dp);
+  const gpu::DataParallel& data_parallel() const noexcept { return dp_; }
   // Nodes of the graph capture() built (0 before): the launch count of one replay.
   std::size_t graph_nodes() const { return graph_.node_count(); }
   // The same capture into a caller-owned graph: one graph per batch buffer when several sampled
@@ -123,6 +131,7 @@ class DqnLearner {
 
   DqnLearnerConfig config_;
   gpu::BlasLane lane_;
+  gpu::DataParallel dp_;
   gpu::ParameterArena online_arena_, target_arena_;
   std::unique_ptr<models::QNetwork> online_, target_;
   models::QNetwork::Workspace ws_, ws_target_, act_ws_;  // ws_: 2B rows [s; s'] with double DQN

@@ -263,17 +263,32 @@ void PpoLearner::enqueue_update(Rollout& r, cudaStream_t s) {
       fused_->advantage_norms(adv_norms_.data(), r.advantages.data(), perm_.data(), per_mb, config_.minibatches, s);
     for (int m = 0; m < config_.minibatches; ++m) {
       minibatch(r, perm_.data() + m * per_mb, m, s);
+      // Data-parallel: the mean gradient of every replica (the same on each), so the norm, the
+      // clip and Adam agree without further exchange.
+      if (dp_.active())
+        dp_.comm->all_reduce_mean(arena_.grads(), arena_.padded_count(), s, dp_.bucket_floats());
       optimizer_step(s);
     }
     if (config_.target_kl > 0) {
       kl_check_kernel<<<1, 1, 0, s>>>(kl_stop_.data(), loss_stats_.data(), config_.target_kl);
       FH_CHECK_LAUNCH();
+      // Each replica measured the KL on its own minibatch: any replica over the target stops all.
+      if (dp_.active()) dp_.comm->max_u32(kl_stop_.data(), 1, s);
     }
   }
   finish_stats_kernel<<<1, 1, 0, s>>>(update_stats_.data(), loss_stats_.data(), scalars_.data() + kLr, adam_steps,
                                       counters_.data() + kCounterCount);
   FH_CHECK_LAUNCH();
   advance_counter(counters_.data() + kUpdates, s);
+}
+
+void PpoLearner::join(const gpu::DataParallel& dp) {
+  FH_EXPECT(graphs_.empty(), "PpoLearner::join: before the first update");
+  dp_ = dp;
+  if (!dp_.active()) return;
+  const cudaStream_t s = lane_.stream;
+  for (float* a : {arena_.params(), arena_.adam_m(), arena_.adam_v()}) dp_.comm->broadcast(a, arena_.padded_count(), 0, s);
+  FH_CHECK(cudaStreamSynchronize(s));  // set-up: every replica starts from the same weights
 }
 
 void PpoLearner::update(Rollout& r) {

@@ -22,6 +22,7 @@
 #include "gpu/arena.hpp"
 #include "gpu/buffer.hpp"
 #include "gpu/context.hpp"
+#include "gpu/data_parallel.hpp"
 #include "gpu/exit.hpp"
 #include "gpu/graph.hpp"
 #include "models/module.hpp"
@@ -72,6 +73,13 @@ class PpoLearner {
   // Nodes of the update graph of the first rollout updated (0 before the first update).
   std::size_t graph_nodes() const { return graphs_.empty() ? 0 : graphs_.front().second.node_count(); }
 
+  // Makes this learner one replica of a data-parallel learner (gpu/data_parallel.hpp): every rank
+  // takes rank 0's parameters and Adam moments (broadcast on the learner's stream, which it
+  // synchronizes); later updates all-reduce each minibatch's gradients and agree on the KL stop.
+  // Before the first update; every rank calls it. An inactive `dp` changes nothing.
+  void join(const gpu::DataParallel& dp);
+  const gpu::DataParallel& data_parallel() const noexcept { return dp_; }
+
   // Device counters (checkpointed with the parameters): updates applied, Adam steps, and the
   // permutation draws.
   std::uint64_t* counters() noexcept { return counters_.data(); }
@@ -86,6 +94,7 @@ class PpoLearner {
 
   PpoConfig config_;
   gpu::BlasLane lane_;
+  gpu::DataParallel dp_;
   gpu::ParameterArena arena_;
   ActorCritic net_;
   std::unique_ptr<FusedActorCritic> fused_;
