@@ -64,6 +64,9 @@ void PpoGpuCollectorStage::restore(const std::filesystem::path& dir, const float
   FH_EXPECT(floats == acting_->arena().padded_count(), "PpoGpuCollectorStage::restore: policy size mismatch");
   lane_.make_current();
   const cudaStream_t s = lane_.stream();
+  // A reset first, as the synchronous loop's resume does: environments such as the market accept
+  // steps only after one; the spans read next overwrite everything it wrote.
+  collector_->reset(config_.seed, carry(), s);
   read_spans(dir / "ppo.state", state_spans(), s);  // the learner's counters too (its stream is idle)
   read_spans(dir / "env.state", env_state_spans(*env_), s);
   if (std::filesystem::exists(dir / kPpoPolicyFile)) {
