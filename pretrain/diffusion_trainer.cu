@@ -10,48 +10,17 @@
 #include "gpu/grad_norm.hpp"
 #include "gpu/launch.cuh"
 #include "models/diffusion/noising.hpp"
+#include "pretrain/step_kernels.hpp"
 
 namespace foxhunt::pretrain {
 namespace {
 
-enum Scalar { kLr = 0, kNorm = 1, kScale = 2, kLoss = 3, kScalarCount = 4 };
+// The shared step kernels (pretrain/step_kernels.hpp) index the counters by this layout.
+static_assert(DiffusionTrainer::kStep == kStepIndex && DiffusionTrainer::kDataCounter == kDataIndex &&
+              DiffusionTrainer::kEvalCounter == kEvalIndex && DiffusionTrainer::kWindowStart == kWindowStartIndex &&
+              DiffusionTrainer::kCounterCount == kStepCounterCount);
+
 using C = DiffusionTrainer::Counter;
-
-__global__ void lr_kernel(float* lr, const std::uint64_t* step, float lr0, std::int64_t warmup, std::int64_t steps,
-                          Decay decay) {
-  const double s = static_cast<double>(*step);
-  double v = lr0;
-  if (warmup > 0 && s < static_cast<double>(warmup)) {
-    v = lr0 * (s + 1.0) / static_cast<double>(warmup);
-  } else if (decay != Decay::none) {
-    const double span = static_cast<double>(steps - warmup > 1 ? steps - warmup : 1);
-    const double p = fmin(1.0, fmax(0.0, (s - static_cast<double>(warmup)) / span));
-    v = decay == Decay::cosine ? lr0 * 0.5 * (1.0 + cospi(p)) : lr0 * (1.0 - p);
-  }
-  *lr = static_cast<float>(v);
-}
-
-__global__ void advance_kernel(std::uint64_t* counters, double* sums, const float* scalars) {
-  counters[C::kStep] += 1;
-  counters[C::kDataCounter] += 1;
-  sums[0] += static_cast<double>(scalars[kLoss]);
-  sums[1] += static_cast<double>(scalars[kNorm]);
-}
-
-__global__ void stats_kernel(TrainStats* out, double* sums, std::uint64_t* counters, const float* scalars) {
-  const std::uint64_t step = counters[C::kStep];
-  const std::uint64_t n = step - counters[C::kWindowStart];
-  TrainStats t;
-  t.step = step;
-  t.steps = n;
-  t.loss = n > 0 ? sums[0] / static_cast<double>(n) : nan("");
-  t.grad_norm = n > 0 ? sums[1] / static_cast<double>(n) : nan("");
-  t.lr = scalars[kLr];
-  *out = t;
-  sums[0] = 0;
-  sums[1] = 0;
-  counters[C::kWindowStart] = step;
-}
 
 // A validation batch of n windows: the loss weighted by its windows, the counter advanced.
 __global__ void eval_accumulate_kernel(double* sums, std::uint64_t* counters, const float* loss, std::int64_t n) {
@@ -151,7 +120,7 @@ DiffusionTrainer::DiffusionTrainer(DiffusionTrainerSpec spec, GenerateFn train_d
   sample_ws_view_ = models::Workspace{sample_ws_.data(), SB, false};
   loss_ws_ = gpu::DeviceBuffer<std::byte>(std::max<std::size_t>(models::epsilon_loss_workspace_bytes(B, D), 1));
   norm_ws_ = gpu::DeviceBuffer<std::byte>(std::max<std::size_t>(gpu::grad_norm_workspace_bytes(arena_.padded_count()), 1));
-  scalars_ = gpu::DeviceBuffer<float>(kScalarCount);
+  scalars_ = gpu::DeviceBuffer<float>(kStepScalarCount);
   eval_loss_ = gpu::DeviceBuffer<float>(1);
   counters_ = gpu::DeviceBuffer<std::uint64_t>(kCounterCount);
   stats_sums_ = gpu::DeviceBuffer<double>(kStatsSums);
@@ -187,18 +156,17 @@ void DiffusionTrainer::enqueue_step(cudaStream_t s) {
   lane.stream = s;
   const std::int64_t B = spec_.batch;
   const OptimSpec& o = spec_.optim;
-  lr_kernel<<<1, 1, 0, s>>>(scalars_.data() + kLr, counters_.data() + kStep, o.lr, o.warmup_steps, o.steps, o.decay);
-  FH_CHECK_LAUNCH();
+  launch_step_lr(scalars_.data() + kLrScalar, counters_.data() + kStep, o.lr, o.warmup_steps, o.steps, o.decay, s);
   WindowBatch b;
   b.x = x_.data();
   train_data_(b, B, spec_.seed, counters_.data() + kDataCounter, s);
-  loss(scalars_.data() + kLoss, d_eps_.data(), B, spec_.seed, counters_.data() + kDataCounter, lane);
+  loss(scalars_.data() + kLossScalar, d_eps_.data(), B, spec_.seed, counters_.data() + kDataCounter, lane);
   denoiser_->backward(nullptr, nullptr, d_eps_.data(), B, ws_view_, lane);
-  gpu::global_grad_norm(scalars_.data() + kNorm, arena_.grads(), arena_.padded_count(), norm_ws_.data(), s);
+  gpu::global_grad_norm(scalars_.data() + kNormScalar, arena_.grads(), arena_.padded_count(), norm_ws_.data(), s);
   const float* scale = nullptr;
   if (o.grad_clip > 0.f) {
-    gpu::clip_scale(scalars_.data() + kScale, scalars_.data() + kNorm, o.grad_clip, s);
-    scale = scalars_.data() + kScale;
+    gpu::clip_scale(scalars_.data() + kScaleScalar, scalars_.data() + kNormScalar, o.grad_clip, s);
+    scale = scalars_.data() + kScaleScalar;
   }
   gpu::AdamConfig adam;
   adam.beta1 = o.beta1;
@@ -208,9 +176,8 @@ void DiffusionTrainer::enqueue_step(cudaStream_t s) {
   adam.decoupled = true;
   auto* adam_steps = reinterpret_cast<const std::int64_t*>(counters_.data() + kStep);
   gpu::adam_step_device(arena_.params(), arena_.adam_m(), arena_.adam_v(), arena_.grads(), arena_.padded_count(), adam,
-                        scalars_.data() + kLr, adam_steps, scale, nullptr, s);
-  advance_kernel<<<1, 1, 0, s>>>(counters_.data(), stats_sums_.data(), scalars_.data());
-  FH_CHECK_LAUNCH();
+                        scalars_.data() + kLrScalar, adam_steps, scale, nullptr, s);
+  launch_step_advance(counters_.data(), stats_sums_.data(), scalars_.data(), s);
 }
 
 void DiffusionTrainer::step() {
@@ -256,8 +223,7 @@ EvalMetrics DiffusionTrainer::wait_eval() {
 void DiffusionTrainer::publish_stats() {
   FH_EXPECT(!stats_pending_, "publish_stats: the previous statistics were not read (poll_stats / wait_stats)");
   const cudaStream_t s = lane_.stream;
-  stats_kernel<<<1, 1, 0, s>>>(stats_dev_.data(), stats_sums_.data(), counters_.data(), scalars_.data());
-  FH_CHECK_LAUNCH();
+  launch_step_stats(stats_dev_.data(), stats_sums_.data(), counters_.data(), scalars_.data(), s);
   stats_exit_.publish(stats_dev_.data(), s);
   stats_pending_ = true;
 }

@@ -13,51 +13,17 @@
 #include "gpu/launch.cuh"
 #include "pretrain/hmm_filter.hpp"
 #include "pretrain/linear_baseline.hpp"
+#include "pretrain/step_kernels.hpp"
 
 namespace foxhunt::pretrain {
 namespace {
 
-enum Scalar { kLr = 0, kNorm = 1, kScale = 2, kLoss = 3, kScalarCount = 4 };
-
-__global__ void lr_kernel(float* lr, const std::uint64_t* step, float lr0, std::int64_t warmup, std::int64_t steps,
-                          Decay decay) {
-  const double s = static_cast<double>(*step);
-  double v = lr0;
-  if (warmup > 0 && s < static_cast<double>(warmup)) {
-    v = lr0 * (s + 1.0) / static_cast<double>(warmup);
-  } else if (decay != Decay::none) {
-    const double span = static_cast<double>(std::max<std::int64_t>(1, steps - warmup));
-    const double p = fmin(1.0, fmax(0.0, (s - static_cast<double>(warmup)) / span));
-    v = decay == Decay::cosine ? lr0 * 0.5 * (1.0 + cospi(p)) : lr0 * (1.0 - p);
-  }
-  *lr = static_cast<float>(v);
-}
-
-// After an applied step: the counters advance and the window's sums take the step's loss and norm.
-__global__ void advance_kernel(std::uint64_t* counters, double* sums, const float* scalars) {
-  counters[PretrainTrainer::kStep] += 1;
-  counters[PretrainTrainer::kDataCounter] += 1;
-  sums[0] += static_cast<double>(scalars[kLoss]);
-  sums[1] += static_cast<double>(scalars[kNorm]);
-}
+// The shared step kernels (pretrain/step_kernels.hpp) index the counters by this layout.
+static_assert(PretrainTrainer::kStep == kStepIndex && PretrainTrainer::kDataCounter == kDataIndex &&
+              PretrainTrainer::kEvalCounter == kEvalIndex && PretrainTrainer::kWindowStart == kWindowStartIndex &&
+              PretrainTrainer::kCounterCount == kStepCounterCount);
 
 __global__ void eval_advance_kernel(std::uint64_t* counters) { counters[PretrainTrainer::kEvalCounter] += 1; }
-
-// The window's means and the state now; the window restarts at this step.
-__global__ void stats_kernel(TrainStats* out, double* sums, std::uint64_t* counters, const float* scalars) {
-  const std::uint64_t step = counters[PretrainTrainer::kStep];
-  const std::uint64_t n = step - counters[PretrainTrainer::kWindowStart];
-  TrainStats t;
-  t.step = step;
-  t.steps = n;
-  t.loss = n > 0 ? sums[0] / static_cast<double>(n) : nan("");
-  t.grad_norm = n > 0 ? sums[1] / static_cast<double>(n) : nan("");
-  t.lr = scalars[kLr];
-  *out = t;
-  sums[0] = 0;
-  sums[1] = 0;
-  counters[PretrainTrainer::kWindowStart] = step;
-}
 
 // last (B, F) = features[:, T - 1, :] of features (B, T, F).
 __global__ void last_step_kernel(float* __restrict__ last, const float* __restrict__ features, std::int64_t B,
@@ -136,7 +102,7 @@ PretrainTrainer::PretrainTrainer(TrainerSpec spec, GenerateFn train_data, gpu::B
   model_ws_ = models::OwnedWorkspace(*model_, B);
   head_ws_ = models::OwnedWorkspace(*head_, B);
   norm_ws_ = gpu::DeviceBuffer<std::byte>(std::max<std::size_t>(gpu::grad_norm_workspace_bytes(arena_.padded_count()), 1));
-  scalars_ = gpu::DeviceBuffer<float>(kScalarCount);
+  scalars_ = gpu::DeviceBuffer<float>(kStepScalarCount);
   counters_ = gpu::DeviceBuffer<std::uint64_t>(kCounterCount);
   hmm_correct_ = gpu::DeviceBuffer<std::uint64_t>(1);
   stats_sums_ = gpu::DeviceBuffer<double>(kStatsSums);
@@ -193,21 +159,20 @@ void PretrainTrainer::enqueue_step(cudaStream_t s) {
   lane.stream = s;
   const std::int64_t B = spec_.batch, T = spec_.window.window, F = model_->out_features();
   const OptimSpec& o = spec_.optim;
-  lr_kernel<<<1, 1, 0, s>>>(scalars_.data() + kLr, counters_.data() + kStep, o.lr, o.warmup_steps, o.steps, o.decay);
-  FH_CHECK_LAUNCH();
+  launch_step_lr(scalars_.data() + kLrScalar, counters_.data() + kStep, o.lr, o.warmup_steps, o.steps, o.decay, s);
   train_data_(train_batch_, B, spec_.seed, counters_.data() + kDataCounter, s);
   forward(train_batch_.x, B, false, lane);
-  task_loss(d_head_.data(), scalars_.data() + kLoss, head_out_.data(), targets_of(train_batch_), B, spec_.task, s);
+  task_loss(d_head_.data(), scalars_.data() + kLossScalar, head_out_.data(), targets_of(train_batch_), B, spec_.task, s);
   head_->backward(d_last_.data(), d_head_.data(), last_.data(), B, head_ws_.view, lane, nullptr);
   scatter_last_kernel<<<gpu::grid_stride_blocks(B * T * F), gpu::kBlock, 0, s>>>(d_features_.data(), d_last_.data(), B,
                                                                                   T, F);
   FH_CHECK_LAUNCH();
   model_->backward(nullptr, d_features_.data(), train_batch_.x, B, model_ws_.view, lane, nullptr);
-  gpu::global_grad_norm(scalars_.data() + kNorm, arena_.grads(), arena_.padded_count(), norm_ws_.data(), s);
+  gpu::global_grad_norm(scalars_.data() + kNormScalar, arena_.grads(), arena_.padded_count(), norm_ws_.data(), s);
   const float* scale = nullptr;
   if (o.grad_clip > 0.f) {
-    gpu::clip_scale(scalars_.data() + kScale, scalars_.data() + kNorm, o.grad_clip, s);
-    scale = scalars_.data() + kScale;
+    gpu::clip_scale(scalars_.data() + kScaleScalar, scalars_.data() + kNormScalar, o.grad_clip, s);
+    scale = scalars_.data() + kScaleScalar;
   }
   gpu::AdamConfig adam;
   adam.beta1 = o.beta1;
@@ -217,9 +182,8 @@ void PretrainTrainer::enqueue_step(cudaStream_t s) {
   adam.decoupled = true;
   auto* adam_steps = reinterpret_cast<const std::int64_t*>(counters_.data() + kStep);
   gpu::adam_step_device(arena_.params(), arena_.adam_m(), arena_.adam_v(), arena_.grads(), arena_.padded_count(), adam,
-                        scalars_.data() + kLr, adam_steps, scale, nullptr, s);
-  advance_kernel<<<1, 1, 0, s>>>(counters_.data(), stats_sums_.data(), scalars_.data());
-  FH_CHECK_LAUNCH();
+                        scalars_.data() + kLrScalar, adam_steps, scale, nullptr, s);
+  launch_step_advance(counters_.data(), stats_sums_.data(), scalars_.data(), s);
 }
 
 void PretrainTrainer::step() {
@@ -293,8 +257,7 @@ EvalMetrics PretrainTrainer::wait_eval() {
 void PretrainTrainer::publish_stats() {
   FH_EXPECT(!stats_pending_, "publish_stats: the previous statistics were not read (poll_stats / wait_stats)");
   const cudaStream_t s = lane_.stream;
-  stats_kernel<<<1, 1, 0, s>>>(stats_dev_.data(), stats_sums_.data(), counters_.data(), scalars_.data());
-  FH_CHECK_LAUNCH();
+  launch_step_stats(stats_dev_.data(), stats_sums_.data(), counters_.data(), scalars_.data(), s);
   stats_exit_.publish(stats_dev_.data(), s);
   stats_pending_ = true;
 }
