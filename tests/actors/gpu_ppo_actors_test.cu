@@ -4,8 +4,8 @@
 //     byte for byte equal to the synchronous loop's (pipeline.mode = "sync"), for a feed-forward
 //     policy on CartPole and a recurrent one on CartPole without velocities;
 //   PpoActors.ResumeContinuesBitExactly: N -> stop -> 2N through the actors equals the
-//     uninterrupted 2N run (both lags; lag 1's checkpoint carries the acting weights one update
-//     behind the learner's in policy.safetensors);
+//     uninterrupted 2N run, and two uninterrupted runs are equal (both lags; lag 1's checkpoint
+//     carries the acting weights one update behind the learner's in policy.safetensors);
 //   PpoActorsLearning.CartPoleReaches475: configs/ppo_pipeline_cartpole.toml (lag 0) and the same
 //     with lag 1, seeds 1..3: the last window of episode statistics reaches a mean return of 475
 //     within 500k env steps.
@@ -89,10 +89,14 @@ TEST_F(PpoActors, ResumeContinuesBitExactly) {
     ASSERT_FALSE(half.empty());
     const fs::path resumed = train(tag + "resumed", cartpole_ppo(2 * kN, "actors", lag, false), half);
     const fs::path whole = train(tag + "whole", cartpole_ppo(2 * kN, "actors", lag, false));
-    for (const char* f : {"learner.safetensors", "ppo.state", "env.state", "policy.safetensors"}) {
+    // A second uninterrupted run tells a resume defect apart from a run that is not
+    // deterministic (with lag 1 collection and update overlap on two streams).
+    const fs::path again = train(tag + "again", cartpole_ppo(2 * kN, "actors", lag, false));
+    for (const char* f : {"learner.safetensors", "ppo.state", "env.state", "policy.safetensors", "counters.json"}) {
       SCOPED_TRACE(f);
-      const auto a = bytes_of(resumed / f), b = bytes_of(whole / f);
+      const auto a = bytes_of(resumed / f), b = bytes_of(whole / f), c = bytes_of(again / f);
       ASSERT_FALSE(a.empty());
+      EXPECT_TRUE(b == c) << "two uninterrupted runs differ (the run is not deterministic)";
       EXPECT_TRUE(a == b) << "the resumed run differs from the uninterrupted one";
     }
   }
