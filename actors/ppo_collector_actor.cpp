@@ -85,7 +85,10 @@ caf::behavior ppo_collector_actor(Self* self, std::shared_ptr<PpoCollectorStage>
   st.generation.assign(static_cast<std::size_t>(stage->rollout_slots()), 0);
   for (int k = 0; k < stage->rollout_slots(); ++k) st.free_slots.emplace_back(k, 0);
   const PpoPipelineConfig& cfg = shared->config;
-  st.rollouts_issued = cfg.start.env_steps / stage->steps_per_rollout();
+  // Rollouts count from the updates learned: after a stop by signal the at most 1 + lag rollouts
+  // collected but not learned from are lost, and the resumed run collects their places again
+  // (counting from env_steps would leave the learner waiting for rollouts that never come).
+  st.rollouts_issued = cfg.start.updates;
   // A restored acting network holds its own version; otherwise the collector starts with the
   // learner's weights.
   const std::int64_t restored = stage->restored_policy_version();

@@ -69,7 +69,7 @@ class PpoGpuCollectorStage final : public PpoCollectorStage {
   // `params` (the learner's arena).
   void start(std::uint64_t seed, const float* params, std::int64_t floats);
   // Setup only: continue from a checkpoint directory (ppo.state, env.state, and policy.safetensors
-  // when present; otherwise acting with `params`). rollouts_done = counters env_steps / rows.
+  // when present; otherwise acting with `params`). rollouts_done = the updates learned.
   void restore(const std::filesystem::path& dir, const float* params, std::int64_t floats,
                std::int64_t rollouts_done, std::int64_t policy_version);
   void attach_learner(std::shared_ptr<PpoGpuLearnerStage> learner) { learner_ = std::move(learner); }

@@ -220,7 +220,7 @@ PpoStages make_ppo_stages(const RunConfig& config, const std::optional<std::file
   l.join(options.data_parallel);
   if (resume) {
     const Counters start = CheckpointStore::read_counters(*resume);
-    collector->restore(*resume, l.arena().params(), l.arena().padded_count(), start.env_steps / pc.batch_rows(),
+    collector->restore(*resume, l.arena().params(), l.arena().padded_count(), start.updates,
                        start.policy_version);
   } else {
     collector->start(config.run.seed, l.arena().params(), l.arena().padded_count());
