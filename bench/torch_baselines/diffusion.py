@@ -26,6 +26,7 @@ import sys
 import time
 
 import torch
+import torch._dynamo
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -124,6 +125,7 @@ def train_modes(dim, batch, iters):
     for mode in MODES:
         try:
             torch.manual_seed(0)
+            torch._dynamo.reset()  # each compiled mode compiles afresh (no cache limit, no stale guards)
             model = Denoiser(dim).to(DEV)
             sqrt_ab = ab.sqrt().to(torch.float32).to(DEV)
             sqrt_1m = (1 - ab).sqrt().to(torch.float32).to(DEV)
@@ -161,6 +163,7 @@ def sample_modes(dim, kind, iters):
     for mode in MODES:
         try:
             torch.manual_seed(0)
+            torch._dynamo.reset()  # each compiled mode compiles afresh (no cache limit, no stale guards)
             model = Denoiser(dim).to(DEV)
             for p in model.parameters():  # a trained model's weights are not zero: no shortcut for anyone
                 nn.init.normal_(p, std=0.05)
