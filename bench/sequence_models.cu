@@ -1,5 +1,6 @@
 // The sequence-model families at trading sizes against PyTorch on the same GPU
-// (bench/torch_baselines/sequence_models.py, run by this program):
+// (bench/torch_baselines/sequence_models.py, run by this program through $FOXHUNT_PYTHON, else
+// python3; bench/bench_util.hpp finds the script):
 //   training: batch 256, sequence 64 and 256, width 64 and 256, 4 layers, one input feature;
 //     a step = forward over (B, T, 1), backward from a fixed output gradient, Adam over every
 //     parameter, captured once as a CUDA graph and replayed: samples/s = B / replay time;
@@ -17,7 +18,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -125,42 +125,7 @@ std::unique_ptr<Chain> make_chain(const std::string& family, std::int64_t T, std
   return c;
 }
 
-std::filesystem::path script_path() {
-  if (const char* env = std::getenv("FOXHUNT_BENCH_SCRIPTS")) return std::filesystem::path(env) / "sequence_models.py";
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  const auto p = exe.parent_path() / ".." / "share" / "foxhunt" / "bench" / "sequence_models.py";
-  if (!ec && std::filesystem::exists(p)) return p;
-  return std::filesystem::path(FOXHUNT_SOURCE_BENCH) / "torch_baselines" / "sequence_models.py";
-}
-
-using Key = std::tuple<std::string, std::string, std::int64_t, std::int64_t, std::int64_t>;  // family what B T W
-
-// The baselines' best value per key (max samples/s, min microseconds) and the mode that gave it.
-std::map<Key, std::pair<double, std::string>> run_baselines(const std::string& args) {
-  std::map<Key, std::pair<double, std::string>> best;
-  const std::string cmd = "python3 -u '" + script_path().string() + "' " + args + " 2>&1";
-  std::printf("baselines: %s\n", cmd.c_str());
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return best;
-  char line[1024];
-  while (std::fgets(line, sizeof line, p)) {
-    char family[32], mode[32], what[32];
-    long long b, t, w;
-    double v;
-    if (std::sscanf(line, "RESULT %31s %31s %31s %lld %lld %lld value=%lf", family, mode, what, &b, &t, &w, &v) == 7) {
-      const Key k{family, what, b, t, w};
-      const bool higher_better = std::string(what) == "train_sps";
-      auto it = best.find(k);
-      if (it == best.end() || (higher_better ? v > it->second.first : v < it->second.first)) best[k] = {v, mode};
-      std::printf("  [baseline] %s", line);
-    } else {
-      std::printf("  [baseline] %s", line);
-    }
-  }
-  pclose(p);
-  return best;
-}
+using Key = bench::ResultKey;  // family what B T W
 
 // SSD forward FLOPs of the chunked algorithm (multiply-adds x 2): intra-chunk C B^T (L x L x N per
 // chunk and head) and its product with X (L x L x P), chunk states (L x N x P), state outputs.
@@ -256,7 +221,7 @@ int main(int argc, char** argv) {
 
   std::string script_args = quick ? "--quick" : "";
   for (const auto& f : families) script_args += " " + f;
-  const auto base = run_baselines(script_args);
+  const auto base = bench::run_baseline_script(bench::baseline_script("sequence_models.py"), script_args);
   std::printf("\nSequence models: foxhunt vs the best PyTorch mode on the same GPU (4 layers, 1 input feature)\n");
   std::printf("%-8s %-10s %6s %5s %6s %14s %14s %-10s %8s %8s\n", "family", "what", "batch", "T", "width", "ours",
               "torch", "mode", "x torch", "target");
