@@ -42,8 +42,8 @@ class StaticEncoders {
   void forward(float* contexts, const float* statics, std::int64_t rows, const Workspace& ws, gpu::BlasLane lane);
   // From d_contexts (4, rows, hidden): overwrites the parameter gradients and d_statics (rows, S)
   // (nullable). statics: the forward's.
-  void backward(float* d_statics, const float* d_contexts, const float* statics, std::int64_t rows,
-                const Workspace& ws, gpu::BlasLane lane);
+  void backward(float* d_statics, const float* d_contexts, const float* statics, std::int64_t rows, const Workspace& ws,
+                gpu::BlasLane lane);
 
   // The last forward's static selection weights (rows, S) in ws (device memory).
   const float* selection_weights(const Workspace& ws) const;

@@ -48,7 +48,8 @@ Tft::Tft(TftSpec spec)
       attention_gate_(GluSpec{spec_.name + ".attention_gate", spec_.hidden, spec_.hidden, spec_.math}),
       positionwise_(GrnSpec{spec_.name + ".positionwise", spec_.hidden, spec_.hidden, spec_.hidden, 0, spec_.math}),
       output_gate_(GluSpec{spec_.name + ".output_gate", spec_.hidden, spec_.hidden, spec_.math}) {
-  if (spec_.statics > 0) statics_.emplace(StaticEncodersSpec{spec_.name + ".static", spec_.statics, spec_.hidden, spec_.math});
+  if (spec_.statics > 0)
+    statics_.emplace(StaticEncodersSpec{spec_.name + ".static", spec_.statics, spec_.hidden, spec_.math});
 }
 
 void Tft::declare(gpu::ParameterArena& arena) const {

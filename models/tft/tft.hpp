@@ -122,9 +122,9 @@ class Tft final : public RecurrentModule {
     float* sums;               // the initial state's gradient reduction
     // S > 0 only: the static path.
     Workspace statics;
-    float *x = nullptr, *d_x = nullptr;             // (rows, C + K): the temporal inputs, gathered
-    float *s = nullptr, *d_s = nullptr;             // (max_batch, S): step 0's statics
-    float *ctx = nullptr, *d_ctx = nullptr;         // (4, max_batch, hidden): the rows' contexts
+    float *x = nullptr, *d_x = nullptr;      // (rows, C + K): the temporal inputs, gathered
+    float *s = nullptr, *d_s = nullptr;      // (max_batch, S): step 0's statics
+    float *ctx = nullptr, *d_ctx = nullptr;  // (4, max_batch, hidden): the rows' contexts
   };
   Buffers carve(WorkspaceCarver& c, std::int64_t max_batch) const;
   struct StepBuffers {

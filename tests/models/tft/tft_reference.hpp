@@ -1,6 +1,6 @@
 #pragma once
-// Float64 references of the TFT's pieces (models/tft/), reading the parameters from the arena by
-// name; matrices row-major in std::vector<double>. Test support only.
+// Float64 references of the TFT's pieces (models/tft/) and of the whole model, reading the
+// parameters from the arena by name; matrices row-major in std::vector<double>. Test support only.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>

@@ -119,9 +119,9 @@ TEST_F(TftStaticTest, MatchesFloat64) {
     EXPECT_TRUE(test::all_close(test::download(m->tft.selection_weights(ws.view), selection.size(), s()), selection,
                                 1e-3, 1e-5));
     if (d.S > 0)
-      EXPECT_TRUE(test::all_close(
-          test::download(m->tft.static_selection_weights(ws.view), static_selection.size(), s()), static_selection,
-          1e-3, 1e-5));
+      EXPECT_TRUE(
+          test::all_close(test::download(m->tft.static_selection_weights(ws.view), static_selection.size(), s()),
+                          static_selection, 1e-3, 1e-5));
   }
 }
 
@@ -136,25 +136,25 @@ TEST_F(TftStaticTest, BackwardMatchesFiniteDifferences) {
   auto d_x = test::upload(x, s()), d_u = test::upload(u, s());
   gpu::DeviceBuffer<float> y(u.size()), dx(x.size());
   test::poison(dx, s());
-  FH_CHECK(cudaMemsetAsync(m->arena.grads(), 0xFF, static_cast<std::size_t>(m->arena.padded_count()) * sizeof(float),
-                           s()));
+  FH_CHECK(
+      cudaMemsetAsync(m->arena.grads(), 0xFF, static_cast<std::size_t>(m->arena.padded_count()) * sizeof(float), s()));
   // The whole input, and the pieces each kind of input owns: each row's statics (step 0), the known
   // inputs of row 0's middle step, the past inputs of row 1's last step.
   std::vector<test::FdInput> inputs{{"x", d_x.data(), dx.data(), x.size()}};
   for (std::int64_t b = 0; b < d.B; ++b) {
     const std::int64_t at = b * d.T * W + V;
-    inputs.push_back({"statics of row " + std::to_string(b), d_x.data() + at, dx.data() + at,
-                      static_cast<std::size_t>(d.S)});
+    inputs.push_back(
+        {"statics of row " + std::to_string(b), d_x.data() + at, dx.data() + at, static_cast<std::size_t>(d.S)});
   }
   const std::int64_t known_at = 1 * W + d.C, past_at = (1 * d.T + d.T - 1) * W;
-  inputs.push_back({"known (row 0, step 1)", d_x.data() + known_at, dx.data() + known_at,
-                    static_cast<std::size_t>(d.K)});
-  inputs.push_back({"past (row 1, step T-1)", d_x.data() + past_at, dx.data() + past_at,
-                    static_cast<std::size_t>(d.C)});
+  inputs.push_back(
+      {"known (row 0, step 1)", d_x.data() + known_at, dx.data() + known_at, static_cast<std::size_t>(d.K)});
+  inputs.push_back(
+      {"past (row 1, step T-1)", d_x.data() + past_at, dx.data() + past_at, static_cast<std::size_t>(d.C)});
   test::check_finite_differences(
       m->arena, [&] { m->tft.forward(y.data(), d_x.data(), d.B, false, ws.view, lane()); },
-      [&] { m->tft.backward(dx.data(), d_u.data(), d_x.data(), d.B, ws.view, lane(), nullptr); }, y.data(), u,
-      inputs, rng(), s(), 3, 5e-3f);
+      [&] { m->tft.backward(dx.data(), d_u.data(), d_x.data(), d.B, ws.view, lane(), nullptr); }, y.data(), u, inputs,
+      rng(), s(), 3, 5e-3f);
   // Every parameter gradient finite (the poison overwritten); the static columns of steps >= 1 are
   // not read, so their gradient is exactly 0, and step 0's is not.
   const auto g = test::download(m->arena.grads(), static_cast<std::size_t>(m->arena.padded_count()), s());
@@ -204,8 +204,8 @@ TEST_F(TftStaticTest, NoFutureLeakWithStaticsAndKnownInputs) {
       for (std::int64_t b = 0; b < B; ++b) {
         for (std::int64_t v = 0; v < t; ++v)
           EXPECT_EQ(0, std::memcmp(&got[(b * T + v) * H], &base[(b * T + v) * H], H * sizeof(float)))
-              << "columns [" << lo << ", " << hi << ") of step " << t << " changed the output at step " << v
-              << " (row " << b << ")";
+              << "columns [" << lo << ", " << hi << ") of step " << t << " changed the output at step " << v << " (row "
+              << b << ")";
         EXPECT_TRUE(changed(got, b, t)) << "the output at step " << t << " ignores columns [" << lo << ", " << hi
                                         << ") of its step (row " << b << ")";
       }
