@@ -1,7 +1,9 @@
 #pragma once
-// Float64 references of the TFT's pieces (models/tft/), reading the parameters from the arena by
-// name; matrices row-major in std::vector<double>. Test support only.
+// Float64 references of the TFT's pieces (models/tft/) and of the whole model, reading the
+// parameters from the arena by name; matrices row-major in std::vector<double>. Test support only.
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -144,6 +146,101 @@ inline Mat attention(const gpu::ParameterArena& arena, const std::string& name, 
       }
   if (probs != nullptr) *probs = P;
   return linear(arena, name + ".out", mixed, rows, d, n);
+}
+
+// LSTM "<name>" (models/lstm.hpp: gates i, f, g, o; one folded bias) over B sequences of T rows
+// x (B T, in), batch-major, from state0 (B, 2H) [h | c] per row; returns h (B T, H).
+inline Mat lstm(const gpu::ParameterArena& arena, const std::string& name, const Mat& x, const Mat& state0,
+                std::int64_t B, std::int64_t T, std::int64_t in, std::int64_t H) {
+  const Mat Wi = param(arena, name + ".weight_ih"), Wh = param(arena, name + ".weight_hh");
+  const Mat bias = param(arena, name + ".bias");
+  Mat out(static_cast<std::size_t>(B * T * H));
+  for (std::int64_t b = 0; b < B; ++b) {
+    Mat h(state0.begin() + b * 2 * H, state0.begin() + b * 2 * H + H);
+    Mat c(state0.begin() + b * 2 * H + H, state0.begin() + (b + 1) * 2 * H);
+    for (std::int64_t t = 0; t < T; ++t) {
+      const double* xt = x.data() + (b * T + t) * in;
+      Mat g(static_cast<std::size_t>(4 * H));
+      for (std::int64_t j = 0; j < 4 * H; ++j) {
+        double acc = bias[j];
+        for (std::int64_t i = 0; i < in; ++i) acc += xt[i] * Wi[j * in + i];
+        for (std::int64_t i = 0; i < H; ++i) acc += h[i] * Wh[j * H + i];
+        g[j] = acc;
+      }
+      for (std::int64_t j = 0; j < H; ++j) {
+        const double ig = sigmoid(g[j]), fg = sigmoid(g[H + j]), gg = std::tanh(g[2 * H + j]);
+        const double og = sigmoid(g[3 * H + j]);
+        c[j] = fg * c[j] + ig * gg;
+        h[j] = og * std::tanh(c[j]);
+        out[(b * T + t) * H + j] = h[j];
+      }
+    }
+  }
+  return out;
+}
+
+// Static covariate encoders "<name>" (models/tft/static_encoders.hpp): contexts (4, rows, n) from
+// statics (rows, S); also the static selection weights (rows, S).
+inline Mat static_encoders(const gpu::ParameterArena& arena, const std::string& name, const Mat& statics,
+                           std::int64_t rows, std::int64_t S, std::int64_t n, Mat* weights = nullptr) {
+  const Mat zeta = variable_selection(arena, name + ".selection", statics, {}, rows, 1, S, n, 0, weights);
+  Mat out;
+  for (const char* k : {"context_selection", "context_h", "context_c", "context_enrichment"}) {
+    const Mat c = grn(arena, name + "." + k, zeta, {}, rows, 1, n, n, n, 0);
+    out.insert(out.end(), c.begin(), c.end());
+  }
+  return out;
+}
+
+struct TftDims {
+  std::int64_t B, T, C, K, S, H, heads;
+};
+
+// The whole Tft "<name>" (models/tft/tft.hpp) on x (B, T, C + K + S); also the selection weights
+// (B T, C + K) and, with S > 0, the static selection weights (B, S).
+inline Mat tft(const gpu::ParameterArena& arena, const std::string& name, const Mat& x, const TftDims& d,
+               Mat* selection = nullptr, Mat* static_selection = nullptr) {
+  const std::int64_t V = d.C + d.K, W = V + d.S, rows = d.B * d.T, H = d.H;
+  Mat xv(static_cast<std::size_t>(rows * V));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t v = 0; v < V; ++v) xv[r * V + v] = x[r * W + v];
+  // Contexts: (B, H) each with statics (one per sequence, rep = T), else one shared vector.
+  Mat c_s, c_h, c_c, c_e;
+  std::int64_t rep = rows, per = 1;
+  if (d.S > 0) {
+    Mat st(static_cast<std::size_t>(d.B * d.S));
+    for (std::int64_t b = 0; b < d.B; ++b)
+      for (std::int64_t j = 0; j < d.S; ++j) st[b * d.S + j] = x[b * d.T * W + V + j];
+    const Mat all = static_encoders(arena, name + ".static", st, d.B, d.S, H, static_selection);
+    const auto block = static_cast<std::ptrdiff_t>(d.B * H);
+    c_s.assign(all.begin(), all.begin() + block);
+    c_h.assign(all.begin() + block, all.begin() + 2 * block);
+    c_c.assign(all.begin() + 2 * block, all.begin() + 3 * block);
+    c_e.assign(all.begin() + 3 * block, all.end());
+    rep = d.T;
+    per = d.B;
+  } else {
+    const Mat all = param(arena, name + ".static_contexts");
+    c_s.assign(all.begin(), all.begin() + H);
+    c_h.assign(all.begin() + H, all.begin() + 2 * H);
+    c_c.assign(all.begin() + 2 * H, all.begin() + 3 * H);
+    c_e.assign(all.begin() + 3 * H, all.end());
+  }
+  Mat state0(static_cast<std::size_t>(d.B * 2 * H));
+  for (std::int64_t b = 0; b < d.B; ++b)
+    for (std::int64_t j = 0; j < H; ++j) {
+      const std::int64_t src = (per == 1 ? 0 : b) * H + j;
+      state0[b * 2 * H + j] = c_h[src];
+      state0[b * 2 * H + H + j] = c_c[src];
+    }
+  const Mat xi = variable_selection(arena, name + ".selection", xv, c_s, rows, rep, V, H, H, selection);
+  const Mat l = lstm(arena, name + ".lstm", xi, state0, d.B, d.T, H, H);
+  const Mat phi = gate_add_norm(arena, name + ".lstm_gate", l, xi, rows, H, H);
+  const Mat theta = grn(arena, name + ".enrichment", phi, c_e, rows, rep, H, H, H, H);
+  const Mat beta = attention(arena, name + ".attention", theta, d.B, d.T, H, d.heads);
+  const Mat delta = gate_add_norm(arena, name + ".attention_gate", beta, theta, rows, H, H);
+  const Mat psi = grn(arena, name + ".positionwise", delta, {}, rows, 1, H, H, H, 0);
+  return gate_add_norm(arena, name + ".output_gate", psi, phi, rows, H, H);
 }
 
 }  // namespace foxhunt::test::tft_ref
