@@ -75,7 +75,37 @@ struct Measured {
   std::int64_t env_steps = 0;  // every agent's, summed
   double overlap = -1;         // the timeline's (>= 2 streams busy / span); -1: no timeline
   double startup_ms = 0, shutdown_ms = 0, after_ms = 0;
+  double setup_s = -1;     // before the runtime's clock starts (stages built, graphs captured); -1: unknown
+  double steady_sps = -1;  // between progress snapshots (see SnapshotTrack); -1: too few
   double sps() const { return wall_s > 0 ? static_cast<double>(env_steps) / wall_s : 0.0; }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// What the progress snapshots (every logging.progress_interval_ms) tell beyond the wall: the time
+// spent before the runtime's clock started (the call's clock minus the snapshot's, at the first
+// snapshot), and the env-steps/s from the first snapshot to the last one that saw steps added
+// (the training itself, without set-up, ramp-down and the final checkpoint).
+struct SnapshotTrack {
+  std::chrono::steady_clock::time_point t0;
+  double setup_s = -1, first_s = -1, last_s = -1;
+  std::int64_t first_steps = 0, last_steps = 0;
+  void add(double seconds, std::int64_t steps) {
+    if (setup_s < 0) {
+      setup_s = seconds_since(t0) - seconds;
+      first_s = last_s = seconds;
+      first_steps = last_steps = steps;
+    } else if (steps > last_steps) {
+      last_s = seconds;
+      last_steps = steps;
+    }
+  }
+  void into(Measured& m) const {
+    m.setup_s = setup_s;
+    if (last_s > first_s) m.steady_sps = static_cast<double>(last_steps - first_steps) / (last_s - first_s);
+  }
 };
 
 fs::path g_tmp;  // this process's run directories
@@ -104,10 +134,6 @@ AgentsConfig budgeted(AgentsConfig c, std::int64_t total_env_steps) {
   return c;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // run_agents_training, as `foxhunt train` calls it for [[agent]] configs and --seeds.
 Measured run_agents_timed(const AgentsConfig& config, const std::string& label) {
   AgentsTrainRequest req;
@@ -115,10 +141,17 @@ Measured run_agents_timed(const AgentsConfig& config, const std::string& label) 
   req.run_dir = fresh_run_dir(label);
   req.console = false;
   req.stop_signal = &install_stop_signals();  // Ctrl-C: the run stops cleanly, the bench ends
+  SnapshotTrack track;
+  req.observer = [&track](const std::vector<std::string>&, const std::vector<ProgressSnapshot>& snaps) {
+    std::int64_t steps = 0;
+    for (const ProgressSnapshot& p : snaps) steps += p.counters.env_steps;
+    track.add(snaps.empty() ? 0.0 : snaps.front().seconds, steps);
+  };
   FH_CHECK(cudaDeviceSynchronize());
   Measured m;
   {
     const auto t0 = std::chrono::steady_clock::now();
+    track.t0 = t0;
     const AgentsTrainOutcome out = run_agents_training(req);
     m.wall_s = seconds_since(t0);
     const AgentsResult& r = out.result;
@@ -132,6 +165,7 @@ Measured run_agents_timed(const AgentsConfig& config, const std::string& label) 
     m.startup_ms = r.startup_ms;
     m.shutdown_ms = r.shutdown_ms;
     m.after_ms = r.after_ms;
+    track.into(m);
   }  // the agents' stages (device memory) go here, before the next run
   fs::remove_all(req.run_dir);
   return m;
@@ -144,10 +178,13 @@ Measured run_one_timed(const RunConfig& config, const std::string& label) {
   req.run_dir = fresh_run_dir(label);
   req.console = false;
   req.stop_signal = &install_stop_signals();  // Ctrl-C: the run stops cleanly, the bench ends
+  SnapshotTrack track;
+  req.observer = [&track](const ProgressSnapshot& p) { track.add(p.seconds, p.counters.env_steps); };
   FH_CHECK(cudaDeviceSynchronize());
   Measured m;
   {
     const auto t0 = std::chrono::steady_clock::now();
+    track.t0 = t0;
     const TrainOutcome out = run_training(req);
     m.wall_s = seconds_since(t0);
     const RunResult& r = out.result;
@@ -158,6 +195,7 @@ Measured run_one_timed(const RunConfig& config, const std::string& label) {
     m.startup_ms = r.startup_ms;
     m.shutdown_ms = r.shutdown_ms;
     m.after_ms = r.after_ms;
+    track.into(m);
   }
   fs::remove_all(req.run_dir);
   return m;
@@ -170,16 +208,34 @@ std::string overlap_text(double overlap) {
   return buf;
 }
 
+std::string number_or_dash(double v, const char* format) {
+  if (v < 0) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
 void print_header() {
-  std::printf("%-22s %9s %12s %14s %9s %9s %9s %9s\n", "run", "wall s", "env steps", "env-steps/s", "start ms",
-              "stop ms", "after ms", "overlap");
-  std::printf("%s\n", std::string(100, '-').c_str());
+  std::printf("%-22s %8s %8s %11s %12s %12s %8s %8s %8s %8s\n", "run", "wall s", "setup s", "env steps",
+              "env-steps/s", "steady /s", "start ms", "stop ms", "after ms", "overlap");
+  std::printf("%s\n", std::string(116, '-').c_str());
 }
 
 void print_row(const std::string& name, const Measured& m) {
-  std::printf("%-22s %9.3f %12lld %14.4g %9.1f %9.1f %9.1f %9s\n", name.c_str(), m.wall_s,
-              static_cast<long long>(m.env_steps), m.sps(), m.startup_ms, m.shutdown_ms, m.after_ms,
+  std::printf("%-22s %8.3f %8s %11lld %12.4g %12s %8.1f %8.1f %8.1f %8s\n", name.c_str(), m.wall_s,
+              number_or_dash(m.setup_s, "%.3f").c_str(), static_cast<long long>(m.env_steps), m.sps(),
+              number_or_dash(m.steady_sps, "%.4g").c_str(), m.startup_ms, m.shutdown_ms, m.after_ms,
               overlap_text(m.overlap).c_str());
+}
+
+// What the columns are (printed once).
+void print_legend() {
+  std::printf("wall s: the whole library call; setup s: its part before the runtime's clock starts (stages built, "
+              "graphs captured); env-steps/s: env steps / wall; steady /s: between the first progress snapshot and "
+              "the last that saw steps added; start / stop / after ms: the runtime's actor-system start-up, its "
+              "shutdown and drain, the timeline and final checkpoint after it; overlap: the timeline's time with >= 2 "
+              "streams busy / its span, over the first ~20k pieces of work of each agent (\"-\": no timeline). TARGET "
+              "lines use wall and env-steps/s.\n");
 }
 
 const char* verdict(bool pass) { return pass ? "PASS" : "FAIL"; }
@@ -211,8 +267,6 @@ void bench_agents(const fs::path& configs, const Options& o) {
   print_row("dqn + ppo together", pair);
   const double sum = dqn.wall_s + ppo.wall_s;
   const double ratio = pair.wall_s / sum;
-  std::printf("(overlap: the timeline's time with >= 2 streams busy / its span, over the first ~20k pieces of "
-              "work of each agent; the pair's covers both agents' streams)\n");
   std::printf("perfect-overlap bound with these budgets: max(alone) / sum(alone) = %.3f\n",
               std::max(dqn.wall_s, ppo.wall_s) / sum);
   std::printf("TARGET dqn+ppo together: wall %.3f s = %.3f x (dqn alone %.3f s + ppo alone %.3f s), overlap %s "
@@ -320,6 +374,8 @@ Options parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line by line even into a file: a run cut by a timeout keeps the rows it measured.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const Options o = parse(argc, argv);
   std::string why;
   if (gpu::device_count(&why) == 0) {
@@ -340,6 +396,7 @@ int main(int argc, char** argv) {
               configs.string().c_str(), o.quick ? "; --quick" : "");
   g_tmp = fs::temp_directory_path() / ("foxhunt_bench_agents." + std::to_string(::getpid()));
   fs::create_directories(g_tmp);
+  print_legend();
   const auto t0 = std::chrono::steady_clock::now();
   int rc = 0;
   try {
