@@ -299,7 +299,7 @@ Measured median_of(std::vector<Measured> runs) {
 // (3) PPO through the actors (lag 0, lag 1) against the synchronous loop.
 void bench_ppo(const fs::path& configs, const Options& o) {
   const RunConfig file = load_run_config(configs / "ppo_pipeline_cartpole.toml");
-  const std::int64_t steps = steps_of(1'000'000, o);
+  const std::int64_t steps = steps_of(500'000, o);  // the config's own budget
   const int reps = o.quick ? 1 : 3;
   struct Mode {
     std::string name, mode;
