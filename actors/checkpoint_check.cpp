@@ -18,6 +18,7 @@
 #include "gpu/arena.hpp"
 #include "gpu/safetensors.hpp"
 #include "models/q_network.hpp"
+#include "pretrain/model_factory.hpp"
 #include "rl/dqn/state.hpp"
 #include "rl/replay/replay_buffer.hpp"
 #include "rl/replay/snapshot.hpp"
@@ -201,6 +202,11 @@ class Checker {
         spans_file("collector.env.bin", shape_.state_arrays);
         const std::size_t obs = static_cast<std::size_t>(n * o) * sizeof(float);
         spans_file("collector.obs.bin", {{"obs", obs}, {"final_obs", obs}});
+        if (const auto src = feature_source(config_)) {  // [features]: the extractor's state
+          const std::int64_t S = pretrain::make_model(src->model)->state_features();  // host-only construction
+          if (S > 0)
+            spans_file(DqnCollectorStage::kFeaturesFile, {{"features_state", static_cast<std::size_t>(n * S) * sizeof(float)}});
+        }
       }
       if (j.contains("pending_policies") && j.at("pending_policies").is_array()) {
         const std::size_t floats = static_cast<std::size_t>(arena_.padded_count()) * sizeof(float);

@@ -84,6 +84,19 @@ DqnCollectorStage::DqnCollectorStage(std::unique_ptr<rl::VecEnv> env, const rl::
   lane_.synchronize();  // setup done before the first actor call
 }
 
+void DqnCollectorStage::set_features(std::unique_ptr<pretrain::FeatureExtractor> features) {
+  FH_EXPECT(features != nullptr, "DqnCollectorStage::set_features: the extractor must not be null");
+  FH_EXPECT(features->num_envs() == env_->num_envs() && features->obs_dim() == env_->obs_dim(),
+            "DqnCollectorStage::set_features: the extractor is for " + std::to_string(features->num_envs()) + " x " +
+                std::to_string(features->obs_dim()) + " observations, the environment writes " +
+                std::to_string(env_->num_envs()) + " x " + std::to_string(env_->obs_dim()));
+  lane_.make_current();
+  features_ = std::move(features);
+  // The current observations are a reset's (the constructor's): every row starts an episode.
+  features_->step(obs_.data(), nullptr, nullptr, blas_on(*blas_, lane_.stream()));
+  lane_.synchronize();
+}
+
 void DqnCollectorStage::load_policy(const float* params, std::int64_t floats) {
   FH_EXPECT(floats == policy_->floats(), "DqnCollectorStage::load_policy: size mismatch");
   lane_.make_current();
@@ -104,6 +117,11 @@ namespace {
 std::vector<DeviceSpan> obs_spans(gpu::DeviceBuffer<float>& obs, gpu::DeviceBuffer<float>& final_obs) {
   return {{"obs", obs.data(), obs.bytes()}, {"final_obs", final_obs.data(), final_obs.bytes()}};
 }
+// The extractor's per-environment state (empty for a model without one).
+std::vector<DeviceSpan> feature_spans(pretrain::FeatureExtractor* features) {
+  if (features == nullptr || features->state().bytes() == 0) return {};
+  return {{"features_state", features->state().data(), features->state().bytes()}};
+}
 }  // namespace
 
 std::function<void(const std::filesystem::path& dir)> DqnCollectorStage::checkpoint_job() {
@@ -117,6 +135,7 @@ std::function<void(const std::filesystem::path& dir)> DqnCollectorStage::checkpo
     if (!env_spans.empty()) {
       write_spans(dir / "collector.env.bin", env_spans, lane_.stream());
       write_spans(dir / "collector.obs.bin", obs_spans(obs_, final_obs_), lane_.stream());
+      if (const auto f = feature_spans(features_.get()); !f.empty()) write_spans(dir / kFeaturesFile, f, lane_.stream());
     }
     policy_->save(dir / "collector.policy");
     nlohmann::json j = {
@@ -181,6 +200,14 @@ bool DqnCollectorStage::restore(const std::filesystem::path& dir, bool* env_rest
   if (with_env) {
     read_spans(dir / "collector.env.bin", env_spans, lane_.stream());
     read_spans(dir / "collector.obs.bin", obs_spans(obs_, final_obs_), lane_.stream());
+    // The restored observations carry their features already; the state continues their episodes.
+    if (const auto f = feature_spans(features_.get()); !f.empty()) {
+      if (!std::filesystem::exists(dir / kFeaturesFile))
+        throw std::runtime_error((dir / kFeaturesFile).string() +
+                                 ": missing (the run has [features]; the checkpoint's environments cannot continue "
+                                 "without the extractor's state)");
+      read_spans(dir / kFeaturesFile, f, lane_.stream());
+    }
   }
   policy_->load(dir / "collector.policy");  // acting weights, epsilon step, act/noise counters
   restored_version_ = -1;
@@ -216,6 +243,7 @@ LocalDeviceHandle DqnCollectorStage::collect(int slot, std::uint64_t generation,
   const int token = lane_.begin("collect");
   const std::int64_t N = layout_.envs, O = env_->obs_dim(), D = layout_.layout.action_dim;
   std::byte* base = slots_[static_cast<std::size_t>(slot)].data();
+  const gpu::BlasLane blas = blas_on(*blas_, s);
   for (std::int64_t t = 0; t < layout_.steps; ++t) {
     auto* obs_t = reinterpret_cast<float*>(base + layout_.obs) + t * N * O;
     auto* next_t = reinterpret_cast<float*>(base + layout_.next_obs) + t * N * O;
@@ -236,6 +264,12 @@ LocalDeviceHandle DqnCollectorStage::collect(int slot, std::uint64_t generation,
     rl::ActionInput in;
     in.discrete = actions_t;
     env_->step(out, in, 1, s);
+    if (features_) {
+      // The final observations continue the old episodes (a copy of the state), then the next
+      // observations step the state, reset where an episode ended.
+      features_->peek(final_obs_.data(), blas);
+      features_->step(next_obs_.data(), term_t, trunc_t, blas);
+    }
     // Truncated episodes bootstrap from their last observation, not the reset one.
     rl::select_bootstrap_obs(next_t, next_obs_.data(), final_obs_.data(), term_t, trunc_t, N, O, s);
     std::swap(obs_, next_obs_);

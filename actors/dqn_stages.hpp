@@ -3,7 +3,8 @@
 // from rl/envs, rl/dqn and GpuReplayStage. Every Stage method only enqueues on the stage's stream.
 //
 //   DqnCollectorStage   act (an rl::DqnPolicy holding the last published policy; epsilon from
-//                       its own device state) -> env step ->
+//                       its own device state) -> env step -> [features] (a frozen extractor
+//                       fills the feature block of the final and the next observations) ->
 //                       bootstrap observation, written straight into a TransitionSlotLayout slot.
 //   DqnLearnerStage     rl::DqnLearner's update graph, one graph per replay batch buffer (the
 //                       graph bakes the batch pointers); the graph also copies the priorities
@@ -31,6 +32,7 @@
 #include "gpu/exit.hpp"
 #include "gpu/graph.hpp"
 #include "gpu/stream.hpp"
+#include "pretrain/feature_extractor.hpp"
 #include "rl/dqn/learner.hpp"
 #include "rl/dqn/policy.hpp"
 #include "rl/envs/episode_stats.hpp"
@@ -62,6 +64,16 @@ class DqnCollectorStage final : public CollectorStage {
   LocalDeviceHandle collect(int slot, std::uint64_t generation, std::uint64_t reuse_after) override;
   std::uint64_t use_policy(const LocalDeviceHandle& policy) override;
 
+  // Setup only (synchronizes), before restore(): [features]' frozen extractor for this
+  // collector's environments (num_envs x obs_dim must match; its stream must be stream()). Every
+  // observation the environment writes goes through it before it is acted on or stored: the
+  // current observations now (every row starts an episode), then per step the final observations
+  // (peek: they continue the old episodes) and the next ones (step, reset by the done mask), so
+  // replay and n-step see the features like any other observation column. Its per-environment
+  // state joins the environments' in a final checkpoint (collector.features.bin).
+  void set_features(std::unique_ptr<pretrain::FeatureExtractor> features);
+  pretrain::FeatureExtractor* features() noexcept { return features_.get(); }
+  static constexpr const char* kFeaturesFile = "collector.features.bin";
   // Setup only (synchronizes): the acting network's weights from `params` (the learner's arena).
   void load_policy(const float* params, std::int64_t floats);
   // Setup only (synchronizes): continue the epsilon schedule and the statistics windows from a
@@ -71,7 +83,8 @@ class DqnCollectorStage final : public CollectorStage {
   // Final checkpoint (quiesced pipeline): collector.json (step counters), collector.policy.*
   // (the acting network with its exploration state: epsilon step, act/noise counters) and, when
   // the env's state is capturable (actors/env_state.hpp: markets, CartPole), collector.env.bin
-  // and collector.obs.bin (current and last-final observations); with attach_replay, also the
+  // and collector.obs.bin (current and last-final observations; with [features] also
+  // kFeaturesFile, the extractor's state); with attach_replay, also the
   // replay buffer (GpuReplayStage::checkpoint_job), from the same quiesced moment; with
   // attach_learner, kPoliciesFile: the policy versions published but not yet acted on.
   std::function<void(const std::filesystem::path& dir)> checkpoint_job() override;
@@ -110,6 +123,7 @@ class DqnCollectorStage final : public CollectorStage {
   std::unique_ptr<gpu::DeviceContext> blas_;  // cuBLASLt handle + workspace for the acting network
   std::unique_ptr<rl::VecEnv> env_;
   std::unique_ptr<rl::DqnPolicy> policy_;
+  std::unique_ptr<pretrain::FeatureExtractor> features_;  // [features]: null without
   TransitionSlotLayout layout_;
   std::vector<gpu::DeviceBuffer<std::byte>> slots_;
   std::vector<gpu::Event> filled_;

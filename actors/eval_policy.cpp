@@ -14,7 +14,8 @@ namespace foxhunt::actors {
 namespace fs = std::filesystem;
 
 DqnGreedyPolicy::DqnGreedyPolicy(const RunConfig& config, const fs::path& config_file, const rl::VecEnv& env,
-                                 const fs::path& weights, gpu::BlasLane lane) {
+                                 const fs::path& weights, gpu::BlasLane lane)
+    : lane_(lane) {
   const rl::ActionSpace space = env.action_space();
   if (space.kind != rl::ActionSpace::Kind::discrete)
     throw std::runtime_error(
@@ -29,12 +30,31 @@ DqnGreedyPolicy::DqnGreedyPolicy(const RunConfig& config, const fs::path& config
     throw std::runtime_error("checkpoint " + weights.parent_path().string() + " does not load with config " +
                              config_file.string() + ": " + e.what());
   }
+  if (const auto src = feature_source(config)) {
+    const auto* market = dynamic_cast<const rl::MarketEnv*>(&env);
+    if (market == nullptr)
+      throw std::runtime_error("[features] needs a market environment (config " + config_file.string() + ")");
+    const std::int64_t n = env.num_envs();
+    features_ = std::make_unique<pretrain::FeatureExtractor>(
+        *src, pretrain::parse_feature_output(config.features.output), market->config(), n, lane.stream);
+    obs_ = gpu::DeviceBuffer<float>(static_cast<std::size_t>(n * env.obs_dim()));
+    no_done_ = gpu::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(n));
+    no_done_.zero(lane.stream);
+  }
 }
 
-void DqnGreedyPolicy::act(const EvalActions& actions, const float* obs, std::int64_t rows, std::int64_t,
+DqnGreedyPolicy::~DqnGreedyPolicy() = default;
+
+void DqnGreedyPolicy::act(const EvalActions& actions, const float* obs, std::int64_t rows, std::int64_t step,
                           cudaStream_t stream) {
   FH_EXPECT(stream == policy_->stream(), "DqnGreedyPolicy::act: stream must be the policy's lane stream");
   FH_EXPECT(actions.discrete != nullptr, "DqnGreedyPolicy::act: needs a discrete action buffer");
+  if (features_) {
+    FH_EXPECT(rows == features_->num_envs(), "DqnGreedyPolicy::act: rows differ from the environments");
+    FH_CHECK(cudaMemcpyAsync(obs_.data(), obs, obs_.bytes(), cudaMemcpyDeviceToDevice, stream));
+    features_->step(obs_.data(), step == 0 ? nullptr : no_done_.data(), nullptr, lane_);
+    obs = obs_.data();
+  }
   policy_->act(actions.discrete, obs, rows, true);
 }
 

@@ -11,11 +11,16 @@
 #include <string>
 
 #include "actors/run_config.hpp"
+#include "gpu/buffer.hpp"
 #include "gpu/context.hpp"
 #include "rl/dqn/policy.hpp"
 #include "rl/envs/market.hpp"
 #include "rl/envs/market_policies.hpp"
 #include "rl/envs/vec_env.hpp"
+
+namespace foxhunt::pretrain {
+class FeatureExtractor;
+}
 
 namespace foxhunt::actors {
 
@@ -35,12 +40,15 @@ class EvalPolicy {
 };
 
 // DQN-family checkpoints: greedy per branch on the online network (noisy nets: the mean weights).
+// With [features] the run's frozen extractor fills a copy of each observation's feature block
+// (one episode per environment: every state starts at step 0 and carries after that).
 class DqnGreedyPolicy final : public EvalPolicy {
  public:
   // `weights`: the checkpoint's learner.online.safetensors. std::runtime_error naming it and
   // `config_file` when it does not fit the network of `config`. Synchronizes (a load).
   DqnGreedyPolicy(const RunConfig& config, const std::filesystem::path& config_file, const rl::VecEnv& env,
                   const std::filesystem::path& weights, gpu::BlasLane lane);
+  ~DqnGreedyPolicy() override;
   std::string name() const override { return "greedy"; }
   // `stream` must be the lane's stream (the policy's cuBLAS handle is bound to it).
   void act(const EvalActions& actions, const float* obs, std::int64_t rows, std::int64_t step,
@@ -48,6 +56,10 @@ class DqnGreedyPolicy final : public EvalPolicy {
 
  private:
   std::unique_ptr<rl::DqnPolicy> policy_;
+  gpu::BlasLane lane_;
+  std::unique_ptr<pretrain::FeatureExtractor> features_;  // [features]: null without
+  gpu::DeviceBuffer<float> obs_;
+  gpu::DeviceBuffer<std::uint8_t> no_done_;
 };
 
 // PPO checkpoints: the deterministic action of the policy head (argmax per branch, or the

@@ -90,9 +90,9 @@ void read_feature_relations(config::Reader& r, const RunConfig& c) {
     r.fail("features.mode", "\"finetune\" is not supported yet: the extractor can only be frozen (mode = \"frozen\")");
   r.relation(c.env.kind == "market", "features.checkpoint", "env.kind",
              "features are computed from a market observation's returns (env.kind = \"market\")");
-  r.relation(ppo && c.pipeline.mode == "sync", "features.checkpoint", "learner.kind",
-             "a feature extractor runs with learner.kind = \"ppo\" and pipeline.mode = \"sync\"; not supported yet: "
-             "DQN and PPO through the actors");
+  r.relation(!ppo || c.pipeline.mode == "sync", "features.checkpoint", "pipeline.mode",
+             "a PPO agent's feature extractor runs with pipeline.mode = \"sync\"; not supported yet: PPO through the "
+             "actors (DQN agents run with one in their collector)");
   r.relation(c.env.observe.empty(), "features.checkpoint", "env.observe",
              "the extractor reads and writes the whole market observation; not supported yet with a column selection");
   r.relation(!ppo || c.features.shared || c.features.mode == "finetune", "features.shared", "features.mode",

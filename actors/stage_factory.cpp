@@ -17,6 +17,7 @@
 #include "actors/ppo_run.hpp"
 #include "gpu/check.hpp"
 #include "gpu/device.hpp"
+#include "pretrain/feature_extractor.hpp"
 #include "rl/envs/cartpole.hpp"
 #include "rl/envs/market.hpp"
 #include "rl/envs/obs_filter.hpp"
@@ -160,6 +161,16 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   const std::int64_t stats_every = std::max(options.stats_every, config.env.num_envs * config.env.steps_per_slot);
   auto collector = std::make_shared<DqnCollectorStage>(std::move(env), lc, layout, config.pipeline.slots,
                                                        config.run.seed, stats_every, device);
+  // [features]: the frozen extractor fills every observation's feature block as the collector
+  // writes it (before a restore, which continues its state with the environments').
+  if (const auto src = feature_source(config)) {
+    const pretrain::FeatureOutput output = pretrain::parse_feature_output(config.features.output);
+    collector->set_features(std::make_unique<pretrain::FeatureExtractor>(
+        *src, output, market_config(config), config.env.num_envs, collector->stream()));
+    spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), frozen", src->dir.string(),
+                 src->config.model.kind, src->config.model.hidden, config.features.output,
+                 collector->features()->features());
+  }
   const std::int64_t floats = learner->learner().online_arena().padded_count();
   // A final checkpoint carries the collector's state (acting network, exploration counters, and
   // for markets the environments): continue from it; otherwise restart the envs and act with the

@@ -113,6 +113,22 @@ TEST_F(FeaturesConfigTest, ResolvesTheCheckpointAndSizesTheFeatureBlock) {
   EXPECT_EQ(market_config(back).extra_features, 24);
 }
 
+// DQN agents (Rainbow and BDQ among them) take frozen features in their collector: the market's
+// extra block is the output's width, so the Q-network and replay see it as observation columns.
+TEST_F(FeaturesConfigTest, DqnAgentsTakeFrozenFeatures) {
+  const RunConfig c = load("checkpoint = \"runs/pre\"\n", "kind = \"dqn\"\n");
+  EXPECT_EQ(c.learner.kind, "dqn");
+  EXPECT_EQ(fs::path(c.features.checkpoint), ckpt_);
+  EXPECT_EQ(market_config(c).extra_features, 24);
+  const RunConfig h = load("checkpoint = \"runs/pre\"\noutput = \"head\"\n",
+                           "kind = \"dqn\"\ndueling = true\nnoisy = true\natoms = 51\n");
+  EXPECT_EQ(market_config(h).extra_features, 2);
+  const auto kept = kept_config_files(c);
+  std::map<std::string, std::string> files(kept.begin(), kept.end());
+  EXPECT_TRUE(files.count("features/model.safetensors"));
+  EXPECT_NE(files["config.resolved.toml"].find("checkpoint = \"features\""), std::string::npos);
+}
+
 TEST_F(FeaturesConfigTest, RefusesWhatItCannotRunNamingTheKeys) {
   struct Case {
     const char* name;
@@ -134,9 +150,14 @@ TEST_F(FeaturesConfigTest, RefusesWhatItCannotRunNamingTheKeys) {
        {"features.output", "embedding", "head"}},
       {"separate extractors frozen", "checkpoint = \"runs/pre\"\nshared = false\n", ppo, "m.toml",
        {"features.shared", "features.mode"}},
-      {"dqn", "checkpoint = \"runs/pre\"\n", "kind = \"dqn\"\n", "m.toml", {"features.checkpoint", "learner.kind"}},
+      {"dqn finetune", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\n", "kind = \"dqn\"\n", "m.toml",
+       {"features.mode", "not supported yet", "frozen"}},
+      {"dqn shared", "checkpoint = \"runs/pre\"\nshared = false\n", "kind = \"dqn\"\n", "m.toml",
+       {"features.shared", "learner.kind"}},
+      {"dqn other assets", "checkpoint = \"runs/pre\"\n", "kind = \"dqn\"\n", "m2.toml",
+       {"features.checkpoint", "1 asset", "has 2"}},
       {"ppo through the actors", "checkpoint = \"runs/pre\"\n", ppo + "[pipeline]\nmode = \"actors\"\n", "m.toml",
-       {"features.checkpoint", "not supported yet"}},
+       {"features.checkpoint", "pipeline.mode", "not supported yet"}},
       {"options without a checkpoint", "mode = \"frozen\"\n", ppo, "m.toml", {"features.mode", "features.checkpoint"}},
       {"market with its own extra block", "checkpoint = \"runs/pre\"\n", ppo, "m_extra.toml",
        {"env.market", "extra_features"}},

@@ -14,6 +14,7 @@
 #include "gpu/device.hpp"
 #include "tests/support/host_checkpoint.hpp"
 #include "tests/support/paths.hpp"
+#include "tests/support/staged_configs.hpp"
 
 namespace fs = std::filesystem;
 using foxhunt::apps::run_cli;
@@ -154,10 +155,11 @@ TEST_F(Cli, CheckPrintsTheResolvedConfigAndTheMemoryEstimate) {
 }
 
 // Every run config the project ships passes `foxhunt check` as shipped (configs/markets/ holds
-// market files, which a run config names).
+// market files, which a run config names; the [features] ones beside a stand-in of the pretrain
+// run they name: tests/support/staged_configs.hpp).
 TEST_F(Cli, CheckAcceptsEveryShippedConfig) {
-  const fs::path dir = foxhunt::test::configs_dir();
-  ASSERT_TRUE(fs::is_directory(dir)) << dir;
+  ASSERT_TRUE(fs::is_directory(foxhunt::test::configs_dir())) << foxhunt::test::configs_dir();
+  const fs::path dir = foxhunt::test::stage_shipped_configs(root_ / "shipped");
   int checked = 0;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.path().extension() != ".toml") continue;

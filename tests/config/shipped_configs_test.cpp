@@ -4,6 +4,8 @@
 // them).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <iomanip>
 #include <map>
@@ -16,6 +18,7 @@
 #include "rl/envs/ohlcv_csv.hpp"
 #include "tests/support/paths.hpp"
 #include "tests/support/shipped_markets.hpp"
+#include "tests/support/staged_configs.hpp"
 
 namespace foxhunt::actors {
 namespace {
@@ -74,8 +77,11 @@ void expect_same(const RunConfig& got, const RunConfig& want) {
 }
 
 TEST(ShippedRunConfigs, EveryRunConfigLoadsAndRoundTrips) {
-  int n = 0, several = 0;
-  for (const auto& e : fs::directory_iterator(kConfigs)) {
+  int n = 0, several = 0, with_features = 0;
+  // A copy beside the stand-in pretrain run the [features] configs name.
+  const fs::path root = fs::temp_directory_path() / ("foxhunt_shipped_configs_" + std::to_string(::getpid()));
+  const fs::path staged = foxhunt::test::stage_shipped_configs(root);
+  for (const auto& e : fs::directory_iterator(staged)) {
     if (!e.is_regular_file() || e.path().extension() != ".toml") continue;
     SCOPED_TRACE(e.path().string());
     AgentsConfig agents;
@@ -91,6 +97,7 @@ TEST(ShippedRunConfigs, EveryRunConfigLoadsAndRoundTrips) {
       if (c.env.kind == "market") {
         EXPECT_NO_THROW(market_config(c));
       }
+      with_features += c.features.enabled() ? 1 : 0;
       // The resolved config (what a run directory keeps) reads back to the same settings.
       expect_same(parse_run_config(resolved_toml(c), "resolved"), c);
     }
@@ -98,6 +105,9 @@ TEST(ShippedRunConfigs, EveryRunConfigLoadsAndRoundTrips) {
   }
   EXPECT_GE(n, 6);
   EXPECT_GE(several, 2) << "configs/dqn_and_ppo_ou.toml and a multi-seed example";
+  EXPECT_GE(with_features, 2) << "configs/dqn_features_regime.toml and configs/ppo_features_regime.toml";
+  std::error_code ec;
+  fs::remove_all(root, ec);
 }
 
 // configs/dqn_and_ppo_ou.toml: its agents are configs/pipeline_dqn_ou_market.toml's DQN and
