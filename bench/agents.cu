@@ -250,16 +250,24 @@ AgentsConfig only_agent(const AgentsConfig& both, const std::string& name) {
   return one;
 }
 
-// (1) DQN + PPO together against each alone.
+// (1) DQN + PPO together against each alone. The budgets are balanced first (PPO's scaled so that
+// each agent alone takes about the same wall), else the pair's wall is bounded below by the slower
+// agent alone and the ratio measures the budgets, not the overlap.
 void bench_agents(const fs::path& configs, const Options& o) {
   const AgentsConfig file = load_agents_config(configs / "dqn_and_ppo_ou.toml");
   const std::int64_t steps = steps_of(2'000'000, o);
-  const AgentsConfig both = budgeted(file, steps);
-  std::printf("\n(1) DQN + PPO agents at once vs each alone: configs/dqn_and_ppo_ou.toml, %lld env steps per agent\n",
-              static_cast<long long>(steps));
   run_agents_timed(budgeted(file, 32'768), "warmup-both");  // untimed: modules, cuBLAS, allocator
+  const Measured dqn = run_agents_timed(only_agent(budgeted(file, steps), "dqn"), "dqn-alone");
+  const Measured probe = run_agents_timed(only_agent(budgeted(file, steps), "ppo"), "ppo-probe");
+  const std::int64_t ppo_steps =
+      std::max<std::int64_t>(steps, static_cast<std::int64_t>(static_cast<double>(steps) * dqn.wall_s / probe.wall_s));
+  AgentsConfig both = file;
+  for (AgentConfig& a : both.agents) set_budget(a.config, a.name == "ppo" ? ppo_steps : steps);
+  std::printf("\n(1) DQN + PPO agents at once vs each alone: configs/dqn_and_ppo_ou.toml, dqn %lld env steps, ppo %lld "
+              "(balanced: ppo alone took %.3f s for %lld)\n",
+              static_cast<long long>(steps), static_cast<long long>(ppo_steps), probe.wall_s,
+              static_cast<long long>(steps));
   print_header();
-  const Measured dqn = run_agents_timed(only_agent(both, "dqn"), "dqn-alone");
   print_row("dqn alone", dqn);
   const Measured ppo = run_agents_timed(only_agent(both, "ppo"), "ppo-alone");
   print_row("ppo alone", ppo);
