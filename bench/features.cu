@@ -1,0 +1,216 @@
+// Feature extraction in the collector ([features], docs/features.md): what a frozen pretrained
+// model costs per environment step at 4096 environments, for each family at width 64.
+//
+// The collector is PPO's synchronous one (rl::ppo::RolloutCollector through PpoTrainer::collect:
+// one captured graph per rollout of 64 steps, each step the policy's act and the market env's
+// step) on configs/markets/regime2.toml with a 64-column extra block, with the actor-critic of
+// configs/ppo_features_regime.toml (64-64). It runs twice per family: without an extractor (the
+// block stays zero: the same observation width, so the difference is the extraction alone) and
+// with pretrain::FeatureExtractor set (per step: the model's per-step form on each observation's
+// newest return, one state per environment, and the peek for the final observations). Per step =
+// the rollout graph's stream time / 64. Beside it, the extractor alone: 64 of its steps captured
+// as one graph on a buffer of observations.
+//
+// The models are the shipped configs/pretrain/<kind>_regime.toml at hidden = 64 (their layers and
+// family settings as shipped), randomly initialised: the cost does not depend on the weights.
+//
+// TARGET per family: extraction <= 25% of the collector's step without it (issue 20).
+//
+// Usage: foxhunt_bench_features [lstm|mamba2|xlstm|cfc|tft|kan ...]   (default: all six)
+// Configs from actors::shipped_configs_dir() ($FOXHUNT_CONFIGS first).
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "actors/pretrain_run.hpp"
+#include "actors/shipped_configs.hpp"
+#include "bench_util.hpp"
+#include "gpu/arena.hpp"
+#include "gpu/context.hpp"
+#include "gpu/graph.hpp"
+#include "models/dense.hpp"
+#include "pretrain/config.hpp"
+#include "pretrain/feature_extractor.hpp"
+#include "pretrain/model_factory.hpp"
+#include "rl/envs/market.hpp"
+#include "rl/envs/market_config.hpp"
+#include "rl/envs/market_params.hpp"
+#include "rl/ppo/trainer.hpp"
+
+using namespace foxhunt;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::int64_t kEnvs = 4096;
+constexpr std::int64_t kSteps = 64;  // rollout steps per collect graph
+constexpr std::int64_t kWidth = 64;
+constexpr std::uint64_t kSeed = 7;
+const char* const kFamilies[] = {"lstm", "mamba2", "xlstm", "cfc", "tft", "kan"};
+
+// configs/ppo_features_regime.toml's actor-critic for `env`.
+rl::ppo::PpoConfig ppo_config(const rl::VecEnv& env) {
+  rl::ppo::PpoConfig c;
+  c.num_envs = env.num_envs();
+  c.rollout_steps = kSteps;
+  c.epochs = 4;
+  c.minibatches = 8;
+  c.hidden = {64, 64};
+  c.head = rl::ppo::head_for(env.action_space());
+  c.lr = 3e-4f;
+  c.ent_coef = 0.01f;
+  c.seed = kSeed;
+  return c;
+}
+
+// Stream time of one collect (kSteps steps of kEnvs environments) per step, in microseconds.
+struct Collector {
+  double us_per_step = 0;
+  std::size_t nodes = 0;
+};
+Collector time_collector(const rl::MarketConfig& mc, pretrain::FeatureExtractor* fx, gpu::BlasLane lane) {
+  rl::MarketEnv env(mc, kEnvs);
+  rl::ppo::PpoTrainer t(ppo_config(env), env, lane);
+  if (fx != nullptr) t.set_features(fx);
+  t.reset(kSeed);
+  t.collect();  // captures the rollout graph
+  FH_CHECK(cudaStreamSynchronize(lane.stream));
+  Collector c;
+  c.us_per_step = 1e3 * bench::median_stream_ms([&](int) { t.collect(); }, lane.stream) / kSteps;
+  c.nodes = t.collect_graph_nodes();
+  return c;
+}
+
+// A `foxhunt pretrain` checkpoint directory of `kind` at width kWidth with random weights (the
+// files FeatureExtractor reads: the resolved config, its market, model.safetensors).
+pretrain::FeatureSource random_checkpoint(const fs::path& configs, const std::string& kind, const fs::path& dir,
+                                          cudaStream_t s) {
+  pretrain::PretrainConfig cfg = pretrain::load_pretrain_config(configs / "pretrain" / (kind + "_regime.toml"));
+  cfg.model.hidden = kWidth;
+  fs::create_directories(dir);
+  for (const auto& [name, text] : actors::kept_pretrain_files(cfg)) std::ofstream(dir / name) << text;
+  std::ofstream(dir / pretrain::kFeatureModelFile) << "";
+  pretrain::FeatureSource src = pretrain::load_feature_source(dir);
+  auto model = pretrain::make_model(src.model);
+  models::DenseSpec hs;
+  hs.name = "head";
+  hs.in = src.embedding;
+  hs.out = src.head_outputs;
+  models::Dense head(hs);
+  gpu::ParameterArena arena;
+  model->declare(arena);
+  head.declare(arena);
+  arena.finalize(s);
+  std::mt19937_64 init(kSeed);
+  model->init(arena, init, s);
+  head.init(arena, init, s);
+  arena.save(dir / pretrain::kFeatureModelFile, s);
+  return src;
+}
+
+// The extractor alone: kSteps of its steps on a fixed buffer of observations, one graph.
+double time_extractor_alone(pretrain::FeatureExtractor& fx, gpu::BlasLane lane) {
+  const std::int64_t D = fx.obs_dim();
+  std::vector<float> host(static_cast<std::size_t>(kEnvs * D));
+  std::mt19937_64 rng(kSeed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (float& v : host) v = normal(rng);
+  gpu::DeviceBuffer<float> obs(host.size());
+  obs.upload(std::span<const float>(host), lane.stream);
+  gpu::DeviceBuffer<std::uint8_t> done(static_cast<std::size_t>(kEnvs));
+  FH_CHECK(cudaMemsetAsync(done.data(), 0, done.bytes(), lane.stream));
+  gpu::CudaGraph graph;
+  graph.capture(lane.stream, [&](cudaStream_t cs) {
+    gpu::BlasLane l = lane;
+    l.stream = cs;
+    for (std::int64_t k = 0; k < kSteps; ++k) fx.step(obs.data(), done.data(), done.data(), l);
+  });
+  return 1e3 * bench::median_stream_ms([&](int) { graph.replay(lane.stream); }, lane.stream) / kSteps;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> families;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    bool known = false;
+    for (const char* f : kFamilies) known = known || a == f;
+    if (!known) {
+      std::fprintf(stderr,
+                   "foxhunt_bench_features: unknown argument '%s' (allowed: lstm, mamba2, xlstm, cfc, tft, kan)\n",
+                   a.c_str());
+      return 2;
+    }
+    families.push_back(a);
+  }
+  if (families.empty()) families.assign(std::begin(kFamilies), std::end(kFamilies));
+  const fs::path configs = actors::shipped_configs_dir();
+  if (configs.empty()) {
+    std::fprintf(stderr, "foxhunt_bench_features: no configs folder found (set FOXHUNT_CONFIGS)\n");
+    return 2;
+  }
+
+  gpu::DeviceContext ctx(0, 1);
+  const gpu::BlasLane lane = ctx.blas(0);
+  const cudaStream_t s = lane.stream;
+  cudaDeviceProp prop{};
+  FH_CHECK(cudaGetDeviceProperties(&prop, 0));
+  rl::MarketConfig mc = rl::load_market_config(configs / "markets" / "regime2.toml");
+  mc.extra_features = static_cast<int>(kWidth);
+  const fs::path tmp = fs::temp_directory_path() / ("foxhunt_bench_features_" + std::to_string(::getpid()));
+
+  std::printf("Feature extraction in PPO's collector: %lld environments x %lld steps per rollout graph, %s\n",
+              static_cast<long long>(kEnvs), static_cast<long long>(kSteps), prop.name);
+  std::printf("  market configs/markets/regime2.toml (obs %d columns with the %lld-column extra block), policy 64-64\n",
+              rl::market_obs_dim(mc), static_cast<long long>(kWidth));
+  const Collector base = time_collector(mc, nullptr, lane);
+  std::printf("  collector without extractor: %.2f us per step (%zu graph nodes per rollout)\n", base.us_per_step,
+              base.nodes);
+  std::fflush(stdout);
+
+  struct Row {
+    std::string family;
+    double with_us, extract_us, alone_us;
+    std::size_t nodes;
+  };
+  std::vector<Row> rows;
+  for (const std::string& kind : families) {
+    const pretrain::FeatureSource src = random_checkpoint(configs, kind, tmp / kind, s);
+    pretrain::FeatureExtractor fx(src, pretrain::FeatureOutput::embedding, mc, kEnvs, s);
+    const Collector with = time_collector(mc, &fx, lane);
+    const double alone = time_extractor_alone(fx, lane);
+    rows.push_back({kind, with.us_per_step, with.us_per_step - base.us_per_step, alone, with.nodes});
+    std::printf("  %-7s collector with extractor: %.2f us per step (%zu graph nodes), extractor alone %.2f us per step\n",
+                kind.c_str(), with.us_per_step, with.nodes, alone);
+    std::fflush(stdout);
+  }
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+
+  bench::print_rule(100);
+  std::printf("%-8s %14s %14s %14s %14s %12s %12s\n", "family", "collector us", "with us", "extract us", "alone us",
+              "x collector", "share");
+  bench::print_rule(100);
+  for (const Row& r : rows)
+    std::printf("%-8s %14.2f %14.2f %14.2f %14.2f %11.1f%% %11.1f%%\n", r.family.c_str(), base.us_per_step, r.with_us,
+                r.extract_us, r.alone_us, 100.0 * r.extract_us / base.us_per_step, 100.0 * r.extract_us / r.with_us);
+  bench::print_rule(100);
+  std::printf(
+      "(per step of %lld environments; extract = with - collector; x collector = extract / collector step without "
+      "it; share = extract / step with it; alone: the extractor's steps in a graph of their own)\n",
+      static_cast<long long>(kEnvs));
+  for (const Row& r : rows) {
+    const double frac = r.extract_us / base.us_per_step;
+    std::printf("TARGET %s extraction: %.2f us per step = %.1f%% of the collector's step (target <= 25%%): %s\n",
+                r.family.c_str(), r.extract_us, 100.0 * frac, frac <= 0.25 ? "PASS" : "FAIL");
+  }
+  return 0;
+}
