@@ -47,7 +47,7 @@ void CudaLane::when_done(std::function<void()> fn) const {
 }
 
 std::string CudaLane::health() const {
-  const cudaError_t r = cudaStreamQuery(stream_.get());
+  const cudaError_t r = cudaStreamQuery(probe_.get());
   if (r == cudaSuccess || r == cudaErrorNotReady) return {};
   return std::string(cudaGetErrorName(r)) + ": " + cudaGetErrorString(r);
 }

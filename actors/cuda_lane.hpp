@@ -31,7 +31,9 @@ class CudaLane {
   void synchronize() const;  // the stream idle and every when_done function run
   // Actors run on pool threads: each stage call makes its device current first.
   void make_current() const;
-  std::string health() const;  // cudaStreamQuery: "" unless it reports an error
+  // "" unless the device reports an error. It queries an idle stream of its own, never the work
+  // stream: the owner may be capturing a graph on that one, and a query would break the capture.
+  std::string health() const;
   // Optional busy-interval recording for the timeline: begin/end bracket one piece of work.
   void set_timeline(StreamTimeline* timeline, const char* lane) noexcept {
     timeline_ = timeline;
@@ -45,6 +47,7 @@ class CudaLane {
  private:
   int device_;
   gpu::Stream stream_;
+  gpu::Stream probe_;  // never used for work: health() queries it (device errors are sticky)
   StreamTimeline* timeline_ = nullptr;
   const char* lane_name_ = "";
 };
