@@ -34,6 +34,12 @@ __global__ void project_kernel(float* __restrict__ m, const float* __restrict__ 
     for (std::int64_t i = 0; i < atoms; ++i) mb[i] = 0.f;
     const float* p = next_probs + (b * actions + next_actions[b]) * atoms;
     const float r = returns[b], g = discounts[b];
+    if (!isfinite(r) || !isfinite(g)) {
+      // The clamps below would map a NaN target onto the support: poison the row instead, so the
+      // loss turns non-finite and the learner's guard skips the update.
+      for (std::int64_t i = 0; i < atoms; ++i) mb[i] = r + g;
+      continue;
+    }
     const float top = static_cast<float>(atoms - 1);
     for (std::int64_t j = 0; j < atoms; ++j) {
       const float tz = fminf(fmaxf(r + g * atom(j, v_min, dz), v_min), v_max);
