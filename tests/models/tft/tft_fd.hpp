@@ -58,7 +58,9 @@ inline void check_finite_differences(gpu::ParameterArena& arena, const std::func
     for (int t = 0; t < 6; ++t) {
       const auto i = static_cast<std::int64_t>(rng() % inputs[k].n);
       const double fd = central_difference(loss, inputs[k].x, i, h, s);
-      EXPECT_TRUE(fd_close(fd, gin[k][i], 2e-2, 0.05 * r)) << inputs[k].name << "[" << i << "]";
+      // 3%: float32 central differences through the whole model (LayerNorms, softmaxes) carry
+      // about 2% noise at input gradients of 1e-3.
+      EXPECT_TRUE(fd_close(fd, gin[k][i], 3e-2, 0.05 * r)) << inputs[k].name << "[" << i << "]";
     }
   }
 }
