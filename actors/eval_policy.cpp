@@ -111,9 +111,9 @@ PpoGreedyPolicy::PpoGreedyPolicy(const RunConfig& config, const fs::path& config
       try {
         tuned->arena().load(file, lane.stream);
       } catch (const std::exception& e) {
-        throw std::runtime_error("checkpoint " + weights.parent_path().string() +
-                                 ": its fine-tuned extractor does not load with config " + config_file.string() +
-                                 ": " + e.what());
+        throw std::runtime_error("checkpoint " + weights.parent_path().string() + ": its fine-tuned extractor " +
+                                 file.string() + " does not load with config " + config_file.string() + ": " +
+                                 e.what());
       }
       m.features = std::move(tuned);
     } else {
