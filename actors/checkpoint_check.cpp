@@ -17,6 +17,7 @@
 #include "actors/stage_factory.hpp"
 #include "gpu/arena.hpp"
 #include "gpu/safetensors.hpp"
+#include "models/dense.hpp"
 #include "models/q_network.hpp"
 #include "pretrain/model_factory.hpp"
 #include "rl/dqn/state.hpp"
@@ -52,6 +53,7 @@ class Checker {
     if (config_.learner.kind == "ppo") {
       rl::ppo::ActorCritic(ppo_config(config_, shape_), shape_.obs_dim).declare(arena_);
       arena_file("learner.safetensors", true);
+      if (config_.features.mode == "finetune") tuned_features_file();
       spans_file("ppo.state", ppo_state_arrays(config_, shape_));
       spans_file("env.state", shape_.state_arrays);
       return problems_;
@@ -82,7 +84,23 @@ class Checker {
 
   // An arena file: every declared tensor as F32 with its declared shape; Adam moments present for
   // all (required) or none (optional: absent for a target arena); no other tensor.
-  void arena_file(const std::string& file, bool adam_required) {
+  // The fine-tuned extractor: the pretrain model (at the market's window) and its head, with Adam.
+  void tuned_features_file() {
+    const auto src = feature_source(config_);
+    if (!src) return;
+    gpu::ParameterArena tuned;
+    pretrain::ModelSpec spec = src->model;
+    spec.sequence_length = market_config(config_).window;
+    pretrain::make_model(spec)->declare(tuned);
+    models::DenseSpec hs;
+    hs.name = "head";
+    hs.in = src->embedding;
+    hs.out = src->head_outputs;
+    models::Dense(hs).declare(tuned);
+    arena_file(kTunedFeaturesFile, true, &tuned);
+  }
+  void arena_file(const std::string& file, bool adam_required, const gpu::ParameterArena* which = nullptr) {
+    const gpu::ParameterArena& arena = which != nullptr ? *which : arena_;
     const fs::path path = dir_ / file;
     if (!fs::is_regular_file(path)) {
       add(path.string() + ": missing (the checkpoint lacks the network's weights)");
@@ -114,7 +132,7 @@ class Checker {
         p = "tensor '" + key + "' has shape " + shape_str(t->shape) + ", the config implies " + shape_str(shape);
       if (!p.empty() && reported++ < 8) add(path.string() + ": " + p);
     };
-    for (const auto& e : arena_.entries()) {
+    for (const auto& e : arena.entries()) {
       expect(e.name, dims(e.shape));
       if (with_adam) {
         expect("adam_m." + e.name, dims(e.shape));

@@ -7,6 +7,7 @@
 #include "actors/stage_factory.hpp"
 #include "gpu/check.hpp"
 #include "pretrain/feature_extractor.hpp"
+#include "pretrain/window_feature_extractor.hpp"
 #include "rl/ppo/actor_critic.hpp"
 #include "rl/ppo/distributions.hpp"
 
@@ -68,8 +69,9 @@ struct PpoGreedyPolicy::Impl {
   models::OwnedWorkspace ws;
   gpu::DeviceBuffer<float> head, state;
   gpu::DeviceBuffer<std::uint8_t> reset_all;
-  // [features]: the run's frozen extractor fills a copy of each observation's feature block.
-  std::unique_ptr<pretrain::FeatureExtractor> features;
+  // [features]: the run's extractor (frozen, or the checkpoint's fine-tuned one) fills a copy of
+  // each observation's feature block.
+  std::unique_ptr<rl::ObsFeatures> features;
   gpu::DeviceBuffer<float> obs;
   gpu::DeviceBuffer<std::uint8_t> no_done;
 };
@@ -102,8 +104,21 @@ PpoGreedyPolicy::PpoGreedyPolicy(const RunConfig& config, const fs::path& config
   if (const auto src = feature_source(config)) {
     const auto* market = dynamic_cast<const rl::MarketEnv*>(&env);
     if (market == nullptr) throw std::runtime_error("[features] needs a market environment (config " + config_file.string() + ")");
-    m.features = std::make_unique<pretrain::FeatureExtractor>(
-        *src, pretrain::parse_feature_output(config.features.output), market->config(), n, lane.stream);
+    const pretrain::FeatureOutput output = pretrain::parse_feature_output(config.features.output);
+    if (config.features.mode == "finetune") {
+      auto tuned = std::make_unique<pretrain::WindowFeatureExtractor>(*src, output, market->config(), n, 1, lane.stream);
+      const fs::path file = weights.parent_path() / kTunedFeaturesFile;
+      try {
+        tuned->arena().load(file, lane.stream);
+      } catch (const std::exception& e) {
+        throw std::runtime_error("checkpoint " + weights.parent_path().string() + ": its fine-tuned extractor " +
+                                 file.string() + " does not load with config " + config_file.string() + ": " +
+                                 e.what());
+      }
+      m.features = std::move(tuned);
+    } else {
+      m.features = std::make_unique<pretrain::FeatureExtractor>(*src, output, market->config(), n, lane.stream);
+    }
     m.obs = gpu::DeviceBuffer<float>(static_cast<std::size_t>(n * env.obs_dim()));
     m.no_done = gpu::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(n));
     m.no_done.zero(lane.stream);

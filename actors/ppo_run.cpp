@@ -19,6 +19,7 @@
 #include "gpu/context.hpp"
 #include "gpu/device.hpp"
 #include "pretrain/feature_extractor.hpp"
+#include "pretrain/window_feature_extractor.hpp"
 #include "rl/ppo/trainer.hpp"
 
 namespace foxhunt::actors {
@@ -136,7 +137,7 @@ std::vector<std::pair<std::string, std::size_t>> ppo_state_arrays(const RunConfi
     a.emplace_back("reward_returns", n * sizeof(float));
     a.emplace_back("reward_moments", 3 * sizeof(double));
   }
-  if (const auto src = feature_source(c)) {
+  if (const auto src = feature_source(c); src && c.features.mode != "finetune") {  // finetune: no state
     const std::int64_t S = pretrain::make_model(src->model)->state_features();  // host-only construction
     if (S > 0) a.emplace_back("features_state", n * static_cast<std::size_t>(S) * sizeof(float));
   }
@@ -157,9 +158,21 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
   const cudaStream_t s = ctx.stream();
   const EnvShape shape = env_shape(cfg);
   std::unique_ptr<rl::VecEnv> env = make_env(cfg, cfg.env.num_envs, rl::Split::train, s);
-  rl::ppo::PpoTrainer trainer(ppo_config(cfg, shape), *env, ctx.blas());
+  const PpoConfig pc = ppo_config(cfg, shape);
+  // finetune: the window-form extractor, the first module of the learner's network.
+  std::unique_ptr<pretrain::WindowFeatureExtractor> tuned;
+  const auto source = feature_source(cfg);
+  if (source && cfg.features.mode == "finetune") {
+    tuned = std::make_unique<pretrain::WindowFeatureExtractor>(
+        *source, pretrain::parse_feature_output(cfg.features.output), market_config(cfg), cfg.env.num_envs,
+        pc.minibatch_rows(), s);
+    spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), fine-tuned at {} x the learning rate",
+                 source->dir.string(), source->config.model.kind, source->config.model.hidden, cfg.features.output,
+                 tuned->features(), cfg.features.lr_scale);
+  }
+  rl::ppo::PpoTrainer trainer(pc, *env, ctx.blas(), tuned.get(), static_cast<float>(cfg.features.lr_scale));
   std::unique_ptr<pretrain::FeatureExtractor> features;
-  if (const auto src = feature_source(cfg)) {
+  if (const auto& src = source; src && !tuned) {
     const pretrain::FeatureOutput output = pretrain::parse_feature_output(cfg.features.output);
     features = std::make_unique<pretrain::FeatureExtractor>(*src, output, market_config(cfg), cfg.env.num_envs, s);
     trainer.set_features(features.get());
@@ -174,6 +187,7 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
   if (req.resume) {
     counters = CheckpointStore::read_counters(*req.resume);
     trainer.learner().arena().load(*req.resume / "learner.safetensors", s);
+    if (tuned) tuned->arena().load(*req.resume / kTunedFeaturesFile, s);
     read_spans(*req.resume / "ppo.state", trainer_state_spans(trainer, features.get()), s);
     read_spans(*req.resume / "env.state", env_state_spans(*env), s);
     trainer.set_iterations(counters.env_steps / rows);
@@ -192,6 +206,7 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
     counters.updates = trainer.iterations();
     return store.write(counters, [&](const fs::path& dir) {
       trainer.learner().arena().save(dir / "learner.safetensors", s, true);
+      if (tuned) tuned->arena().save(dir / kTunedFeaturesFile, s, true);
       write_spans(dir / "ppo.state", trainer_state_spans(trainer, features.get()), s);
       write_spans(dir / "env.state", env_state_spans(*env), s);
     });

@@ -10,7 +10,9 @@
 //                         LSTM state and last dones (recurrent), the learner's counters (updates,
 //                         Adam steps, permutation draws), the sampling counter and ([features])
 //                         the feature extractor's per-environment state
-//   features/             [features]: the frozen extractor (RunConfig's kKeptFeaturesDir)
+//   features/             [features]: the pretrained extractor (RunConfig's kKeptFeaturesDir)
+//   features.safetensors  [features] mode = "finetune": the fine-tuned extractor and its Adam
+//                         moments (pretrain::WindowFeatureExtractor's arena; no per-env state)
 //   env.state             the environments (actors/env_state.hpp)
 //   counters.json         env_steps (iterations x num_envs x rollout_steps) and updates
 // so a resumed run continues bitwise where the checkpoint was taken.
@@ -26,6 +28,9 @@
 #include "rl/ppo/rollout.hpp"
 
 namespace foxhunt::actors {
+
+// A checkpoint's fine-tuned extractor ([features] mode = "finetune").
+inline constexpr const char* kTunedFeaturesFile = "features.safetensors";
 
 // The learner's configuration from a run config and its environment's shape.
 rl::ppo::PpoConfig ppo_config(const RunConfig& config, const EnvShape& env);

@@ -83,11 +83,22 @@ void read_feature_relations(config::Reader& r, const RunConfig& c) {
   const bool ppo = c.learner.kind == "ppo";
   for (const char* k : {"features.mode", "features.output"})
     r.no_effect(k, on, "features.checkpoint", "the options of a feature extractor");
+  r.no_effect("features.lr_scale", on && c.features.mode == "finetune", on ? "features.mode" : "features.checkpoint",
+              "the learning rate of a fine-tuned extractor (mode = \"finetune\")");
   r.no_effect("features.shared", on && ppo, on ? "learner.kind" : "features.checkpoint",
               "whether PPO's actor and critic share the extractor");
   if (!on) return;
-  if (c.features.mode == "finetune")
-    r.fail("features.mode", "\"finetune\" is not supported yet: the extractor can only be frozen (mode = \"frozen\")");
+  if (c.features.mode == "finetune") {
+    r.relation(ppo, "features.mode", "learner.kind",
+               "\"finetune\" is supported for PPO agents (learner.kind = \"ppo\", pipeline.mode = \"sync\"); not "
+               "supported yet for DQN agents: use mode = \"frozen\"");
+    r.relation(!ppo || c.learner.lstm_hidden == 0, "features.mode", "learner.lstm_hidden",
+               "\"finetune\" trains the extractor in front of a feed-forward policy; not supported yet with an LSTM "
+               "policy (learner.lstm_hidden > 0): use mode = \"frozen\"");
+    r.relation(c.features.shared, "features.shared", "features.mode",
+               "a fine-tuned extractor is one module that actor and critic share; separate extractors "
+               "(shared = false) are not supported yet");
+  }
   r.relation(c.env.kind == "market", "features.checkpoint", "env.kind",
              "features are computed from a market observation's returns (env.kind = \"market\")");
   r.relation(!ppo || c.pipeline.mode == "sync", "features.checkpoint", "pipeline.mode",
@@ -96,8 +107,7 @@ void read_feature_relations(config::Reader& r, const RunConfig& c) {
   r.relation(c.env.observe.empty(), "features.checkpoint", "env.observe",
              "the extractor reads and writes the whole market observation; not supported yet with a column selection");
   r.relation(!ppo || c.features.shared || c.features.mode == "finetune", "features.shared", "features.mode",
-             "frozen features are one observation block that actor and critic both read (separate extractors need "
-             "mode = \"finetune\")");
+             "frozen features are one observation block that actor and critic both read");
 }
 
 // One pass reads every field (defaults where absent), records the resolved table, and checks
@@ -208,6 +218,7 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file, AgentKeys* agent 
   r.path("checkpoint", c.features.checkpoint);
   r.choice("mode", c.features.mode, {"frozen", "finetune"});
   r.choice("output", c.features.output, {"embedding", "head"});
+  r.number("lr_scale", c.features.lr_scale, Range::open_low(0.0, 1000.0));
   r.boolean("shared", c.features.shared);
 
   r.table("pipeline");

@@ -97,7 +97,11 @@ struct RunConfig {
     // A pretrain checkpoint directory (or its run directory: the latest checkpoint); "" = none.
     // load_run_config resolves it against the run config's folder and stores it absolute.
     std::string checkpoint;
-    std::string mode = "frozen";       // frozen | finetune (declared; refused: not supported yet)
+    // frozen: the collector's per-step features, the weights never change. finetune (PPO with
+    // pipeline.mode = "sync", feed-forward policies): the window form, trained by the PPO loss
+    // (pretrain/window_feature_extractor.hpp).
+    std::string mode = "frozen";
+    double lr_scale = 1.0;             // finetune: the extractor's learning rate / the agent's
     std::string output = "embedding";  // embedding | head (pretrain::FeatureOutput)
     bool shared = true;                // PPO: actor and critic read the same features
     bool enabled() const { return !checkpoint.empty(); }

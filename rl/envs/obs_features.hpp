@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "gpu/arena.hpp"
 #include "gpu/context.hpp"
 
 namespace foxhunt::rl {
@@ -31,6 +32,30 @@ class ObsFeatures {
   virtual std::int64_t features() const = 0;  // columns written
   virtual void step(float* obs, const std::uint8_t* terminated, const std::uint8_t* truncated, gpu::BlasLane lane) = 0;
   virtual void peek(float* obs, gpu::BlasLane lane) = 0;
+};
+
+}  // namespace foxhunt::rl
+
+namespace foxhunt::rl {
+
+// TrainableObsFeatures: an extractor whose features are a differentiable function of each
+// observation row alone (no per-environment state: step() and peek() ignore the done masks), so a
+// learner can recompute them from stored observations and train its parameters with the agent's
+// loss (the [features] mode "finetune"; pretrain/window_feature_extractor.hpp). The parameters live
+// in an arena of the extractor's own (its gradients and Adam moments there too); step() and peek()
+// read them, so acting always uses the latest weights.
+//   train_forward(obs, rows)   writes the feature columns of rows obs rows in place from their
+//                              other columns, keeping what train_backward needs
+//   train_backward(d_obs, rows)  from d_obs (rows, obs_dim), the loss's gradient with respect to
+//                              the observations train_forward last wrote (only the feature columns
+//                              are read): overwrites every gradient of arena()
+// rows <= max_train_rows(). Capturable, no host synchronization.
+class TrainableObsFeatures : public ObsFeatures {
+ public:
+  virtual std::int64_t max_train_rows() const = 0;
+  virtual gpu::ParameterArena& arena() = 0;
+  virtual void train_forward(float* obs, std::int64_t rows, gpu::BlasLane lane) = 0;
+  virtual void train_backward(const float* d_obs, std::int64_t rows, gpu::BlasLane lane) = 0;
 };
 
 }  // namespace foxhunt::rl

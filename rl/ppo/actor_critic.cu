@@ -187,18 +187,24 @@ void ActorCritic::forward(float* head_out, float* value, const float* obs, std::
 }
 
 void ActorCritic::backward(const float* d_head, const float* d_value, const float* obs, std::int64_t rows,
-                           const models::Workspace& ws, gpu::BlasLane lane) {
+                           const models::Workspace& ws, gpu::BlasLane lane, float* d_obs, float* d_obs_scratch) {
   FH_EXPECT(!lstm_, "ActorCritic::backward: a recurrent policy runs backward_sequence()");
   const Buffers b = carve(ws.data, ws.max_batch);
-  if (!actor_trunk_) return heads_backward(nullptr, d_head, d_value, obs, obs, rows, false, b, lane);
+  if (!actor_trunk_) return heads_backward(d_obs, d_head, d_value, obs, obs, rows, d_obs != nullptr, b, lane);
   if (config_.shared_trunk) {
     heads_backward(b.d_core, d_head, d_value, b.actor_out, b.actor_out, rows, true, b, lane);
-    actor_trunk_->backward(nullptr, b.d_core, obs, rows, b.actor_ws, lane, nullptr);
+    actor_trunk_->backward(d_obs, b.d_core, obs, rows, b.actor_ws, lane, nullptr);
     return;
   }
   heads_backward(nullptr, d_head, d_value, b.actor_out, b.critic_out, rows, true, b, lane);
-  actor_trunk_->backward(nullptr, b.d_policy_in, obs, rows, b.actor_ws, lane, nullptr);
-  critic_trunk_->backward(nullptr, b.d_value_in, obs, rows, b.critic_ws, lane, nullptr);
+  actor_trunk_->backward(d_obs, b.d_policy_in, obs, rows, b.actor_ws, lane, nullptr);
+  if (d_obs == nullptr) {
+    critic_trunk_->backward(nullptr, b.d_value_in, obs, rows, b.critic_ws, lane, nullptr);
+    return;
+  }
+  FH_EXPECT(d_obs_scratch != nullptr, "ActorCritic::backward: separate trunks need d_obs_scratch for d_obs");
+  critic_trunk_->backward(d_obs_scratch, b.d_value_in, obs, rows, b.critic_ws, lane, nullptr);
+  gpu::add(d_obs, d_obs, d_obs_scratch, rows * obs_dim_, lane.stream);  // elementwise: in place is safe
 }
 
 }  // namespace foxhunt::rl::ppo

@@ -50,9 +50,12 @@ class ActorCritic {
                gpu::BlasLane lane);
   // From d_head (B, head_width) and d_value (B): overwrites every parameter gradient except the
   // log-std's (the loss writes that one). Follows forward() of the same rows and workspace, both
-  // outputs computed.
+  // outputs computed. d_obs (nullable, (B, obs_dim)): the gradient with respect to obs too (a
+  // trainable feature extractor in front, rl/envs/obs_features.hpp); with separate trunks the
+  // critic's part goes through d_obs_scratch (B, obs_dim) first.
   void backward(const float* d_head, const float* d_value, const float* obs, std::int64_t rows,
-                const models::Workspace& ws, gpu::BlasLane lane);
+                const models::Workspace& ws, gpu::BlasLane lane, float* d_obs = nullptr,
+                float* d_obs_scratch = nullptr);
 
   // Recurrent policies (config.lstm_hidden > 0). State (B, state_features()).
   bool recurrent() const noexcept { return lstm_.has_value(); }

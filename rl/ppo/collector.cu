@@ -93,6 +93,10 @@ void RolloutCollector::enqueue(Rollout& r, Rollout& from, cudaStream_t s) {
     }
   }
   copy_d2d(r.obs.data(), r.next_obs.data(), row_bytes, s);
+  // A trainable extractor changed since the carried observation's features were written (the
+  // update in between): the first step acts on them with the current weights.
+  if (auto* trainable = dynamic_cast<TrainableObsFeatures*>(features_))
+    trainable->step(r.obs.data(), nullptr, nullptr, lane);
   if (recurrent) {
     copy_d2d(r.state0.data(), r.state.data(), state_bytes, s);
     copy_d2d(r.resets.data(), r.last_done.data(), static_cast<std::size_t>(N), s);

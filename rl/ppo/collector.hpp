@@ -14,7 +14,10 @@
 // (the first ones at reset, each step's next observation and final observation) gets its feature
 // columns filled by the extractor right after the environment step, inside the same graph, before
 // the policy or a bootstrap value reads it; the rollout stores them like any observation column.
-// The extractor's per-environment state is reset by the step's done mask on the device.
+// The extractor's per-environment state is reset by the step's done mask on the device. A
+// trainable extractor (rl::TrainableObsFeatures, a function of each row alone) also rewrites the
+// features of the rollout's first observations, carried from the last rollout, so every step acts
+// with the current weights.
 #include <cstdint>
 #include <map>
 #include <optional>

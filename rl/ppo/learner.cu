@@ -17,13 +17,18 @@ namespace {
 constexpr std::uint32_t kPermutationStream = 0x50504f01u;  // "PPO" 1
 
 enum Counter { kUpdates = 0, kAdamSteps = 1, kPermutations = 2 };
-enum Scalar { kLr = 0, kNorm = 1, kScale = 2 };
+enum Scalar { kLr = 0, kNorm = 1, kScale = 2, kFeaturesLr = 3, kFeaturesNorm = 4, kScalarCount = 5 };
 
 // lr = lr0 + (lr_end - lr0) * min(updates / anneal, 1): CleanRL's frac = 1 - (iteration - 1) / iterations.
 __global__ void lr_kernel(float* lr, const std::uint64_t* updates, float lr0, float lr_end, std::int64_t anneal) {
   const double frac = std::min(1.0, static_cast<double>(*updates) / static_cast<double>(anneal));
   *lr = static_cast<float>(lr0 + (static_cast<double>(lr_end) - lr0) * frac);
 }
+
+__global__ void scale_lr_kernel(float* out, const float* lr, float scale) { *out = scale * *lr; }
+
+// The norm over two arenas together: sqrt(a^2 + b^2), into *a.
+__global__ void combine_norms_kernel(float* a, const float* b) { *a = sqrtf(*a * *a + *b * *b); }
 
 __global__ void kl_check_kernel(std::uint32_t* stop, const LossStats* stats, float target) {
   if (stats->last_approx_kl > target) *stop = 1u;
@@ -98,15 +103,29 @@ std::size_t n(std::int64_t a, std::int64_t b = 1) { return static_cast<std::size
 
 }  // namespace
 
-PpoLearner::PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasLane lane)
-    : config_(config), lane_(lane), net_(config, obs_dim), stats_exit_() {
+PpoLearner::PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasLane lane,
+                       TrainableObsFeatures* features, float features_lr_scale)
+    : config_(config),
+      lane_(lane),
+      net_(config, obs_dim),
+      features_(features),
+      features_lr_scale_(features_lr_scale),
+      stats_exit_() {
   const cudaStream_t s = lane.stream;
+  if (features_ != nullptr) {
+    FH_EXPECT(!config_.recurrent(), "PpoLearner: a trainable feature extractor needs a feed-forward policy");
+    FH_EXPECT(features_->obs_dim() == obs_dim && features_->max_train_rows() >= config_.minibatch_rows(),
+              "PpoLearner: the trainable extractor is for " + std::to_string(features_->obs_dim()) +
+                  "-column observations and minibatches of up to " + std::to_string(features_->max_train_rows()) +
+                  " rows; the learner has " + std::to_string(obs_dim) + " and " +
+                  std::to_string(config_.minibatch_rows()));
+  }
   net_.declare(arena_);
   arena_.finalize(s);
   std::mt19937_64 rng(config_.seed);
   net_.init(arena_, rng, s);
   net_.bind(arena_);
-  if (config_.fused_kernels && fused_unsupported_reason(config_, obs_dim).empty())
+  if (config_.fused_kernels && features_ == nullptr && fused_unsupported_reason(config_, obs_dim).empty())
     fused_ = std::make_unique<FusedActorCritic>(net_, config_);
 
   const std::int64_t rows = config_.batch_rows(), mb = config_.minibatch_rows();
@@ -150,7 +169,13 @@ PpoLearner::PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasL
     loss_ws_ = gpu::DeviceBuffer<std::byte>(policy_loss_workspace_bytes(mb, h));
   }
   norm_ws_ = gpu::DeviceBuffer<std::byte>(gpu::grad_norm_workspace_bytes(arena_.padded_count()));
-  scalars_ = gpu::DeviceBuffer<float>(4);
+  if (features_ != nullptr) {
+    d_obs_ = gpu::DeviceBuffer<float>(n(mb, obs_dim));
+    d_obs_scratch_ = gpu::DeviceBuffer<float>(n(mb, obs_dim));
+    features_norm_ws_ =
+        gpu::DeviceBuffer<std::byte>(gpu::grad_norm_workspace_bytes(features_->arena().padded_count()));
+  }
+  scalars_ = gpu::DeviceBuffer<float>(kScalarCount);
   kl_stop_ = gpu::DeviceBuffer<std::uint32_t>(1);
   counters_ = gpu::DeviceBuffer<std::uint64_t>(kCounterCount + 1);  // + the Adam step count at the update's start
   loss_stats_ = gpu::DeviceBuffer<LossStats>(1);
@@ -212,6 +237,8 @@ void PpoLearner::minibatch(Rollout& r, const std::int32_t* units, int index, cud
 
   gpu::BlasLane lane = lane_;
   lane.stream = s;
+  // The extractor's features of these observations with its current weights.
+  if (features_ != nullptr) features_->train_forward(mb_obs_.data(), mb, lane);
   if (net_.recurrent())
     net_.forward_sequence(mb_head_.data(), mb_value_.data(), mb_obs_.data(), mb_state0_.data(), mb_resets_.data(),
                           r.steps, M, train_view_, lane);
@@ -226,19 +253,33 @@ void PpoLearner::minibatch(Rollout& r, const std::int32_t* units, int index, cud
     net_.backward_sequence(d_head_.data(), d_value_.data(), mb_obs_.data(), mb_state0_.data(), mb_resets_.data(),
                            r.steps, M, train_view_, lane);
   else
-    net_.backward(d_head_.data(), d_value_.data(), mb_obs_.data(), mb, train_view_, lane);
+    net_.backward(d_head_.data(), d_value_.data(), mb_obs_.data(), mb, train_view_, lane, d_obs_.data(),
+                  d_obs_scratch_.data());
+  if (features_ != nullptr) features_->train_backward(d_obs_.data(), mb, lane);
 }
 
 void PpoLearner::optimizer_step(cudaStream_t s) {
   const float* scale = nullptr;
   if (config_.max_grad_norm > 0) {
     gpu::global_grad_norm(scalars_.data() + kNorm, arena_.grads(), arena_.padded_count(), norm_ws_.data(), s);
+    if (features_ != nullptr) {
+      gpu::ParameterArena& fa = features_->arena();
+      gpu::global_grad_norm(scalars_.data() + kFeaturesNorm, fa.grads(), fa.padded_count(), features_norm_ws_.data(),
+                            s);
+      combine_norms_kernel<<<1, 1, 0, s>>>(scalars_.data() + kNorm, scalars_.data() + kFeaturesNorm);
+      FH_CHECK_LAUNCH();
+    }
     gpu::clip_scale(scalars_.data() + kScale, scalars_.data() + kNorm, config_.max_grad_norm, s);
     scale = scalars_.data() + kScale;
   }
   auto* adam_steps = reinterpret_cast<std::int64_t*>(counters_.data() + kAdamSteps);
   gpu::adam_step_device(arena_.params(), arena_.adam_m(), arena_.adam_v(), arena_.grads(), arena_.padded_count(), adam_,
                         scalars_.data() + kLr, adam_steps, scale, kl_stop_.data(), s);
+  if (features_ != nullptr) {
+    gpu::ParameterArena& fa = features_->arena();
+    gpu::adam_step_device(fa.params(), fa.adam_m(), fa.adam_v(), fa.grads(), fa.padded_count(), adam_,
+                          scalars_.data() + kFeaturesLr, adam_steps, scale, kl_stop_.data(), s);
+  }
   adam_advance_kernel<<<1, 1, 0, s>>>(adam_steps, kl_stop_.data());
   FH_CHECK_LAUNCH();
 }
@@ -250,6 +291,10 @@ void PpoLearner::enqueue_update(Rollout& r, cudaStream_t s) {
   lr_kernel<<<1, 1, 0, s>>>(scalars_.data() + kLr, counters_.data() + kUpdates, config_.lr, config_.lr_end,
                             std::max<std::int64_t>(config_.anneal_iterations, 1));
   FH_CHECK_LAUNCH();
+  if (features_ != nullptr) {
+    scale_lr_kernel<<<1, 1, 0, s>>>(scalars_.data() + kFeaturesLr, scalars_.data() + kLr, features_lr_scale_);
+    FH_CHECK_LAUNCH();
+  }
   begin_update_kernel<<<1, 1, 0, s>>>(kl_stop_.data(), counters_.data() + kCounterCount, adam_steps);
   FH_CHECK_LAUNCH();
   zero_loss_stats(loss_stats_.data(), s);
@@ -265,8 +310,12 @@ void PpoLearner::enqueue_update(Rollout& r, cudaStream_t s) {
       minibatch(r, perm_.data() + m * per_mb, m, s);
       // Data-parallel: the mean gradient of every replica (the same on each), so the norm, the
       // clip and Adam agree without further exchange.
-      if (dp_.active())
+      if (dp_.active()) {
         dp_.comm->all_reduce_mean(arena_.grads(), arena_.padded_count(), s, dp_.bucket_floats());
+        if (features_ != nullptr)
+          dp_.comm->all_reduce_mean(features_->arena().grads(), features_->arena().padded_count(), s,
+                                    dp_.bucket_floats());
+      }
       optimizer_step(s);
     }
     if (config_.target_kl > 0) {
@@ -288,6 +337,10 @@ void PpoLearner::join(const gpu::DataParallel& dp) {
   if (!dp_.active()) return;
   const cudaStream_t s = lane_.stream;
   for (float* a : {arena_.params(), arena_.adam_m(), arena_.adam_v()}) dp_.comm->broadcast(a, arena_.padded_count(), 0, s);
+  if (features_ != nullptr) {
+    gpu::ParameterArena& fa = features_->arena();
+    for (float* a : {fa.params(), fa.adam_m(), fa.adam_v()}) dp_.comm->broadcast(a, fa.padded_count(), 0, s);
+  }
   FH_CHECK(cudaStreamSynchronize(s));  // set-up: every replica starts from the same weights
 }
 

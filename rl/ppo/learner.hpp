@@ -13,6 +13,14 @@
 // The learning rate anneals linearly over config.anneal_iterations updates, from a device counter.
 // Statistics (losses, entropy, approx-KL, clip fraction, explained variance, lr) stay on the
 // device until publish_stats() sends them through the exit module.
+//
+// A trainable feature extractor (rl::TrainableObsFeatures, [features] mode = "finetune") is the
+// network's first module: each minibatch recomputes the feature columns of its gathered
+// observations with the extractor's current weights, and the backward continues through the
+// observations' gradient into the extractor's own arena. The gradient-norm clip takes the norm over
+// both arenas together; the extractor's Adam (its own moments, the same step count, KL stop and
+// clip scale) runs at features_lr_scale times the agent's (annealed) learning rate. Feed-forward
+// networks on the GEMM path only (the fused kernels read the rollout's stored observations).
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -31,6 +39,7 @@
 #include "rl/ppo/fused_mlp.hpp"
 #include "rl/ppo/loss.hpp"
 #include "rl/ppo/rollout.hpp"
+#include "rl/envs/obs_features.hpp"
 
 namespace foxhunt::rl::ppo {
 
@@ -44,12 +53,16 @@ struct UpdateStats {
 
 class PpoLearner {
  public:
-  // The networks' parameters are initialized from `seed` (host RNG, set-up only).
-  PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasLane lane);
+  // The networks' parameters are initialized from `seed` (host RNG, set-up only). features
+  // (nullable; must outlive the learner): the trainable extractor in front of the network, for
+  // obs_dim observations and minibatches of up to its max_train_rows().
+  PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasLane lane,
+             TrainableObsFeatures* features = nullptr, float features_lr_scale = 1.f);
 
   const PpoConfig& config() const noexcept { return config_; }
   ActorCritic& network() noexcept { return net_; }
   gpu::ParameterArena& arena() noexcept { return arena_; }
+  TrainableObsFeatures* features() const noexcept { return features_; }
   gpu::BlasLane lane() const noexcept { return lane_; }
 
   // Workspace of the networks for acting and bootstrapping over up to the rollout's rows.
@@ -108,8 +121,12 @@ class PpoLearner {
   gpu::DeviceBuffer<std::int32_t> mb_discrete_, perm_, mb_rows_;
   gpu::DeviceBuffer<std::uint8_t> mb_resets_;
   gpu::DeviceBuffer<std::byte> perm_ws_, loss_ws_, norm_ws_, fused_ws_;
+  TrainableObsFeatures* features_ = nullptr;
+  float features_lr_scale_ = 1.f;
+  gpu::DeviceBuffer<float> d_obs_, d_obs_scratch_;  // (mb, obs_dim): the extractor's input gradient
+  gpu::DeviceBuffer<std::byte> features_norm_ws_;
   gpu::DeviceBuffer<float> adv_norms_;  // fused: (minibatches, 2) per epoch
-  gpu::DeviceBuffer<float> scalars_;  // lr, grad norm, clip scale
+  gpu::DeviceBuffer<float> scalars_;  // lr, grad norm, clip scale, the extractor's lr and grad norm
   gpu::DeviceBuffer<std::uint32_t> kl_stop_;
   gpu::DeviceBuffer<std::uint64_t> counters_;  // [updates, adam steps (int64 view), permutation draws]
   gpu::DeviceBuffer<LossStats> loss_stats_;

@@ -25,10 +25,11 @@ HeadShape head_for(const ActionSpace& space, HeadShape::Bound bound) {
   return h;
 }
 
-PpoTrainer::PpoTrainer(const PpoConfig& config, VecEnv& env, gpu::BlasLane lane)
+PpoTrainer::PpoTrainer(const PpoConfig& config, VecEnv& env, gpu::BlasLane lane, TrainableObsFeatures* finetune,
+                       float features_lr_scale)
     : config_(config),
       env_(env),
-      learner_(config, env.obs_dim(), lane),
+      learner_(config, env.obs_dim(), lane, finetune, features_lr_scale),
       rollout_(config.rollout_steps, config.num_envs, env.obs_dim(), config.head, learner_.network().state_features(),
                lane.stream),
       collector_(config, env, learner_, true, lane.stream) {
@@ -39,6 +40,7 @@ PpoTrainer::PpoTrainer(const PpoConfig& config, VecEnv& env, gpu::BlasLane lane)
   FH_EXPECT(want.kind == config.head.kind && want.width() == config.head.width() &&
                 want.action_width() == config.head.action_width(),
             "PpoTrainer: config.head does not fit the environment's action space");
+  if (finetune != nullptr) collector_.set_features(finetune);
 }
 
 void PpoTrainer::reset(std::uint64_t seed) {

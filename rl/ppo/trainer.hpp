@@ -32,9 +32,15 @@ struct TrainerStats {
 class PpoTrainer {
  public:
   // config.num_envs must equal env.num_envs() and config.head must fit env.action_space().
-  PpoTrainer(const PpoConfig& config, VecEnv& env, gpu::BlasLane lane);
+  // finetune (nullable; must outlive the trainer): a trainable feature extractor, the first module
+  // of the learner's network (PpoLearner) and the collector's extractor at once, so every rollout
+  // acts with the weights of the latest update; its learning rate is features_lr_scale times the
+  // agent's.
+  PpoTrainer(const PpoConfig& config, VecEnv& env, gpu::BlasLane lane, TrainableObsFeatures* finetune = nullptr,
+             float features_lr_scale = 1.f);
 
-  // The feature extractor of the observations (RolloutCollector::set_features); before reset().
+  // A frozen feature extractor of the observations (RolloutCollector::set_features); before
+  // reset(). Not with a `finetune` extractor (that one is set already).
   void set_features(ObsFeatures* features) { collector_.set_features(features); }
 
   // Resets every environment from `seed` (and a recurrent policy's state); the first

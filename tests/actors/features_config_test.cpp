@@ -129,6 +129,17 @@ TEST_F(FeaturesConfigTest, DqnAgentsTakeFrozenFeatures) {
   EXPECT_NE(files["config.resolved.toml"].find("checkpoint = \"features\""), std::string::npos);
 }
 
+// PPO with pipeline.mode = "sync" fine-tunes the extractor at lr_scale times its learning rate.
+TEST_F(FeaturesConfigTest, PpoSyncAcceptsFinetune) {
+  const RunConfig c = load("checkpoint = \"runs/pre\"\nmode = \"finetune\"\nlr_scale = 0.1\n");
+  EXPECT_EQ(c.features.mode, "finetune");
+  EXPECT_DOUBLE_EQ(c.features.lr_scale, 0.1);
+  EXPECT_EQ(c.pipeline.mode, "sync");
+  EXPECT_EQ(market_config(c).extra_features, 24);
+  EXPECT_EQ(resolved_toml(parse_run_config(resolved_toml(c), "resolved")), resolved_toml(c));
+  EXPECT_DOUBLE_EQ(load("checkpoint = \"runs/pre\"\nmode = \"finetune\"\n").features.lr_scale, 1.0);
+}
+
 TEST_F(FeaturesConfigTest, RefusesWhatItCannotRunNamingTheKeys) {
   struct Case {
     const char* name;
@@ -143,15 +154,23 @@ TEST_F(FeaturesConfigTest, RefusesWhatItCannotRunNamingTheKeys) {
       {"missing checkpoint", "checkpoint = \"nowhere\"\n", ppo, "m.toml", {"features.checkpoint", "nowhere"}},
       {"other assets", "checkpoint = \"runs/pre\"\n", ppo, "m2.toml", {"features.checkpoint", "1 asset", "has 2"}},
       {"other return scale", "checkpoint = \"runs/pre\"\n", ppo, "m_scale.toml", {"features.checkpoint", "normalized"}},
-      {"finetune", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\n", ppo, "m.toml",
-       {"features.mode", "not supported yet"}},
+      {"finetune lstm policy", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\n", ppo + "lstm_hidden = 16\n",
+       "m.toml", {"features.mode", "learner.lstm_hidden", "not supported yet"}},
+      {"finetune separate extractors", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\nshared = false\n", ppo,
+       "m.toml", {"features.shared", "not supported yet"}},
+      {"finetune through the actors", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\n",
+       ppo + "[pipeline]\nmode = \"actors\"\n", "m.toml", {"features.checkpoint", "pipeline.mode", "not supported yet"}},
+      {"lr_scale when frozen", "checkpoint = \"runs/pre\"\nlr_scale = 0.5\n", ppo, "m.toml",
+       {"features.lr_scale", "features.mode"}},
+      {"lr_scale zero", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\nlr_scale = 0.0\n", ppo, "m.toml",
+       {"features.lr_scale"}},
       {"unknown mode", "checkpoint = \"runs/pre\"\nmode = \"thawed\"\n", ppo, "m.toml", {"features.mode", "frozen"}},
       {"unknown output", "checkpoint = \"runs/pre\"\noutput = \"forecast\"\n", ppo, "m.toml",
        {"features.output", "embedding", "head"}},
       {"separate extractors frozen", "checkpoint = \"runs/pre\"\nshared = false\n", ppo, "m.toml",
        {"features.shared", "features.mode"}},
       {"dqn finetune", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\n", "kind = \"dqn\"\n", "m.toml",
-       {"features.mode", "not supported yet", "frozen"}},
+       {"features.mode", "learner.kind", "not supported yet", "frozen"}},
       {"dqn shared", "checkpoint = \"runs/pre\"\nshared = false\n", "kind = \"dqn\"\n", "m.toml",
        {"features.shared", "learner.kind"}},
       {"dqn other assets", "checkpoint = \"runs/pre\"\n", "kind = \"dqn\"\n", "m2.toml",

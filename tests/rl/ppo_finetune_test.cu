@@ -1,0 +1,185 @@
+// PPO with a fine-tuned feature extractor (pretrain/window_feature_extractor.hpp as the trainable
+// first module of PpoLearner's network, [features] mode = "finetune"): the features a rollout
+// stores equal the model's window form recomputed from each stored observation's return window
+// with the weights the rollout acted with (the latest update's); the updates move the extractor's
+// parameters; the steady state makes no device-to-host copy.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gpu/arena.hpp"
+#include "gpu/context.hpp"
+#include "gpu/transfer_audit.hpp"
+#include "pretrain/window_feature_extractor.hpp"
+#include "rl/envs/market.hpp"
+#include "rl/envs/market_params.hpp"
+#include "rl/ppo/trainer.hpp"
+#include "tests/support/gpu_test.hpp"
+#include "tests/support/paths.hpp"
+
+using namespace foxhunt;
+using namespace foxhunt::rl;
+using namespace foxhunt::rl::ppo;
+namespace fs = std::filesystem;
+
+namespace {
+
+class PpoFinetuneTest : public test::GpuTest {
+ protected:
+  void SetUp() override {
+    test::GpuTest::SetUp();
+    if (IsSkipped()) return;
+    ctx_ = std::make_unique<gpu::DeviceContext>(0, 1);
+    root_ = fs::temp_directory_path() / ("foxhunt_ppo_finetune_" + std::to_string(::getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!root_.empty()) fs::remove_all(root_, ec);
+    test::GpuTest::TearDown();
+  }
+  gpu::BlasLane lane() {
+    gpu::BlasLane l = ctx_->blas();
+    l.stream = stream();
+    return l;
+  }
+  // An LSTM regime checkpoint with random weights, as `foxhunt pretrain` writes one.
+  pretrain::FeatureSource checkpoint() {
+    std::ostringstream t;
+    t << "[model]\nkind = \"lstm\"\nhidden = 8\n[data]\nsource = \"market\"\nmarket = \""
+      << (test::configs_dir() / "markets" / "regime2.toml").string() << "\"\nwindow = 16\n[task]\nkind = \"regime\"\n";
+    std::ofstream(root_ / pretrain::kFeatureConfigFile) << t.str();
+    std::ofstream(root_ / pretrain::kFeatureModelFile) << "";
+    pretrain::FeatureSource src = pretrain::load_feature_source(root_);
+    auto model = pretrain::make_model(src.model);
+    models::DenseSpec hs;
+    hs.name = "head";
+    hs.in = src.embedding;
+    hs.out = src.head_outputs;
+    models::Dense head(hs);
+    gpu::ParameterArena arena;
+    model->declare(arena);
+    head.declare(arena);
+    arena.finalize(stream());
+    std::mt19937_64 init(seed_);
+    model->init(arena, init, stream());
+    head.init(arena, init, stream());
+    arena.save(root_ / pretrain::kFeatureModelFile, stream());
+    return src;
+  }
+  std::unique_ptr<gpu::DeviceContext> ctx_;
+  fs::path root_;
+};
+
+// The stored features of every observation of the rollout against the window form recomputed on
+// the stored windows with the extractor's current weights (the model's forward, the last step, the
+// head when `output` is head), computed here with a batch of its own.
+void expect_window_features(pretrain::WindowFeatureExtractor& fx, const Rollout& r, std::int64_t F,
+                            std::int64_t head_outputs, bool head, gpu::BlasLane lane, const char* what) {
+  const cudaStream_t s = lane.stream;
+  const std::int64_t B = r.rows(), D = r.obs_dim, W = fx.window(), col = fx.feature_column();
+  const std::int64_t H = fx.model().out_features(), A = fx.model().in_features();
+  const auto obs = test::download(r.obs.data(), static_cast<std::size_t>(B * D), s);
+  std::vector<float> x(static_cast<std::size_t>(B * W * A));
+  for (std::int64_t b = 0; b < B; ++b)
+    std::memcpy(x.data() + b * W * A, obs.data() + b * D, static_cast<std::size_t>(W * A) * sizeof(float));
+  auto d_x = test::upload(x, s);
+  models::OwnedWorkspace ws(fx.model(), B);
+  gpu::DeviceBuffer<float> seq(static_cast<std::size_t>(B * W * H));
+  test::poison(seq, s);
+  fx.model().forward(seq.data(), d_x.data(), B, false, ws.view, lane);
+  const auto seq_h = test::download(seq, s);
+  std::vector<float> last(static_cast<std::size_t>(B * H));
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t j = 0; j < H; ++j) last[b * H + j] = seq_h[(b * W + W - 1) * H + j];
+  std::vector<float> want_f = last;
+  if (head) {
+    auto d_last = test::upload(last, s);
+    gpu::DeviceBuffer<float> out(static_cast<std::size_t>(B * head_outputs));
+    test::poison(out, s);
+    models::OwnedWorkspace hws(fx.head(), B);
+    fx.head().forward(out.data(), d_last.data(), B, false, hws.view, lane);
+    want_f = test::download(out, s);
+  }
+  std::vector<float> got;
+  std::vector<double> want;
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t j = 0; j < F; ++j) {
+      got.push_back(obs[b * D + col + j]);
+      want.push_back(want_f[b * F + j]);
+    }
+  EXPECT_TRUE(test::all_close(got, want, 1e-3, 1e-4)) << what;
+}
+
+PpoConfig config_for(const VecEnv& env, std::uint64_t seed) {
+  PpoConfig c;
+  c.num_envs = env.num_envs();
+  c.rollout_steps = 24;
+  c.epochs = 2;
+  c.minibatches = 4;
+  c.hidden = {32, 32};
+  c.head = head_for(env.action_space());
+  c.lr = 1e-3f;
+  c.anneal_iterations = 10;
+  c.seed = seed;
+  return c;
+}
+
+class PpoFinetuneOutputs : public PpoFinetuneTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(PpoFinetuneOutputs, ActsWithTheLatestWindowFeaturesAndMovesTheExtractor) {
+  SCOPED_TRACE(seed_note());
+  const bool head = GetParam();
+  const pretrain::FeatureSource src = checkpoint();
+  const pretrain::FeatureOutput output = head ? pretrain::FeatureOutput::head : pretrain::FeatureOutput::embedding;
+  MarketConfig mc = src.market;
+  mc.episode_length = 10;
+  mc.extra_features = static_cast<int>(src.width(output));
+  const std::int64_t N = 8;
+  MarketEnv env(mc, N);
+  const PpoConfig cfg = config_for(env, seed_);
+  pretrain::WindowFeatureExtractor fx(src, output, mc, N, cfg.minibatch_rows(), stream());
+  const std::size_t P = static_cast<std::size_t>(fx.arena().padded_count());
+  const auto params0 = test::download(fx.arena().params(), P, stream());
+  PpoTrainer t(cfg, env, lane(), &fx, 2.f);
+  ASSERT_EQ(t.learner().fused(), nullptr) << "fine-tuning runs on the GEMM path";
+  t.reset(seed_);
+  t.collect();
+  expect_window_features(fx, t.rollout(), src.width(output), src.head_outputs, head, lane(), "first rollout");
+
+  t.learner().update(t.rollout());
+  const auto params1 = test::download(fx.arena().params(), P, stream());
+  EXPECT_NE(std::memcmp(params0.data(), params1.data(), P * sizeof(float)), 0) << "the update left the extractor";
+  // The next rollout acts with the updated extractor.
+  t.collect();
+  expect_window_features(fx, t.rollout(), src.width(output), src.head_outputs, head, lane(), "after an update");
+  t.learner().update(t.rollout());
+  t.wait_stats();
+  FH_CHECK(cudaDeviceSynchronize());
+  std::string why;
+  if (gpu::TransferAudit::available(&why)) {
+    gpu::TransferAudit audit;
+    audit.start();
+    for (int k = 0; k < 3; ++k) t.iterate();
+    t.publish_stats();
+    const gpu::TransferCounts counts = audit.stop();
+    EXPECT_EQ(counts.device_to_host, 0) << counts.str();
+    const TrainerStats st = t.wait_stats();
+    EXPECT_TRUE(std::isfinite(st.update.policy_loss));
+  }
+  const auto params2 = test::download(fx.arena().params(), P, stream());
+  for (float v : params2) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_NE(std::memcmp(params1.data(), params2.data(), P * sizeof(float)), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Outputs, PpoFinetuneOutputs, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Head" : "Embedding"; });
+
+}  // namespace
