@@ -111,6 +111,7 @@ AgentsTrainOutcome run_agents_training(const AgentsTrainRequest& req) {
     latest[i].finished = tracks[i].done;
     latest[i].final_checkpoint = tracks[i].resume;
   }
+  double overlap = -1;  // the first segment's: only it records a timeline
   for (bool first = true;; first = false) {
     std::vector<std::size_t> running;
     for (std::size_t i = 0; i < tracks.size(); ++i)
@@ -187,13 +188,16 @@ AgentsTrainOutcome run_agents_training(const AgentsTrainRequest& req) {
       t.done = a.counters.env_steps >= total || (a.finished && segment_end[k] >= total);
       if (!t.done && (!a.final_checkpoint || a.counters.env_steps < segment_end[k])) go_on = false;
     }
-    if (r.overlap >= 0)
+    if (r.overlap >= 0) {
+      overlap = r.overlap;
       spdlog::info("timeline {}: overlap (>= 2 streams busy, every agent) {:.1f}% of the span",
                    (req.run_dir / "timeline.json").string(), 100.0 * r.overlap);
+    }
     if (!go_on) break;
     spdlog::info("periodic checkpoint of every agent; continuing from them");
   }
   out.result.agents = latest;
+  out.result.overlap = overlap;
   reporter.finish_line();
   const AgentsResult& r = out.result;
   spdlog::info("run {}: {}", kind_name(r.outcome.kind), r.outcome.reason);
