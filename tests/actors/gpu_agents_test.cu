@@ -7,6 +7,11 @@
 //   GpuAgents.StopWritesEveryAgentsCheckpointAndResumeContinuesAll: a stop (the SIGINT flag) of
 //     the two-agent run leaves each agent a checkpoint; --resume of the run continues both to the
 //     end.
+//   GpuAgents.EvalComparesTheAgentsSideBySide: `foxhunt eval --checkpoint <run>` of a short
+//     two-agent run evaluates both agents (DQN greedy and PPO deterministic) on the same fresh
+//     paths: one row per agent, named by the agent, beside the baselines; each agent's numbers and
+//     buy-and-hold's equal those of evaluating that agent alone with the same eval seed; the
+//     report files in <run>/eval carry both rows.
 //   PpoSeedsLearning.ThreeSeedsOfCartPoleEachReach475 (minutes): configs/ppo_pipeline_cartpole.toml
 //     with --seeds 1,2,3, all three at once: each seed's last window of episode statistics (50k
 //     env steps, about the last 100 episodes at 500 steps) has a mean return >= 475 within its
@@ -14,16 +19,22 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "actors/agents_run.hpp"
 #include "actors/checkpoint_check.hpp"
+#include "actors/evaluate.hpp"
 #include "actors/train_run.hpp"
+#include "tests/support/file_bytes.hpp"
 #include "tests/support/gpu_test.hpp"
 #include "tests/support/paths.hpp"
 
@@ -153,6 +164,89 @@ TEST_F(GpuAgents, StopWritesEveryAgentsCheckpointAndResumeContinuesAll) {
     EXPECT_GE(second.result.agents[i].counters.env_steps, 262'144);
     EXPECT_GT(second.result.agents[i].counters.updates, first.result.agents[i].counters.updates);
   }
+}
+
+namespace {
+
+// The row of `policy` (an agent: its checkpoint index; a baseline: -1) at cost multiplier 1.
+const EvalRow* row_of(const EvalReport& r, const std::string& policy, int checkpoint) {
+  for (const EvalRow& row : r.rows)
+    if (row.policy == policy && row.checkpoint == checkpoint && row.cost_multiplier == 1.0) return &row;
+  return nullptr;
+}
+const report::PolicyRun* run_of(const EvalReport& r, const std::string& policy, int checkpoint) {
+  for (const report::PolicyRun& run : r.report.runs)
+    if (run.policy == policy && run.checkpoint == checkpoint && run.cost_multiplier == 1.0) return &run;
+  return nullptr;
+}
+
+// Two evaluations' rows are the same episodes: the environment's statistics and the mean curves.
+void expect_same_row(const EvalReport& a, int ca, const EvalReport& b, int cb, const std::string& policy,
+                     const std::string& what) {
+  SCOPED_TRACE(what);
+  const EvalRow *x = row_of(a, policy, ca), *y = row_of(b, policy, cb);
+  const report::PolicyRun *u = run_of(a, policy, ca), *v = run_of(b, policy, cb);
+  ASSERT_TRUE(x && y && u && v) << policy << " missing";
+  EXPECT_EQ(x->stats.episodes, y->stats.episodes);
+  EXPECT_EQ(x->stats.mean_return, y->stats.mean_return);
+  EXPECT_EQ(x->stats.mean_total_return, y->stats.mean_total_return);
+  EXPECT_EQ(x->stats.mean_sharpe, y->stats.mean_sharpe);
+  EXPECT_EQ(x->stats.mean_turnover, y->stats.mean_turnover);
+  ASSERT_GT(u->curves.rows, 1);
+  EXPECT_EQ(u->curves.equity, v->curves.equity);
+  EXPECT_EQ(u->curves.weight, v->curves.weight);
+}
+
+}  // namespace
+
+TEST_F(GpuAgents, EvalComparesTheAgentsSideBySide) {
+  AgentsTrainRequest req;
+  req.config = short_dqn_and_ppo(8'192, 0);  // 4 PPO rollouts of 32 x 64; DQN learns from 2000
+  for (AgentConfig& a : req.config.agents) a.config.logging.timeline = false;
+  req.run_dir = dir_ / "run";
+  req.console = false;
+  {
+    const AgentsTrainOutcome out = run_agents_training(req);
+    ASSERT_EQ(out.result.outcome.kind, RunOutcome::Kind::completed) << out.result.outcome.reason;
+  }
+  EvalRequest ereq;
+  ereq.checkpoints = {req.run_dir};
+  ereq.episodes = 64;
+  const EvalPlan plan = plan_eval(ereq);
+  ASSERT_EQ(plan.targets.size(), 2u);
+  EXPECT_EQ(plan.targets[0].agent, "dqn");  // name order
+  EXPECT_EQ(plan.targets[1].agent, "ppo");
+  EXPECT_EQ(plan.targets[0].config.learner.kind, "dqn");
+  EXPECT_EQ(plan.targets[1].config.learner.kind, "ppo");
+  EXPECT_EQ(plan.seed, eval_seed(1));
+  EXPECT_EQ(plan.report_dir, req.run_dir / "eval");
+  const EvalReport both = evaluate(plan);
+  const std::string table = format_eval_table(both);
+  std::printf("%s", table.c_str());
+  for (const char* s : {"greedy[dqn]", "greedy[ppo]", "buy_and_hold", "flat", "ou_oracle", "random"})
+    EXPECT_NE(table.find(s), std::string::npos) << s << " not in the table";
+  ASSERT_NE(row_of(both, "greedy", 0), nullptr);
+  ASSERT_NE(row_of(both, "greedy", 1), nullptr);
+  EXPECT_EQ(row_of(both, "greedy", 0)->stats.episodes, 64.0);
+  EXPECT_EQ(row_of(both, "greedy", 1)->stats.episodes, 64.0);
+  // Each agent alone, with the same eval seed: the same numbers as side by side, and the same
+  // buy-and-hold (its episodes depend on the prices only): every agent traded the same paths.
+  for (int k = 0; k < 2; ++k) {
+    EvalRequest alone;
+    alone.checkpoints = {agent_dir(req.run_dir, plan.targets[k].agent)};
+    alone.episodes = 64;
+    alone.seed = plan.seed;
+    const EvalReport one = evaluate(plan_eval(alone));
+    expect_same_row(both, k, one, 0, "greedy", plan.targets[k].agent + " alone and side by side");
+    expect_same_row(both, -1, one, -1, "buy_and_hold", plan.targets[k].agent + "'s buy-and-hold");
+  }
+  const auto files = write_eval_report(both, plan.report_dir);
+  EXPECT_FALSE(files.empty());
+  const std::string json = read_text(plan.report_dir / "report.json");
+  for (const char* s : {"\"greedy[dqn]\"", "\"greedy[ppo]\"", "\"agent\": \"ppo\"", "\"learner\": \"ppo\""})
+    EXPECT_NE(json.find(s), std::string::npos) << s << " not in report.json";
+  EXPECT_TRUE(fs::is_regular_file(plan.report_dir / "report.html"));
+  EXPECT_TRUE(fs::is_regular_file(plan.report_dir / "equity.csv"));
 }
 
 class PpoSeedsLearning : public test::GpuTest {};
