@@ -12,6 +12,10 @@
 //     paths: one row per agent, named by the agent, beside the baselines; each agent's numbers and
 //     buy-and-hold's equal those of evaluating that agent alone with the same eval seed; the
 //     report files in <run>/eval carry both rows.
+//   GpuAgents.ResumeOfTwoAgentsContinuesBitExactly: the two agents in deterministic mode, N env
+//     steps, then --resume to 2N, end with every checkpoint file of both agents byte for byte equal
+//     to the uninterrupted 2N run (segments of N: its N checkpoint is a segment end), and two
+//     uninterrupted runs agree.
 //   PpoSeedsLearning.ThreeSeedsOfCartPoleEachReach475 (minutes): configs/ppo_pipeline_cartpole.toml
 //     with --seeds 1,2,3, all three at once: each seed's last window of episode statistics (50k
 //     env steps, about the last 100 episodes at 500 steps) has a mean return >= 475 within its
@@ -247,6 +251,83 @@ TEST_F(GpuAgents, EvalComparesTheAgentsSideBySide) {
     EXPECT_NE(json.find(s), std::string::npos) << s << " not in report.json";
   EXPECT_TRUE(fs::is_regular_file(plan.report_dir / "report.html"));
   EXPECT_TRUE(fs::is_regular_file(plan.report_dir / "equity.csv"));
+}
+
+namespace {
+
+// The agents in deterministic mode with every schedule independent of run.total_env_steps (the
+// "stop" at N is a run of total N): DQN's beta constant (its anneal lasts the expected updates of
+// the total), PPO's learning rate constant (annealed over the run by default).
+AgentsConfig deterministic_agents(std::int64_t total, std::int64_t every) {
+  AgentsConfig c = short_dqn_and_ppo(total, every);
+  for (AgentConfig& a : c.agents) {
+    RunConfig& r = a.config;
+    r.run.deterministic = true;
+    r.logging.timeline = false;
+    if (r.learner.kind == "dqn") r.replay.beta_final = r.replay.beta;
+    if (r.learner.kind == "ppo") r.learner.lr_end = r.learner.lr;
+  }
+  return c;
+}
+
+// Every regular file under `dir`, relative to it, sorted.
+std::vector<fs::path> files_under(const fs::path& dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) out.push_back(fs::relative(e.path(), dir));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_F(GpuAgents, ResumeOfTwoAgentsContinuesBitExactly) {
+  constexpr std::int64_t kN = 16'384;  // 8 PPO rollouts of 32 x 64; 512 DQN slots of 32
+  auto train = [this](const std::string& name, std::int64_t total, const std::filesystem::path& resume_from) {
+    AgentsTrainRequest req;
+    req.config = deterministic_agents(total, kN);
+    req.run_dir = dir_ / name;
+    req.console = false;
+    if (!resume_from.empty()) req.resume = resolve_agent_checkpoints(req.config, resume_from);
+    AgentsTrainOutcome out = run_agents_training(req);
+    EXPECT_EQ(out.result.outcome.kind, RunOutcome::Kind::completed) << name << ": " << out.result.outcome.reason;
+    out.sets.clear();  // the stages' device memory goes before the next run
+    return out.result;
+  };
+  const AgentsResult half = train("half", kN, {});
+  ASSERT_EQ(half.agents.size(), 2u);
+  for (const AgentResult& a : half.agents) ASSERT_TRUE(a.final_checkpoint) << a.name << ": " << a.checkpoint_error;
+  const AgentsResult resumed = train("resumed", 2 * kN, dir_ / "half");
+  const AgentsResult whole = train("whole", 2 * kN, {});
+  // A second uninterrupted run tells a resume defect apart from a run that is not deterministic.
+  const AgentsResult again = train("again", 2 * kN, {});
+  ASSERT_EQ(resumed.agents.size(), 2u);
+  ASSERT_EQ(whole.agents.size(), 2u);
+  ASSERT_EQ(again.agents.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const AgentResult &r = resumed.agents[i], &w = whole.agents[i], &g = again.agents[i];
+    SCOPED_TRACE(w.name);
+    ASSERT_EQ(r.name, w.name);
+    ASSERT_TRUE(r.final_checkpoint && w.final_checkpoint && g.final_checkpoint);
+    EXPECT_EQ(r.counters.env_steps, w.counters.env_steps);
+    EXPECT_EQ(r.counters.updates, w.counters.updates);
+    EXPECT_EQ(r.counters.policy_version, w.counters.policy_version);
+    EXPECT_GE(w.counters.env_steps, 2 * kN);
+    EXPECT_GT(w.counters.updates, half.agents[i].counters.updates);
+    EXPECT_EQ(w.final_checkpoint->filename(), r.final_checkpoint->filename());
+    const std::vector<fs::path> files = files_under(*w.final_checkpoint);
+    EXPECT_EQ(files, files_under(*r.final_checkpoint)) << "the resumed checkpoint holds other files";
+    // The agent's whole state: DQN's learner, collector and replay files, PPO's learner,
+    // policy, state and env files, the counters and the kept configs.
+    EXPECT_GE(files.size(), 5u);
+    for (const fs::path& f : files) {
+      SCOPED_TRACE(f.string());
+      EXPECT_EQ(test::differing_bytes(*w.final_checkpoint / f, *g.final_checkpoint / f), 0)
+          << "two uninterrupted runs differ (the run is not deterministic)";
+      EXPECT_EQ(test::differing_bytes(*w.final_checkpoint / f, *r.final_checkpoint / f), 0)
+          << "the resumed run differs from the uninterrupted one";
+    }
+  }
 }
 
 class PpoSeedsLearning : public test::GpuTest {};
