@@ -88,7 +88,8 @@ void add_eval_command(CLI::App& app, Console& io) {
     }
     try {
       for (const EvalTarget& t : plan.targets)
-        io.out << "checkpoint " << t.checkpoint.string() << " (config " << t.config_file.string() << ")\n";
+        io.out << (t.agent.empty() ? "" : "agent " + t.agent + " (" + t.config.learner.kind + "): ") << "checkpoint "
+               << t.checkpoint.string() << " (config " << t.config_file.string() << ")\n";
       io.out.flush();
       const EvalReport report = evaluate(plan);
       io.out << format_eval_table(report);
