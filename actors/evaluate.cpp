@@ -101,9 +101,18 @@ std::vector<fs::path> runs_under(const fs::path& parent) {
   return runs;
 }
 
+// The agents of a run of several agents (<p>/agents/<name>, each resolving to a checkpoint), in
+// name order; empty when `p` is not such a run.
+std::vector<fs::path> agents_under(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::is_directory(p / "agents", ec)) return {};
+  return runs_under(p / "agents");
+}
+
 EvalTarget load_target(const fs::path& checkpoint, const std::optional<fs::path>& config) {
   EvalTarget t;
   t.checkpoint = checkpoint;
+  t.agent = agent_of_checkpoint(checkpoint);
   if (config) {
     t.config_file = *config;
   } else if (auto f = run_config_of(checkpoint)) {
@@ -122,13 +131,21 @@ EvalTarget load_target(const fs::path& checkpoint, const std::optional<fs::path>
 
 }  // namespace
 
+std::string agent_of_checkpoint(const fs::path& checkpoint) {
+  fs::path dir = checkpoint;
+  if (!dir.has_filename()) dir = dir.parent_path();  // a trailing separator
+  const fs::path checkpoints = dir.parent_path(), agent = checkpoints.parent_path();
+  if (checkpoints.filename() != "checkpoints" || agent.parent_path().filename() != "agents") return "";
+  return agent.filename().string();
+}
+
 EvalPlan plan_eval(const EvalRequest& req) {
   EvalPlan plan;
   if (req.checkpoints.empty())
     throw std::invalid_argument("--checkpoint: missing (a checkpoint or run directory, or a directory of runs)");
   if (req.config && !fs::is_regular_file(*req.config))
     throw std::invalid_argument("--config " + req.config->string() + ": no such file");
-  std::optional<fs::path> parent;  // the first argument, when it was a multi-seed parent
+  std::optional<fs::path> parent;  // the first argument, when it was a run of several agents or a multi-seed parent
   for (std::size_t k = 0; k < req.checkpoints.size(); ++k) {
     const fs::path& arg = req.checkpoints[k];
     if (arg.empty()) throw std::invalid_argument("--checkpoint: empty path");
@@ -142,6 +159,9 @@ EvalPlan plan_eval(const EvalRequest& req) {
     std::vector<fs::path> dirs;
     if (resolves) {
       dirs.push_back(checkpoint_dir(arg));
+    } else if (const std::vector<fs::path> agents = agents_under(arg); !agents.empty()) {
+      for (const fs::path& a : agents) dirs.push_back(checkpoint_dir(a));
+      if (k == 0) parent = arg;
     } else {
       const std::vector<fs::path> runs = runs_under(arg);
       if (runs.empty()) dirs.push_back(checkpoint_dir(arg));  // throws the located reason
@@ -427,7 +447,7 @@ EvalReport evaluate(const EvalPlan& plan) {
   rep.cost_multipliers = plan.cost_multipliers;
   for (const EvalTarget& t : plan.targets)
     rep.checkpoints.push_back(
-        {t.checkpoint.string(), t.config_file.string(), t.config.run.seed, t.config.learner.kind});
+        {t.checkpoint.string(), t.config_file.string(), t.config.run.seed, t.config.learner.kind, t.agent});
 
   if (!out.market) {
     std::unique_ptr<rl::VecEnv> env = make_env(cfg, N);
@@ -539,10 +559,14 @@ std::string format_eval_table(const EvalReport& r) {
   if (!r.report.data.empty()) out += r.report.data + "\n";
   const report::Report& rep = r.report;
   if (rep.checkpoints.size() > 1)
-    for (std::size_t k = 0; k < rep.checkpoints.size(); ++k)
-      out += "[" + std::to_string(k + 1) + "] " + rep.checkpoints[k].path + "\n";
+    for (std::size_t k = 0; k < rep.checkpoints.size(); ++k) {
+      const report::CheckpointInfo& c = rep.checkpoints[k];
+      out += "[" + std::to_string(k + 1) + "] " + (c.agent.empty() ? "" : "agent " + c.agent + " (" + c.learner + "): ") +
+             c.path + "\n";
+    }
   auto label = [&](std::size_t i) {
     const EvalRow& row = r.rows[i];
+    if (rep.runs.size() == r.rows.size()) return report::run_label(rep, rep.runs[i]);  // runs[i] is rows[i]
     if (row.checkpoint < 0 || rep.checkpoints.size() <= 1) return row.policy;
     return row.policy + "[" + std::to_string(row.checkpoint + 1) + "]";
   };
@@ -611,10 +635,11 @@ std::string format_eval_table(const EvalReport& r) {
   if (rep.checkpoints.size() > 1)
     for (const report::Aggregate& a : rep.aggregates) {
       if (c_total < 0 || c_sharpe < 0 || c_dd < 0 || a.values.empty()) break;
+      if (a.values[0].size() < 2) continue;  // one checkpoint of its kind: no interval across
       std::snprintf(line, sizeof line,
                     "%s over %zu checkpoints, costs x%g (mean, Student-t 95%% CI): total return %s %s, Sharpe %s %s, "
                     "max drawdown %s %s\n",
-                    a.policy.c_str(), a.values[0].size(), a.cost_multiplier, pct(a.across[c_total].mean).c_str(),
+                    (a.learner.empty() ? a.policy : a.policy + " (" + a.learner + ")").c_str(), a.values[0].size(), a.cost_multiplier, pct(a.across[c_total].mean).c_str(),
                     ci(a.across[c_total], true).c_str(), num(a.across[c_sharpe].mean).c_str(),
                     ci(a.across[c_sharpe], false).c_str(), pct(a.across[c_dd].mean).c_str(),
                     ci(a.across[c_dd], true).c_str());

@@ -24,8 +24,9 @@
 namespace foxhunt::actors {
 
 struct EvalRequest {
-  // --checkpoint, repeatable: a checkpoint, run or checkpoint-root directory, or a directory of run
-  // directories (a multi-seed parent: each run's latest checkpoint, in name order).
+  // --checkpoint, repeatable: a checkpoint, run or checkpoint-root directory, the directory of a run
+  // of several agents (<run>/agents/<name>/: every agent's latest checkpoint, in name order), or a
+  // directory of run directories (a multi-seed parent: each run's latest checkpoint, in name order).
   std::vector<std::filesystem::path> checkpoints;
   std::optional<std::filesystem::path> config;   // --config: for every checkpoint; default, each one's resolved config
   std::int64_t episodes = 100;                   // --episodes
@@ -39,6 +40,9 @@ struct EvalRequest {
 
 struct EvalTarget {
   std::filesystem::path checkpoint;  // a checkpoint directory (holds learner.*)
+  // The agent's name when the checkpoint is an agent's of a run of several agents (it lies in
+  // <run>/agents/<name>/checkpoints/), else "".
+  std::string agent;
   std::filesystem::path config_file;
   RunConfig config;
 };
@@ -49,8 +53,8 @@ struct EvalPlan {
   std::uint64_t seed = 0;
   std::vector<double> cost_multipliers;
   rl::Split split = rl::Split::train;
-  // --report-dir, else <the multi-seed parent>/eval when the first --checkpoint was one, else
-  // <first checkpoint directory>/eval.
+  // --report-dir, else <the run>/eval when the first --checkpoint was a run of several agents,
+  // <the multi-seed parent>/eval when it was one, else <first checkpoint directory>/eval.
   std::filesystem::path report_dir;
 };
 
@@ -63,6 +67,10 @@ std::uint64_t eval_seed(std::uint64_t run_seed);
 // "0,1,2,5": non-negative finite numbers up to kMaxCostMultiplier, each once.
 // std::invalid_argument whose message names --cost-multipliers and the allowed values.
 std::vector<double> parse_cost_multipliers(const std::string& text);
+
+// The name of the agent whose checkpoint `checkpoint` is (<run>/agents/<name>/checkpoints/<dir>),
+// else "".
+std::string agent_of_checkpoint(const std::filesystem::path& checkpoint);
 
 // Resolves and checks the arguments (no device needed). std::invalid_argument whose message
 // names the option: "--checkpoint", "--config", "--episodes", "--cost-multipliers".

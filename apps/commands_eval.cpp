@@ -47,7 +47,8 @@ void add_eval_command(CLI::App& app, Console& io) {
                                "Backtest the policies of checkpoints beside buy-and-hold, flat, random and the "
                                "oracle: metrics with confidence intervals, report.json, equity.csv, report.html");
   e->add_option("--checkpoint", args->checkpoints,
-                "checkpoint directory, run directory (its latest), or a directory of run directories; repeatable")
+                "checkpoint directory, run directory (its latest), a run of several agents (each agent's latest), or "
+                "a directory of run directories; repeatable")
       ->required()
       ->take_all();
   e->add_option("--config", args->config, "run configuration (default: the checkpoint's config.resolved.toml)");
@@ -87,7 +88,8 @@ void add_eval_command(CLI::App& app, Console& io) {
     }
     try {
       for (const EvalTarget& t : plan.targets)
-        io.out << "checkpoint " << t.checkpoint.string() << " (config " << t.config_file.string() << ")\n";
+        io.out << (t.agent.empty() ? "" : "agent " + t.agent + " (" + t.config.learner.kind + "): ") << "checkpoint "
+               << t.checkpoint.string() << " (config " << t.config_file.string() << ")\n";
       io.out.flush();
       const EvalReport report = evaluate(plan);
       io.out << format_eval_table(report);

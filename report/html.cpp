@@ -99,7 +99,8 @@ std::string aggregate_table(const Report& r) {
   }
   s += "</tr>\n";
   for (const Aggregate& a : r.aggregates) {
-    s += "<tr><td class=\"name\">" + xml_escape(a.policy) + "</td><td>" + multiplier_text(a.cost_multiplier) +
+    const std::string name = a.learner.empty() ? a.policy : a.policy + " (" + a.learner + ")";
+    s += "<tr><td class=\"name\">" + xml_escape(name) + "</td><td>" + multiplier_text(a.cost_multiplier) +
          "</td><td>" + std::to_string(a.values.empty() ? 0 : a.values[0].size()) + "</td>";
     for (int c : cols) s += "<td>" + cell(a.across[c], r.columns[c].unit) + "</td>";
     s += "</tr>\n";
@@ -208,11 +209,13 @@ std::string report_html(const Report& r) {
   if (r.checkpoints.size() > 1) {
     s += "<h2>Across checkpoints</h2>\n<p class=\"note\">Mean of the checkpoints' means and its Student-t " +
          level_text(r.bootstrap.level) + " interval.</p>\n" + aggregate_table(r);
-    s += "<h2>Checkpoints</h2>\n<table><tr><th>#</th><th>checkpoint</th><th>config</th><th>run seed</th></tr>\n";
+    s += "<h2>Checkpoints</h2>\n<table><tr><th>#</th><th>agent</th><th>learner</th><th>checkpoint</th><th>config</th>"
+         "<th>run seed</th></tr>\n";
     for (std::size_t k = 0; k < r.checkpoints.size(); ++k)
-      s += "<tr><td>" + std::to_string(k + 1) + "</td><td class=\"name\">" + xml_escape(r.checkpoints[k].path) +
-           "</td><td class=\"name\">" + xml_escape(r.checkpoints[k].config) + "</td><td>" +
-           std::to_string(r.checkpoints[k].run_seed) + "</td></tr>\n";
+      s += "<tr><td>" + std::to_string(k + 1) + "</td><td class=\"name\">" + xml_escape(r.checkpoints[k].agent) +
+           "</td><td>" + xml_escape(r.checkpoints[k].learner) + "</td><td class=\"name\">" +
+           xml_escape(r.checkpoints[k].path) + "</td><td class=\"name\">" + xml_escape(r.checkpoints[k].config) +
+           "</td><td>" + std::to_string(r.checkpoints[k].run_seed) + "</td></tr>\n";
     s += "</table>\n";
   }
   s += "</body></html>\n";

@@ -55,7 +55,12 @@ json report_json(const Report& r) {
   for (std::size_t k = 0; k < r.checkpoints.size(); ++k) {
     const CheckpointInfo& c = r.checkpoints[k];
     j["checkpoints"].push_back(
-        {{"index", k}, {"path", c.path}, {"config", c.config}, {"run_seed", c.run_seed}, {"learner", c.learner}});
+        {{"index", k},
+         {"path", c.path},
+         {"config", c.config},
+         {"run_seed", c.run_seed},
+         {"learner", c.learner},
+         {"agent", c.agent.empty() ? json(nullptr) : json(c.agent)}});
   }
   j["metrics"] = json::array();
   for (const MetricColumn& c : r.columns)
@@ -87,6 +92,7 @@ json report_json(const Report& r) {
       metrics[r.columns[k].key] = std::move(m);
     }
     j["aggregates"].push_back({{"policy", a.policy},
+                               {"learner", a.learner},
                                {"cost_multiplier", number(a.cost_multiplier)},
                                {"checkpoints", a.values.empty() ? 0 : a.values[0].size()},
                                {"interval", "student_t"},

@@ -33,19 +33,26 @@ void summarize(Report& r) {
   }
   r.aggregates.clear();
   if (K == 0) return;
+  auto learner_of = [&r](const PolicyRun& run) {
+    return run.checkpoint >= 0 && run.checkpoint < static_cast<int>(r.checkpoints.size())
+               ? r.checkpoints[run.checkpoint].learner
+               : std::string();
+  };
   for (double m : r.cost_multipliers) {
-    std::vector<std::string> policies;
-    for (const PolicyRun& run : r.runs)
-      if (run.agent && run.cost_multiplier == m &&
-          std::find(policies.begin(), policies.end(), run.policy) == policies.end())
-        policies.push_back(run.policy);
-    for (const std::string& p : policies) {
+    std::vector<std::pair<std::string, std::string>> groups;  // (policy, learner), in order of appearance
+    for (const PolicyRun& run : r.runs) {
+      const std::pair<std::string, std::string> g{run.policy, learner_of(run)};
+      if (run.agent && run.cost_multiplier == m && std::find(groups.begin(), groups.end(), g) == groups.end())
+        groups.push_back(g);
+    }
+    for (const auto& [p, learner] : groups) {
       Aggregate a;
       a.policy = p;
+      a.learner = learner;
       a.cost_multiplier = m;
       a.values.assign(K, {});
       for (const PolicyRun& run : r.runs)
-        if (run.agent && run.cost_multiplier == m && run.policy == p)
+        if (run.agent && run.cost_multiplier == m && run.policy == p && learner_of(run) == learner)
           for (std::size_t k = 0; k < K; ++k) a.values[k].push_back(run.summary[k].mean);
       for (std::size_t k = 0; k < K; ++k) a.across.push_back(t_interval(a.values[k], r.bootstrap.level));
       r.aggregates.push_back(std::move(a));
@@ -55,6 +62,12 @@ void summarize(Report& r) {
 
 std::string run_label(const Report& r, const PolicyRun& run) {
   if (!run.agent || r.checkpoints.size() <= 1 || run.checkpoint < 0) return run.policy;
+  if (run.checkpoint < static_cast<int>(r.checkpoints.size())) {
+    const std::string& name = r.checkpoints[run.checkpoint].agent;
+    const auto same = std::count_if(r.checkpoints.begin(), r.checkpoints.end(),
+                                    [&name](const CheckpointInfo& c) { return c.agent == name; });
+    if (!name.empty() && same == 1) return run.policy + "[" + name + "]";
+  }
   return run.policy + "[" + std::to_string(run.checkpoint + 1) + "]";
 }
 

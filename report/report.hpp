@@ -54,9 +54,11 @@ struct PolicyRun {
   Curves curves;                                              // empty without a trace
 };
 
-// One agent policy at one cost multiplier across every checkpoint.
+// One agent policy of one learner kind at one cost multiplier across every checkpoint of that
+// kind (a DQN and a PPO agent evaluated together are two aggregates, not one).
 struct Aggregate {
   std::string policy;
+  std::string learner;  // the checkpoints' learner.kind
   double cost_multiplier = 1.0;
   std::vector<std::vector<double>> values;  // [column][checkpoint]: each checkpoint's mean over episodes
   std::vector<Interval> across;             // [column]: t_interval of values
@@ -67,6 +69,7 @@ struct CheckpointInfo {
   std::string config;  // the run config it was evaluated with
   std::uint64_t run_seed = 0;
   std::string learner;  // learner.kind
+  std::string agent;    // the agent's name in a run of several agents ("" otherwise)
 };
 
 struct Report {
@@ -90,11 +93,14 @@ struct Report {
   BootstrapOptions bootstrap;
 };
 
-// Every run's summary (bootstrap over its episodes), then one Aggregate per agent policy and cost
-// multiplier (over the runs of every checkpoint; with one checkpoint its interval is undefined).
+// Every run's summary (bootstrap over its episodes), then one Aggregate per agent policy, learner
+// kind and cost multiplier (over the runs of every checkpoint of that kind; with one checkpoint its
+// interval is undefined).
 void summarize(Report& report);
 
-// "greedy" with one checkpoint, "greedy[2]" (1-based) with several; baselines by name.
+// "greedy" with one checkpoint; with several, "greedy[dqn]" for the agent of a run of several
+// agents (when no other checkpoint has that agent name), else "greedy[2]" (1-based); baselines by
+// name.
 std::string run_label(const Report& report, const PolicyRun& run);
 // Index of the column `key`, -1 when absent.
 int column_index(const Report& report, std::string_view key);

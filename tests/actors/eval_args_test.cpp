@@ -259,3 +259,86 @@ TEST(EvalArgsTest, SplitDefaultsToTestAndRefusesMissingParts) {
   }
   fs::remove_all(root);
 }
+
+// A run of several agents (<run>/agents/<name>/ as `foxhunt train` leaves it) expands to every
+// agent's latest checkpoint in name order, each target named by its agent, and reports into
+// <run>/eval; an agent's directory given on its own is named too.
+TEST(EvalArgsTest, ARunOfSeveralAgentsExpandsToEveryAgent) {
+  const fs::path root = temp_root("agents");
+  fs::remove_all(root);
+  {
+    const fs::path run = root / "run";
+    FakeRun ppo(true, false, market_env("ou_mean_reversion.toml"), run / "agents" / "ppo", 1);
+    FakeRun dqn(true, false, market_env("ou_mean_reversion.toml"), run / "agents" / "dqn", 1);
+    fs::create_directories(run / "tensorboard");  // the run's own folders are not agents
+    fs::create_directories(run / "agents" / "eval");
+    EvalRequest req;
+    req.checkpoints = {run};
+    EvalPlan plan = plan_eval(req);
+    ASSERT_EQ(plan.targets.size(), 2u);
+    EXPECT_TRUE(fs::equivalent(plan.targets[0].checkpoint, dqn.checkpoint));
+    EXPECT_TRUE(fs::equivalent(plan.targets[1].checkpoint, ppo.checkpoint));
+    EXPECT_EQ(plan.targets[0].agent, "dqn");
+    EXPECT_EQ(plan.targets[1].agent, "ppo");
+    EXPECT_TRUE(fs::equivalent(plan.targets[0].config_file, dqn.dir / "config.resolved.toml"));
+    EXPECT_EQ(plan.report_dir, run / "eval");
+    EXPECT_EQ(plan.seed, eval_seed(1));  // one set of paths for every agent
+    // One agent's directory: that agent, named; a run of one agent has no name.
+    req.checkpoints = {run / "agents" / "ppo"};
+    plan = plan_eval(req);
+    ASSERT_EQ(plan.targets.size(), 1u);
+    EXPECT_EQ(plan.targets[0].agent, "ppo");
+    EXPECT_EQ(agent_of_checkpoint(dqn.checkpoint), "dqn");
+    EXPECT_EQ(agent_of_checkpoint(dqn.checkpoint / ""), "dqn");
+    FakeRun single(true, false, market_env("ou_mean_reversion.toml"), root / "single", 1);
+    EXPECT_EQ(agent_of_checkpoint(single.checkpoint), "");
+    // The run beside another checkpoint: the run's agents, then that one.
+    req.checkpoints = {run, single.dir};
+    plan = plan_eval(req);
+    ASSERT_EQ(plan.targets.size(), 3u);
+    EXPECT_EQ(plan.targets[2].agent, "");
+    EXPECT_EQ(plan.report_dir, run / "eval");
+    // An agent given again beside its run is refused.
+    req.checkpoints = {run, run / "agents" / "dqn"};
+    expect_rejected(req, {"--checkpoint", "given twice"});
+  }
+  fs::remove_all(root);
+}
+
+// The printed table and the report name an agent's rows by its name; an aggregate never mixes
+// learner kinds.
+TEST(EvalArgsTest, AgentsAreLabelledByNameAndAggregatedByKind) {
+  namespace report = foxhunt::report;
+  report::Report rep;
+  rep.cost_multipliers = {1.0};
+  rep.columns = {{"sharpe", "Sharpe", report::Unit::number}};
+  rep.checkpoints = {{"/r/agents/dqn/checkpoints/step_1", "c", 1, "dqn", "dqn"},
+                     {"/r/agents/ppo/checkpoints/step_1", "c", 1, "ppo", "ppo"},
+                     {"/s/checkpoints/step_1", "c", 1, "dqn", ""}};
+  for (int k = 0; k < 3; ++k) {
+    report::PolicyRun run;
+    run.policy = "greedy";
+    run.agent = true;
+    run.checkpoint = k;
+    run.episodes = {{0.5 + k, 1.0 + k}};
+    rep.runs.push_back(run);
+  }
+  report::PolicyRun hold;
+  hold.policy = "buy_and_hold";
+  hold.episodes = {{0.1, 0.2}};
+  rep.runs.push_back(hold);
+  report::summarize(rep);
+  EXPECT_EQ(report::run_label(rep, rep.runs[0]), "greedy[dqn]");
+  EXPECT_EQ(report::run_label(rep, rep.runs[1]), "greedy[ppo]");
+  EXPECT_EQ(report::run_label(rep, rep.runs[2]), "greedy[3]");
+  EXPECT_EQ(report::run_label(rep, rep.runs[3]), "buy_and_hold");
+  ASSERT_EQ(rep.aggregates.size(), 2u);  // dqn over checkpoints 1 and 3, ppo over 2
+  EXPECT_EQ(rep.aggregates[0].learner, "dqn");
+  EXPECT_EQ(rep.aggregates[0].values[0], (std::vector<double>{0.75, 2.75}));
+  EXPECT_EQ(rep.aggregates[1].learner, "ppo");
+  EXPECT_EQ(rep.aggregates[1].values[0].size(), 1u);
+  // Two runs' agents of the same name fall back to indices.
+  rep.checkpoints[2].agent = "dqn";
+  EXPECT_EQ(report::run_label(rep, rep.runs[0]), "greedy[1]");
+  EXPECT_EQ(report::run_label(rep, rep.runs[1]), "greedy[ppo]");
+}

@@ -24,7 +24,7 @@ inline report::Report fake_report(std::int64_t episodes = 64, std::int64_t steps
   r.cost_multipliers = {1.0, 2.0};
   for (int k = 0; k < checkpoints; ++k)
     r.checkpoints.push_back({"/runs/seed" + std::to_string(k) + "/checkpoints/step_1", "/runs/config.toml",
-                             static_cast<std::uint64_t>(k + 1), "dqn"});
+                             static_cast<std::uint64_t>(k + 1), "dqn", ""});
   r.columns = {{"total_return", "total return", report::Unit::fraction},
                {"sharpe", "Sharpe", report::Unit::number},
                {"max_drawdown", "max drawdown", report::Unit::fraction},
