@@ -37,7 +37,8 @@ read -r -a sanitizer_gpus <<<"${FOXHUNT_SANITIZER_GPUS:-$sanitizer_gpu}"
 # ActorKill.* runs are ActorEndToEnd's kernels and shutdown path plus an actor exit, twice over
 # (the kill and the resume), too long for a shard; the learning suites train for minutes and
 # would take hours under instrumentation (their kernels are the ones the other tests exercise).
-learning="DqnLearning.*:PpoLearning.*:*TrainerLearningTest.*:PpoRun.Shipped*:ActorTraining.*:ActorMarket.*:ActorResume.*:ShippedConfigs.*:FeaturesLearning.*"
+# Every suite whose name ends in Learning or LearningTest is a learning suite.
+learning="*Learning.*:*LearningTest.*:PpoRun.Shipped*:ActorTraining.*:ActorMarket.*:ActorResume.*:ShippedConfigs.*"
 learning_run=${FOXHUNT_LEARNING:-$learning}  # which of them run (a gtest filter)
 provoked="GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest.UncheckedSyncInvalidatesCaptureAndThrows:ActorFault.*:ActorKill.*"
 sanitizer_filter="$filter-$provoked:$learning"
