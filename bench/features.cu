@@ -16,11 +16,22 @@
 //
 // TARGET per family: extraction <= 25% of the collector's step without it (issue 20).
 //
+// Second table, the update with a fine-tuned extractor against a frozen one ([features] mode =
+// "finetune", docs/features.md "Fine-tuning"): the stream time of one PPO update graph replay
+// (PpoLearner::update on a collected rollout: 4 epochs x 8 minibatches of 32768 rows), same
+// config and market (the 64-return window of regime2.toml). Frozen: the features are stored
+// columns, so its update is the family-independent update of the policy alone, timed once on the
+// fused whole-network kernels (the default) and on the cuBLASLt GEMM path; fine-tuned (per
+// family, lr_scale 1): the GEMM path (fine-tuning does not fuse) plus, per minibatch, the model's
+// window form over the 64 returns of every row, forward and backward, and the extractor's Adam. A
+// family whose fine-tuned update does not fit the device is reported as such.
+//
 // Usage: foxhunt_bench_features [lstm|mamba2|xlstm|cfc|tft|kan ...]   (default: all six)
 // Configs from actors::shipped_configs_dir() ($FOXHUNT_CONFIGS first).
 #include <unistd.h>
 
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -39,6 +50,7 @@
 #include "pretrain/config.hpp"
 #include "pretrain/feature_extractor.hpp"
 #include "pretrain/model_factory.hpp"
+#include "pretrain/window_feature_extractor.hpp"
 #include "rl/envs/market.hpp"
 #include "rl/envs/market_config.hpp"
 #include "rl/envs/market_params.hpp"
@@ -86,6 +98,39 @@ Collector time_collector(const rl::MarketConfig& mc, pretrain::FeatureExtractor*
   c.us_per_step = 1e3 * bench::median_stream_ms([&](int) { t.collect(); }, lane.stream) / kSteps;
   c.nodes = t.collect_graph_nodes();
   return c;
+}
+
+// Stream time of one PPO update graph replay, in milliseconds, on a rollout collected with the
+// extractor: `finetune` makes it the learner's first module (WindowFeatureExtractor, lr_scale 1),
+// otherwise it is the collector's frozen extractor; `fused` is PpoConfig::fused_kernels.
+struct Update {
+  double ms = 0;
+  std::size_t nodes = 0;
+};
+Update time_update(const rl::MarketConfig& mc, const pretrain::FeatureSource& src, bool finetune, bool fused,
+                   gpu::BlasLane lane) {
+  rl::MarketEnv env(mc, kEnvs);
+  rl::ppo::PpoConfig pc = ppo_config(env);
+  pc.fused_kernels = fused;
+  pc.anneal_iterations = std::int64_t{1} << 20;  // the learning rate stays on over the replays
+  std::unique_ptr<pretrain::WindowFeatureExtractor> tuned;  // outlives the trainer
+  std::unique_ptr<pretrain::FeatureExtractor> frozen;
+  if (finetune)
+    tuned = std::make_unique<pretrain::WindowFeatureExtractor>(src, pretrain::FeatureOutput::embedding, mc, kEnvs,
+                                                               pc.minibatch_rows(), lane.stream);
+  else
+    frozen = std::make_unique<pretrain::FeatureExtractor>(src, pretrain::FeatureOutput::embedding, mc, kEnvs,
+                                                          lane.stream);
+  rl::ppo::PpoTrainer t(pc, env, lane, tuned.get(), 1.f);
+  if (frozen) t.set_features(frozen.get());
+  t.reset(kSeed);
+  t.collect();
+  t.learner().update(t.rollout());  // captures the update graph
+  FH_CHECK(cudaStreamSynchronize(lane.stream));
+  Update u;
+  u.ms = bench::median_stream_ms([&](int) { t.learner().update(t.rollout()); }, lane.stream, 2, 9);
+  u.nodes = t.learner().graph_nodes();
+  return u;
 }
 
 // A `foxhunt pretrain` checkpoint directory of `kind` at width kWidth with random weights (the
@@ -182,8 +227,10 @@ int main(int argc, char** argv) {
     std::size_t nodes;
   };
   std::vector<Row> rows;
+  std::vector<pretrain::FeatureSource> sources;
+  sources.reserve(families.size());
   for (const std::string& kind : families) {
-    const pretrain::FeatureSource src = random_checkpoint(configs, kind, tmp / kind, s);
+    const pretrain::FeatureSource& src = sources.emplace_back(random_checkpoint(configs, kind, tmp / kind, s));
     pretrain::FeatureExtractor fx(src, pretrain::FeatureOutput::embedding, mc, kEnvs, s);
     const Collector with = time_collector(mc, &fx, lane);
     const double alone = time_extractor_alone(fx, lane);
@@ -192,8 +239,6 @@ int main(int argc, char** argv) {
                 kind.c_str(), with.us_per_step, with.nodes, alone);
     std::fflush(stdout);
   }
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
 
   bench::print_rule(100);
   std::printf("%-8s %14s %14s %14s %14s %12s %12s\n", "family", "collector us", "with us", "extract us", "alone us",
@@ -212,5 +257,57 @@ int main(int argc, char** argv) {
     std::printf("TARGET %s extraction: %.2f us per step = %.1f%% of the collector's step (target <= 25%%): %s\n",
                 r.family.c_str(), r.extract_us, 100.0 * frac, frac <= 0.25 ? "PASS" : "FAIL");
   }
+
+  // The update: frozen (family-independent, timed with the first family's extractor in the
+  // collector) on both paths, then fine-tuned per family.
+  std::printf("\nThe PPO update with a fine-tuned extractor against a frozen one: one update graph replay (%lld epochs x "
+              "%lld minibatches of %lld rows), width %lld, window %d\n",
+              4LL, 8LL, static_cast<long long>(kEnvs * kSteps / 8), static_cast<long long>(kWidth), mc.window);
+  const Update frozen_fused = time_update(mc, sources.front(), false, true, lane);
+  const Update frozen_gemm = time_update(mc, sources.front(), false, false, lane);
+  std::printf("  frozen: %.2f ms per update fused (%zu graph nodes), %.2f ms on the GEMM path (%zu graph nodes)\n",
+              frozen_fused.ms, frozen_fused.nodes, frozen_gemm.ms, frozen_gemm.nodes);
+  std::fflush(stdout);
+  struct TunedRow {
+    std::string family;
+    Update update;
+    std::string error;  // non-empty: the fine-tuned update did not run (e.g. out of device memory)
+  };
+  std::vector<TunedRow> tuned;
+  for (std::size_t i = 0; i < families.size(); ++i) {
+    TunedRow r{families[i], {}, {}};
+    try {
+      r.update = time_update(mc, sources[i], true, false, lane);
+    } catch (const std::exception& e) {
+      r.error = e.what();
+      (void)cudaGetLastError();  // an allocation failure is not sticky; clear it for the next family
+    }
+    if (r.error.empty())
+      std::printf("  %-7s fine-tuned: %.2f ms per update (%zu graph nodes)\n", r.family.c_str(), r.update.ms,
+                  r.update.nodes);
+    else
+      std::printf("  %-7s fine-tuned: did not run: %s\n", r.family.c_str(), r.error.c_str());
+    std::fflush(stdout);
+    tuned.push_back(std::move(r));
+  }
+  bench::print_rule(100);
+  std::printf("%-8s %16s %16s %16s %14s %14s\n", "family", "frozen fused ms", "frozen GEMM ms", "fine-tuned ms",
+              "x fused", "x GEMM");
+  bench::print_rule(100);
+  for (const TunedRow& r : tuned) {
+    if (!r.error.empty()) {
+      std::printf("%-8s %16.2f %16.2f %16s %14s %14s\n", r.family.c_str(), frozen_fused.ms, frozen_gemm.ms,
+                  "did not fit", "-", "-");
+      continue;
+    }
+    std::printf("%-8s %16.2f %16.2f %16.2f %13.2fx %13.2fx\n", r.family.c_str(), frozen_fused.ms, frozen_gemm.ms,
+                r.update.ms, r.update.ms / frozen_fused.ms, r.update.ms / frozen_gemm.ms);
+  }
+  bench::print_rule(100);
+  std::printf(
+      "(ms of stream time per PPO update graph replay; x fused / x GEMM = fine-tuned / frozen on that path; the "
+      "fine-tuned update always takes the GEMM path)\n");
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
   return 0;
 }
