@@ -1,6 +1,5 @@
 #include "actors/replay_actor.hpp"
 
-#include <algorithm>
 #include <deque>
 #include <optional>
 #include <stdexcept>
@@ -25,10 +24,6 @@ struct ReplayState {
   std::unique_ptr<ReplayRatio> ratio;
   std::int64_t steps = 0;                                // transitions received (incl. a resumed run's count)
   std::int64_t stored_here = 0;                          // the buffer's fill: restored at start + inserted since
-  // The fill before the first sample: a batch; learning_starts when a resumed run's buffer starts
-  // empty (a new rank's shard, a checkpoint without replay), as a fresh run fills it. Collection
-  // is never held while the buffer fills.
-  std::int64_t first_fill = 0;
   std::int64_t updates_issued = 0;                       // batches sent
   std::int64_t updates_done = 0;                         // priorities received
   std::deque<std::pair<int, std::uint64_t>> held_slots;  // enqueued inserts' slots the ratio holds back
@@ -39,7 +34,7 @@ using ReplaySelf = caf::stateful_actor<ReplayState>;
 
 void release_slots(ReplaySelf* self) {
   auto& s = self->state;
-  while (!s.held_slots.empty() && (s.stored_here < s.first_fill || s.ratio->may_collect(s.steps, s.updates_done))) {
+  while (!s.held_slots.empty() && s.ratio->may_collect(s.steps, s.updates_done)) {
     auto [slot, ev] = s.held_slots.front();
     s.held_slots.pop_front();
     self->send(s.collector, slot_free_atom_v, slot, ev);
@@ -72,7 +67,7 @@ void issue_sample(ReplaySelf* self, int b) {
 }
 
 bool update_owed(const ReplayState& s) {
-  return s.stored_here >= s.first_fill && s.ratio->may_update(s.steps, s.updates_issued);
+  return s.stored_here >= s.stage->batch_size() && s.ratio->may_update(s.steps, s.updates_issued);
 }
 
 // The order of inserts, samples and priority updates.
@@ -183,9 +178,6 @@ caf::behavior replay_actor(ReplaySelf* self, std::shared_ptr<ReplayStage> stage,
   st.ratio = std::make_unique<ReplayRatio>(cfg.replay_ratio, cfg.learning_starts, cfg.ratio_slack, stage->batch_size());
   st.steps = cfg.start.env_steps;
   st.stored_here = stage->stored();  // a resumed run's restored buffer counts towards the first batch
-  st.first_fill = cfg.start.env_steps > 0 && st.stored_here == 0
-                      ? std::max<std::int64_t>(cfg.learning_starts, stage->batch_size())
-                      : stage->batch_size();
   st.updates_issued = st.updates_done = cfg.start.updates;
   st.generation.assign(static_cast<std::size_t>(stage->batches()), 0);
   if (cfg.deterministic)

@@ -322,7 +322,7 @@ int train_rank(const DistributedArgs& a, CheckedRun run, const std::string& run_
                    p.own->string(), p.old_world);
     else
       spdlog::info("{}: a new rank of a {}-rank run: rank 0's learner and counters from {}, an empty replay shard "
-                   "(filled to pipeline.learning_starts first), environments from seed {}",
+                   "(sampled once it holds a batch), environments from seed {}",
                    tag, p.old_world, p.rank0_checkpoint.string(), cfg.run.seed);
   }
   int code = 1;

@@ -8,8 +8,8 @@
 //                   are replicas of rank 0's, and rank 0's weights and Adam moments are broadcast
 //                   to every rank when the learners start
 //   r >= N          a new rank (DQN only): rank 0's learner files and counters, no replay shard
-//                   (it starts empty and fills to pipeline.learning_starts before the rank's first
-//                   update) and no collector state (its environments start from its own seed)
+//                   (it starts empty; its first sample waits for one batch in it) and no collector
+//                   state (its environments start from its own seed)
 //   N > M           the shards of ranks M..N-1 are dropped (rank 0 logs them)
 // Refused with std::invalid_argument naming the cause: rank 0's checkpoint not inside a run
 // directory or without its config, a learner kind (DQN/PPO) or config hash (world and coordinator
