@@ -232,6 +232,7 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
     snap.checkpoints = checkpoints;
     snap.seconds = seconds();
     snap.scalars = scalars_of(st);
+    if (req.extend) req.extend(snap);
     reporter(snap);
     if (req.observer) req.observer(snap);
   };

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <future>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -25,12 +26,19 @@ constexpr caf::atom_value kAccepted = caf::atom("rdvok");
 constexpr caf::atom_value kRefused = caf::atom("rdvrefuse");
 using done_atom = caf::atom_constant<caf::atom("rdvdone")>;
 using lost_atom = caf::atom_constant<caf::atom("rdvlost")>;
+using stop_atom = caf::atom_constant<caf::atom("rdvstop")>;
+using metrics_atom = caf::atom_constant<caf::atom("rdvmetric")>;
 
-struct Shared {
+}  // namespace
+
+struct RendezvousShared {
   RendezvousSpec spec;
   std::string id_hex;
   Rendezvous::LostFn on_lost;
-  std::once_flag lost_once;
+  Rendezvous::StopFn on_stop;
+  std::once_flag lost_once, stop_once;
+  mutable std::mutex metrics_mutex;
+  std::map<int, RankMetrics> metrics;  // rank 0: each rank's latest
   // rank r: rank 0 finished (its going away is no fault); shared with the Rendezvous.
   std::shared_ptr<std::atomic<bool>> coordinator_done = std::make_shared<std::atomic<bool>>(false);
   std::promise<std::string> ready;  // rank 0: all joined; rank r: the id (or an exception)
@@ -38,6 +46,11 @@ struct Shared {
   void lost(int rank, const std::string& why) {
     std::call_once(lost_once, [&] {
       if (on_lost) on_lost(rank, why);
+    });
+  }
+  void stopped(int origin, int signal) {
+    std::call_once(stop_once, [&] {
+      if (on_stop) on_stop(origin, signal);
     });
   }
   void set_ready(std::string v) {
@@ -48,10 +61,14 @@ struct Shared {
   }
 };
 
+namespace {
+using Shared = RendezvousShared;
+
 struct CoordinatorState {
   std::map<int, caf::actor> peers;  // joined ranks
   std::map<caf::actor_addr, int> rank_of;
   std::set<int> done;
+  bool stopping = false;
 };
 
 std::string describe(caf::actor_system& sys, const caf::error& e) { return e ? sys.render(e) : "exited normally"; }
@@ -117,6 +134,21 @@ caf::behavior coordinator(caf::event_based_actor* self, std::shared_ptr<Shared> 
         if (*pending == 0) rp->deliver(0);
         return *rp;
       },
+      // A stop asked by any rank: passed on once to every rank still running.
+      [=](stop_atom, int origin, int signal) {
+        auto& st = *state;
+        if (st.stopping) return;
+        st.stopping = true;
+        for (const auto& [other, peer] : st.peers)
+          if (!st.done.count(other)) self->send(peer, stop_atom::value, origin, signal);
+        sh->stopped(origin, signal);
+      },
+      [=](metrics_atom, int rank, std::int64_t env_steps, std::int64_t updates, double steps_per_s,
+          double episode_return, bool has_return) {
+        if (rank < 0 || rank >= sh->spec.world) return;
+        std::lock_guard lock(sh->metrics_mutex);
+        sh->metrics[rank] = RankMetrics{rank, env_steps, updates, steps_per_s, episode_return, has_return};
+      },
   };
 }
 
@@ -141,6 +173,7 @@ caf::behavior peer(caf::event_based_actor* self, std::shared_ptr<Shared> sh, caf
           [=](const caf::error& e) { sh->set_failed("join request to rank 0 failed: " + self->system().render(e)); });
   return {
       [=](lost_atom, int rank, const std::string& why) { sh->lost(rank, why); },
+      [=](stop_atom, int origin, int signal) { sh->stopped(origin, signal); },
       [=](done_atom, int) {
         sh->coordinator_done->store(true);
         return 0;
@@ -149,6 +182,23 @@ caf::behavior peer(caf::event_based_actor* self, std::shared_ptr<Shared> sh, caf
 }
 
 }  // namespace
+
+WorldMetrics aggregate(const std::vector<RankMetrics>& ranks) {
+  WorldMetrics w;
+  double returns = 0;
+  for (const RankMetrics& m : ranks) {
+    w.updates = w.ranks == 0 ? m.updates : std::min(w.updates, m.updates);
+    ++w.ranks;
+    w.env_steps += m.env_steps;
+    w.steps_per_s += m.steps_per_s;
+    if (m.has_return) {
+      returns += m.episode_return;
+      ++w.ranks_with_return;
+    }
+  }
+  if (w.ranks_with_return > 0) w.episode_return = returns / w.ranks_with_return;
+  return w;
+}
 
 std::string build_id() {
   int nccl = 0;
@@ -165,7 +215,7 @@ void configure_rendezvous(caf::actor_system_config& cfg, std::chrono::millisecon
 }
 
 Rendezvous::Rendezvous(caf::actor_system& system, const RendezvousSpec& spec, const std::string& nccl_id_hex,
-                       LostFn on_lost)
+                       LostFn on_lost, StopFn on_stop)
     : system_(system), spec_(spec) {
   if (spec.world < 1 || spec.rank < 0 || spec.rank >= spec.world)
     throw RendezvousError("rendezvous: rank " + std::to_string(spec.rank) + " is not in [0, " +
@@ -174,6 +224,8 @@ Rendezvous::Rendezvous(caf::actor_system& system, const RendezvousSpec& spec, co
   sh->spec = spec;
   sh->id_hex = nccl_id_hex;
   sh->on_lost = std::move(on_lost);
+  sh->on_stop = std::move(on_stop);
+  shared_ = sh;
   auto ready = sh->ready.get_future();
   coordinator_done_ = sh->coordinator_done;
   const auto deadline = std::chrono::steady_clock::now() + spec.timeout;
@@ -231,6 +283,25 @@ void Rendezvous::finished() {
   const auto bound = std::min<std::chrono::milliseconds>(spec_.timeout, std::chrono::milliseconds(5000));
   s->request(spec_.rank == 0 ? self_ : coordinator_, bound, done_atom::value, spec_.rank)
       .receive([](int) {}, [](const caf::error&) {});
+}
+
+void Rendezvous::request_stop(int signal) {
+  if (spec_.rank == 0 || !coordinator_done_->load())
+    caf::anon_send(spec_.rank == 0 ? self_ : coordinator_, stop_atom::value, spec_.rank, signal);
+  shared_->stopped(spec_.rank, signal);  // this rank stops even when rank 0 cannot be reached
+}
+
+void Rendezvous::send_metrics(const RankMetrics& m) {
+  if (spec_.rank != 0 && coordinator_done_->load()) return;
+  caf::anon_send(spec_.rank == 0 ? self_ : coordinator_, metrics_atom::value, spec_.rank, m.env_steps, m.updates,
+                 m.steps_per_s, m.episode_return, m.has_return);
+}
+
+std::vector<RankMetrics> Rendezvous::rank_metrics() const {
+  std::lock_guard lock(shared_->metrics_mutex);
+  std::vector<RankMetrics> out;
+  for (const auto& [rank, m] : shared_->metrics) out.push_back(m);
+  return out;
 }
 
 Rendezvous::~Rendezvous() {

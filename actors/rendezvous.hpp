@@ -14,6 +14,18 @@
 // thread) on rank 0 and, through the coordinator's stop message, on every other rank, and on
 // every rank when rank 0 is lost. The caller ends its run there (NCCL abort, checkpoint, exit code
 // naming the rank). finished() tells the others this rank ended normally.
+//
+// The control plane after the rendezvous (CAF messages, atoms of at most 10 characters):
+//   stop      request_stop(signal) on any rank sends (rdvstop, origin rank, signal) to the
+//             coordinator (signal: install_stop_signals' flag, 1 SIGINT, 2 SIGTERM), which passes
+//             it once to every other rank; on_stop(origin, signal) is called once on every rank
+//             (the origin included): each stops its run gracefully and writes its final
+//             checkpoint, as at a local SIGINT/SIGTERM.
+//   metrics   send_metrics(m) on any rank sends (rdvmetric, rank, env steps, updates, steps/s,
+//             episode return, has return) to the coordinator, which keeps each rank's latest;
+//             rank 0 reads them with rank_metrics() and writes aggregate() into its own metrics.
+//   checkpoint  every rank writes its own final checkpoint when its run stops (above); periodic
+//             checkpoints follow the counts, which are the same on every rank.
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
@@ -24,6 +36,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace foxhunt::actors {
 
@@ -36,6 +49,29 @@ struct RendezvousSpec {
   std::string build_id;
   std::chrono::milliseconds timeout{60'000};
 };
+
+// One rank's periodic metrics, as the metrics message carries them (its progress snapshot).
+struct RankMetrics {
+  int rank = 0;
+  std::int64_t env_steps = 0;  // this rank's transitions
+  std::int64_t updates = 0;    // learner updates done
+  double steps_per_s = 0;      // env steps per second over the last progress interval
+  double episode_return = 0;   // the latest mean episode return (when has_return)
+  bool has_return = false;
+};
+
+// The run as one: what rank 0 writes under `world/` in its metrics.
+struct WorldMetrics {
+  int ranks = 0;                 // ranks that have reported
+  std::int64_t env_steps = 0;    // summed
+  std::int64_t updates = 0;      // the fewest of any rank (every update is a collective)
+  double steps_per_s = 0;        // summed
+  double episode_return = 0;     // mean over the ranks with a return
+  int ranks_with_return = 0;
+};
+WorldMetrics aggregate(const std::vector<RankMetrics>& ranks);
+
+struct RendezvousShared;
 
 // A refused join, a rank that never came, a coordinator that cannot be reached or published.
 class RendezvousError : public std::runtime_error {
@@ -50,10 +86,13 @@ std::string build_id();
 class Rendezvous {
  public:
   using LostFn = std::function<void(int rank, const std::string& why)>;
+  using StopFn = std::function<void(int origin_rank, int signal)>;
   // Blocks until the rendezvous is complete (rank 0: every other rank joined; rank r: accepted)
   // or throws RendezvousError after spec.timeout. nccl_id_hex: rank 0's id to hand out (ignored
   // on other ranks). `system` must have the middleman loaded (make_rendezvous_system_config).
-  Rendezvous(caf::actor_system& system, const RendezvousSpec& spec, const std::string& nccl_id_hex, LostFn on_lost);
+  // on_stop: called once (from a CAF thread) when any rank asked the run to stop.
+  Rendezvous(caf::actor_system& system, const RendezvousSpec& spec, const std::string& nccl_id_hex, LostFn on_lost,
+             StopFn on_stop = {});
   ~Rendezvous();
   Rendezvous(const Rendezvous&) = delete;
   Rendezvous& operator=(const Rendezvous&) = delete;
@@ -62,6 +101,12 @@ class Rendezvous {
   std::uint16_t port() const noexcept { return port_; }  // rank 0: where the coordinator listens
   // This rank ended normally: its going away is no fault to the others. Then the actors exit.
   void finished();
+  // Stops every rank of the run (this one too, through on_stop): see the control plane above.
+  void request_stop(int signal);
+  // This rank's periodic metrics, to rank 0's coordinator (rank 0's own included).
+  void send_metrics(const RankMetrics& m);
+  // Rank 0: the latest metrics of every rank that has sent any, by rank (empty on other ranks).
+  std::vector<RankMetrics> rank_metrics() const;
 
  private:
   caf::actor_system& system_;
@@ -72,6 +117,7 @@ class Rendezvous {
   caf::actor coordinator_;  // rank r: rank 0's coordinator (a remote proxy)
   bool finished_ = false;
   std::shared_ptr<std::atomic<bool>> coordinator_done_;  // rank r: rank 0 said it finished
+  std::shared_ptr<RendezvousShared> shared_;
 };
 
 // An actor system configuration with the middleman (caf::io) loaded, for a Rendezvous, with

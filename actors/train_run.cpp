@@ -102,7 +102,13 @@ TrainOutcome run_training(const TrainRequest& req) {
   hooks.stop_signal = req.stop_signal;
   hooks.low_latency_scheduler = true;  // a GPU host: message hops without CAF's 50 us sleeps
   hooks.on_progress = [&reporter, &req](const ProgressSnapshot& s) {
-    reporter(s);
+    if (req.extend) {
+      ProgressSnapshot extended = s;
+      req.extend(extended);
+      reporter(extended);
+    } else {
+      reporter(s);
+    }
     if (req.observer) req.observer(s);
   };
 

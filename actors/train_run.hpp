@@ -36,6 +36,9 @@ struct TrainRequest {
   const std::atomic<int>* stop_signal = nullptr;          // nonzero: stop gracefully (SIGINT/SIGTERM flag)
   bool console = true;                                    // the live progress line on stderr
   std::function<void(const ProgressSnapshot&)> observer;  // called after each progress report (tests)
+  // Called before each progress report is written: may add scalars (a distributed run's rank 0
+  // adds the world/ aggregate of every rank's metrics).
+  std::function<void(ProgressSnapshot&)> extend;
 };
 
 struct TrainOutcome {

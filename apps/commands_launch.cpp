@@ -23,6 +23,7 @@
 
 #include "actors/run_config.hpp"
 #include "apps/commands.hpp"
+#include "apps/rank_resume.hpp"
 #include "apps/run_checks.hpp"
 #include "apps/run_dir.hpp"
 
@@ -91,6 +92,19 @@ int launch(const LaunchArgs& a, Console& io) {
     io.err << "foxhunt launch: --gpus must be in [1, 1024], got " << a.gpus << "\n";
     return 2;
   }
+  if (run.resume) {  // every rank's share of the checkpoint, before any rank starts
+    try {
+      for (int r = 0; r < a.gpus; ++r) {
+        actors::RunConfig c = run.config;
+        c.distributed.world = a.gpus;
+        c.distributed.rank = r;
+        (void)plan_rank_resume(*run.resume, c);
+      }
+    } catch (const std::invalid_argument& e) {
+      io.err << "foxhunt launch: " << e.what() << "\n";
+      return 2;
+    }
+  }
   int port = a.port;
   try {
     if (port == 0) port = free_loopback_port();
@@ -107,9 +121,9 @@ int launch(const LaunchArgs& a, Console& io) {
                                   "--rank",  std::to_string(r), "--world", std::to_string(a.gpus),
                                   "--device", std::to_string(r), "--coordinator", "127.0.0.1:" + std::to_string(port),
                                   "--run-dir", run_dir};
-    // Each rank resumes its own run directory (its replay shard): <dir> for rank 0, <dir>.rank<r>.
-    if (!a.resume.empty())
-      argv.insert(argv.end(), {"--resume", r == 0 ? a.resume : a.resume + ".rank" + std::to_string(r)});
+    // Every rank is given rank 0's run directory; each finds its own shard beside it
+    // (apps/rank_resume.hpp), whatever the old run's world size.
+    if (!a.resume.empty()) argv.insert(argv.end(), {"--resume", a.resume});
     if (a.overwrite) argv.emplace_back("--overwrite");
     if (a.rendezvous_only) argv.insert(argv.end(), {"--rendezvous-only", "--hold-ms", std::to_string(a.hold_ms)});
     std::vector<char*> cargv;
@@ -201,7 +215,9 @@ void add_launch_command(CLI::App& app, Console& io) {
       ->required()
       ->check(CLI::ExistingFile);
   l->add_option("--run-dir", args->run_dir, "rank 0's run directory; rank r writes <dir>.rank<r>");
-  l->add_option("--resume", args->resume, "rank 0's run directory to continue (rank r continues <dir>.rank<r>)");
+  l->add_option("--resume", args->resume,
+                "rank 0's run directory to continue, on --gpus ranks whatever the old run's count "
+                "(docs/distributed.md)");
   l->add_option("--port", args->port, "loopback port of rank 0's coordinator (default: a free one)");
   l->add_flag("--overwrite", args->overwrite, "replace the contents of non-empty run directories");
   l->add_flag("--rendezvous-only", args->rendezvous_only, "CPU only: the ranks' rendezvous, no training")->group("");

@@ -5,15 +5,21 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstring>
+#include <fstream>
 #include <chrono>
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
+#include "actors/metrics_log.hpp"
 #include "actors/rendezvous.hpp"
 #include "actors/runtime.hpp"
 #include "actors/train_run.hpp"
+#include "apps/rank_resume.hpp"
 #include "apps/run_dir.hpp"
 #include "gpu/check.hpp"
 #include "gpu/data_parallel.hpp"
@@ -31,6 +37,7 @@ namespace {
 struct LostState {
   std::atomic<int> rank{-1};
   std::atomic<int> stop{0};  // the run's stop flag: the signals mirrored, 2 once a rank is lost
+  std::atomic<int> stop_origin{-1}, stop_signal{0};  // a stop asked by a rank (the control plane)
   std::mutex mutex;
   std::string why;
   std::atomic<gpu::NcclCommunicator*> comm{nullptr};
@@ -49,7 +56,130 @@ struct LostState {
     std::lock_guard lock(mutex);
     return why;
   }
+  // Any rank's stop, passed on by rank 0: a graceful stop, as a local SIGINT/SIGTERM (the flag of
+  // install_stop_signals: 1 SIGINT, 2 SIGTERM).
+  void stopped(int origin, int signal) {
+    stop_signal.store(signal);
+    stop_origin.store(origin);
+    int expected = 0;
+    stop.compare_exchange_strong(expected, signal != 0 ? signal : 2);
+  }
 };
+
+// This rank's metrics message from its progress snapshots (steps/s over the last interval).
+class MetricsTracker {
+ public:
+  explicit MetricsTracker(int rank) { m_.rank = rank; }
+  const RankMetrics& operator()(const ProgressSnapshot& s) {
+    const double dt = s.seconds - last_seconds_;
+    if (dt > 0) {
+      m_.steps_per_s = static_cast<double>(s.counters.env_steps - m_.env_steps) / dt;
+      last_seconds_ = s.seconds;
+    }
+    m_.env_steps = s.counters.env_steps;
+    m_.updates = s.updates_done;
+    for (const auto& [k, v] : s.scalars)
+      if (k == "episode/return" && std::isfinite(v)) {
+        m_.episode_return = v;
+        m_.has_return = true;
+      }
+    return m_;
+  }
+
+ private:
+  RankMetrics m_;
+  double last_seconds_ = 0;
+};
+
+// Rank 0's `world/` scalars: every rank's latest metrics, rank 0's own as of now.
+Scalars world_scalars(const Rendezvous& rv, const RankMetrics& own) {
+  std::vector<RankMetrics> ranks = rv.rank_metrics();
+  std::erase_if(ranks, [](const RankMetrics& m) { return m.rank == 0; });
+  ranks.push_back(own);
+  const WorldMetrics w = aggregate(ranks);
+  Scalars out{{"world/ranks", w.ranks},
+              {"world/env_steps", static_cast<double>(w.env_steps)},
+              {"world/updates", static_cast<double>(w.updates)},
+              {"world/env_steps_per_s", w.steps_per_s}};
+  if (w.ranks_with_return > 0) out.emplace_back("world/episode_return", w.episode_return);
+  return out;
+}
+
+// Mirrors this process's SIGINT/SIGTERM into a stop of the whole run (through rank 0), until
+// destroyed.
+class SignalMirror {
+ public:
+  SignalMirror(Rendezvous& rv, LostState& lost) : thread_([this, &rv, &lost] {
+    const std::atomic<int>& signals = install_stop_signals();
+    bool sent = false;
+    while (!done_.load()) {
+      if (const int s = signals.load(); s != 0 && !sent) {
+        sent = true;
+        if (lost.rank.load() < 0) {
+          rv.request_stop(s);  // on_stop sets the flag here too
+        } else {
+          int expected = 0;
+          lost.stop.compare_exchange_strong(expected, s);
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }) {}
+  ~SignalMirror() {
+    done_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+fs::path rank_run_dir(const std::string& arg, const RunConfig& cfg, int rank) {
+  fs::path path = arg.empty() ? default_run_dir(cfg.run.name + (rank > 0 ? ".rank" + std::to_string(rank) : ""))
+                              : fs::path(arg);
+  if (rank > 0 && !arg.empty()) path += ".rank" + std::to_string(rank);
+  return path;
+}
+
+// --rendezvous-only: the control plane without a device. A fake run loop reports a progress
+// snapshot every 50 ms (64 env steps and one update per report, episode return rank + 1) as the
+// metrics message; rank 0 writes the world/ scalars into <run-dir>/metrics.jsonl. It ends after
+// hold_ms, at a stop (any rank's) or when a rank is lost; at the end (not when lost) it writes
+// <dir>/final.json, the fake's final state.
+int fake_run(const DistributedArgs& a, const RunConfig& cfg, const std::string& run_dir_arg, Rendezvous& rv,
+             LostState& lost) {
+  const int rank = cfg.distributed.rank;
+  const bool dir = !run_dir_arg.empty();
+  const fs::path path = dir ? rank_run_dir(run_dir_arg, cfg, rank) : fs::path();
+  if (dir) fs::create_directories(path);
+  std::unique_ptr<JsonlWriter> jsonl;
+  if (dir && rank == 0) jsonl = std::make_unique<JsonlWriter>(path / "metrics.jsonl");
+  MetricsTracker track(rank);
+  SignalMirror mirror(rv, lost);
+  const auto start = std::chrono::steady_clock::now();
+  const auto until = start + std::chrono::milliseconds(a.hold_ms);
+  ProgressSnapshot snap;
+  while (std::chrono::steady_clock::now() < until && lost.stop.load() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    snap.counters.env_steps += 64;
+    ++snap.updates_done;
+    snap.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    snap.scalars = {{"episode/return", rank + 1.0}};
+    const RankMetrics& m = track(snap);
+    rv.send_metrics(m);
+    if (jsonl) {
+      jsonl->scalars(snap.counters.env_steps, world_scalars(rv, m), wall_time_now());
+      jsonl->flush();
+    }
+  }
+  if (lost.rank.load() >= 0) return -1;
+  if (dir) {
+    std::ofstream(path / "final.json") << "{\"rank\": " << rank << ", \"env_steps\": " << snap.counters.env_steps
+                                       << ", \"stopped_by\": " << lost.stop_origin.load() << "}\n";
+  }
+  return 0;
+}
 
 // The distributed keys after the command line's overrides, checked as the config reader would.
 std::string distributed_problem(const RunConfig& c) {
@@ -105,6 +235,7 @@ int train_rank(const DistributedArgs& a, CheckedRun run, const std::string& run_
   spec.build_id = build_id();
   spec.timeout = std::chrono::milliseconds(d.timeout_ms);
   // Every rank its own random streams (environments, exploration, noise); rank 0 keeps run.seed.
+  const RunConfig shared_cfg = cfg;  // what every rank's config hash and resume plan compare
   cfg.run.seed = gpu::rank_seed(cfg.run.seed, d.rank);
 
   const bool train = !a.rendezvous_only;
@@ -117,7 +248,20 @@ int train_rank(const DistributedArgs& a, CheckedRun run, const std::string& run_
       return 1;
     }
   }
+  // Which checkpoint this rank resumes (its own, or rank 0's learner for a new rank), checked
+  // before the rendezvous: a refused resume ends here, not as a lost rank of the others.
+  std::optional<RankResumePlan> resume;
+  if (train && run.resume) {
+    try {
+      resume = plan_rank_resume(*run.resume, shared_cfg);
+    } catch (const std::invalid_argument& e) {
+      io.err << "foxhunt train: " << tag << ": " << e.what() << "\n";
+      return 2;
+    }
+  }
 
+  // From here SIGINT/SIGTERM are a stop (set aside until the run watches them), not an end.
+  (void)install_stop_signals();
   auto lost = std::make_shared<LostState>();
   caf::actor_system_config caf_cfg;
   configure_rendezvous(caf_cfg, spec.timeout);
@@ -125,8 +269,12 @@ int train_rank(const DistributedArgs& a, CheckedRun run, const std::string& run_
   std::unique_ptr<Rendezvous> rv;
   try {
     const std::string id = d.rank == 0 ? gpu::to_hex(gpu::nccl_unique_id()) : std::string();
-    rv = std::make_unique<Rendezvous>(system, spec, id,
-                                      [lost](int r, const std::string& why) { lost->lost(r, why); });
+    rv = std::make_unique<Rendezvous>(
+        system, spec, id, [lost](int r, const std::string& why) { lost->lost(r, why); },
+        [lost, tag](int origin, int signal) {
+          spdlog::info("{}: stopping: rank {} received {}", tag, origin, stop_signal_name(signal));
+          lost->stopped(origin, signal);
+        });
   } catch (const std::exception& e) {
     io.err << "foxhunt train: " << tag << ": rendezvous failed: " << e.what() << "\n";
     return kRendezvousFailedExit;
@@ -138,21 +286,22 @@ int train_rank(const DistributedArgs& a, CheckedRun run, const std::string& run_
     io.err << "foxhunt train: " << tag << ": ending because " << lost->reason() << "\n";
     return kPeerLostExit;
   };
+  const auto stop_note = [&] {
+    if (const int origin = lost->stop_origin.load(); origin >= 0)
+      io.out << "foxhunt train: " << tag << ": stopped (rank " << origin << " received "
+             << stop_signal_name(lost->stop_signal.load()) << ")" << std::endl;
+  };
   if (!train) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(a.hold_ms);
-    while (std::chrono::steady_clock::now() < until && lost->rank.load() < 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (lost->rank.load() >= 0) return lost_exit();
+    if (fake_run(a, cfg, run_dir_arg, *rv, *lost) < 0) return lost_exit();
+    stop_note();
     rv->finished();
     return 0;
   }
 
   RunDirPlan dir;
   try {
-    fs::path path = run_dir_arg.empty() ? default_run_dir(cfg.run.name + (d.rank > 0 ? ".rank" + std::to_string(d.rank) : ""))
-                                        : fs::path(run_dir_arg);
-    if (d.rank > 0 && !run_dir_arg.empty()) path += ".rank" + std::to_string(d.rank);
-    dir = plan_run_dir(path, overwrite, run.resume);
+    dir = plan_run_dir(rank_run_dir(run_dir_arg, cfg, d.rank), overwrite,
+                       resume && resume->own ? resume->own : run.resume);
     prepare_run_dir(dir);
   } catch (const std::invalid_argument& e) {
     io.err << "foxhunt train: " << tag << ": " << e.what() << "\n";
@@ -161,6 +310,21 @@ int train_rank(const DistributedArgs& a, CheckedRun run, const std::string& run_
   log_to_run_dir(dir.dir, cfg.logging.level);
   spdlog::info("{}: run directory {}, device {}, seed {}", tag, fs::absolute(dir.dir).string(), cfg.run.device,
                cfg.run.seed);
+  if (resume) {
+    const RankResumePlan& p = *resume;
+    if (d.rank == 0)
+      for (const int q : p.dropped)
+        spdlog::warn("{}: resuming a {}-rank run on {}: the replay shard of rank {} is dropped", tag, p.old_world,
+                     d.world, q);
+    run.resume = materialize_rank_resume(p, dir.dir / "resume_from_rank0");
+    if (p.own)
+      spdlog::info("{}: resuming its own checkpoint {} ({}-rank run; the learner takes rank 0's weights)", tag,
+                   p.own->string(), p.old_world);
+    else
+      spdlog::info("{}: a new rank of a {}-rank run: rank 0's learner and counters from {}, an empty replay shard "
+                   "(sampled once it holds a batch), environments from seed {}",
+                   tag, p.old_world, p.rank0_checkpoint.string(), cfg.run.seed);
+  }
   int code = 1;
   try {
     FH_CHECK(cudaSetDevice(cfg.run.device));
@@ -175,26 +339,30 @@ int train_rank(const DistributedArgs& a, CheckedRun run, const std::string& run_
     req.resume = run.resume;
     req.stage_options.data_parallel = gpu::DataParallel{&comm, d.bucket_bytes, false};
     req.stop_signal = &lost->stop;
-    // SIGINT/SIGTERM reach the run through the same flag as a lost rank.
-    const std::atomic<int>& signals = install_stop_signals();
-    std::atomic<bool> done{false};
-    std::thread mirror([&] {
-      while (!done.load()) {
-        if (const int s = signals.load(); s != 0 && lost->stop.load() == 0) lost->stop.store(s);
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    });
+    // Each progress report is a metrics message to rank 0, which writes the world/ aggregate into
+    // its own metrics.
+    auto track = std::make_shared<MetricsTracker>(d.rank);
+    Rendezvous* r = rv.get();
+    if (d.rank == 0)
+      req.extend = [r, track](ProgressSnapshot& s) {
+        const RankMetrics& m = (*track)(s);
+        r->send_metrics(m);
+        const Scalars world = world_scalars(*r, m);
+        s.scalars.insert(s.scalars.end(), world.begin(), world.end());
+      };
+    else
+      req.observer = [r, track](const ProgressSnapshot& s) { r->send_metrics((*track)(s)); };
+    // SIGINT/SIGTERM stop every rank (through rank 0), a lost rank too: the same flag.
+    auto mirror = std::make_unique<SignalMirror>(*rv, *lost);
     try {
       const TrainOutcome out = run_training(req);
-      done.store(true);
-      mirror.join();
+      mirror.reset();
       lost->comm.store(nullptr);
       if (lost->rank.load() >= 0) return lost_exit();
       if (!out.result.outcome.ok()) io.err << "foxhunt train: " << tag << ": failed: " << out.result.outcome.reason << "\n";
       code = out.result.exit_code();
     } catch (...) {
-      done.store(true);
-      mirror.join();
+      mirror.reset();
       lost->comm.store(nullptr);
       throw;
     }
@@ -203,7 +371,10 @@ int train_rank(const DistributedArgs& a, CheckedRun run, const std::string& run_
     io.err << "foxhunt train: " << tag << ": " << e.what() << "\n";
     return 1;
   }
-  if (code == 0) rv->finished();
+  if (code == 0) {
+    stop_note();
+    rv->finished();
+  }
   return code;
 }
 

@@ -220,6 +220,66 @@ TEST_F(DistributedProcesses, AFrozenRankEndsTheOtherAfterTheTimeout) {
   ::kill(r1.pid, SIGCONT);
 }
 
+// A stop is a CAF message: SIGTERM to rank 1 alone reaches rank 0 through its coordinator, and
+// both end cleanly (exit 0) and write their final state (the fake run's final.json).
+TEST_F(DistributedProcesses, AStopSentToOneRankStopsEveryRank) {
+  const fs::path run = dir_ / "run";
+  auto args = [&](int rank) {
+    auto v = rank_args(rank, config_, 2, 120'000);
+    v.insert(v.end(), {"--run-dir", run.string()});
+    return v;
+  };
+  Proc r0(args(0), dir_, "r0");
+  Proc r1(args(1), dir_, "r1");
+  ASSERT_TRUE(r0.printed("joined", 20s)) << r0.stderr_text();
+  ASSERT_TRUE(r1.printed("joined", 20s)) << r1.stderr_text();
+  ::kill(r1.pid, SIGTERM);
+  const auto t0 = clock_type::now();
+  EXPECT_EQ(r1.exit_code(10s), 0) << r1.stderr_text();
+  EXPECT_EQ(r0.exit_code(10s), 0) << "rank 0 did not stop: " << r0.stderr_text();
+  EXPECT_LT(clock_type::now() - t0, 10s);
+  EXPECT_NE(r0.stdout_text().find("rank 0 of 2: stopped (rank 1 received SIGTERM)"), std::string::npos)
+      << r0.stdout_text();
+  const std::string f0 = read_file(run / "final.json"), f1 = read_file(fs::path(run.string() + ".rank1") / "final.json");
+  EXPECT_NE(f0.find("\"rank\": 0"), std::string::npos) << f0;
+  EXPECT_NE(f0.find("\"stopped_by\": 1"), std::string::npos) << f0;
+  EXPECT_NE(f1.find("\"stopped_by\": 1"), std::string::npos) << f1;
+}
+
+// Every rank's metrics travel to rank 0 as CAF messages; rank 0 writes their aggregate under
+// world/ into its own metrics.jsonl: the fake run's ranks report episode return rank + 1, so the
+// mean is 1.5 only with rank 1's messages (1 alone), and the env steps sum both ranks'.
+TEST_F(DistributedProcesses, RankZeroAggregatesEveryRanksMetrics) {
+  const fs::path run = dir_ / "run";
+  auto args = [&](int rank) {
+    auto v = rank_args(rank, config_, 2, 1500);
+    v.insert(v.end(), {"--run-dir", run.string()});
+    return v;
+  };
+  Proc r0(args(0), dir_, "r0");
+  Proc r1(args(1), dir_, "r1");
+  EXPECT_EQ(r0.exit_code(), 0) << r0.stderr_text();
+  EXPECT_EQ(r1.exit_code(), 0) << r1.stderr_text();
+  std::ifstream in(run / "metrics.jsonl");
+  int both = 0, lines = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++lines;
+    if (line.find("\"world/ranks\":2.0") == std::string::npos) continue;
+    ++both;
+    EXPECT_NE(line.find("\"world/episode_return\":1.5"), std::string::npos) << line;
+    // Rank 0's own steps are the line's step; the world's are more (rank 1's added).
+    const auto num = [&](const std::string& key) {
+      const auto at = line.find("\"" + key + "\":");
+      return at == std::string::npos ? -1.0 : std::stod(line.substr(at + key.size() + 3));
+    };
+    EXPECT_GT(num("world/env_steps"), num("step")) << line;
+    EXPECT_GT(num("world/env_steps_per_s"), 0.0) << line;
+  }
+  EXPECT_GT(lines, 5);
+  EXPECT_GT(both, 0) << "no line aggregated both ranks";
+  EXPECT_FALSE(fs::exists(fs::path(run.string() + ".rank1") / "metrics.jsonl")) << "only rank 0 writes the world";
+}
+
 std::vector<pid_t> children_of(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
   std::vector<pid_t> out;
