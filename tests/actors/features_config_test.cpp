@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/env_shape.hpp"
+#include "actors/ppo_run.hpp"
 #include "actors/run_config.hpp"
 
 using namespace foxhunt;
@@ -227,6 +229,18 @@ TEST_F(DiffusionFeaturesConfigTest, OffersEmbeddingScoreAndBoth) {
   EXPECT_EQ(market_config(both).extra_features, 25);
   EXPECT_EQ(resolved_toml(parse_run_config(resolved_toml(both), "resolved")), resolved_toml(both));
   EXPECT_NE(resolved_toml(both).find("noise_step = 0"), std::string::npos);
+}
+
+// The diffusion extractor is a function of each row: a PPO checkpoint keeps no features_state for
+// it (a sequence model's run does), and `foxhunt check` expects none.
+TEST_F(DiffusionFeaturesConfigTest, KeepsNoPerEnvironmentState) {
+  const auto has_state = [](const RunConfig& c) {
+    for (const auto& [name, bytes] : ppo_state_arrays(c, env_shape(c)))
+      if (name == "features_state") return bytes > 0;
+    return false;
+  };
+  EXPECT_FALSE(has_state(load("checkpoint = \"runs/diff\"\n")));
+  EXPECT_TRUE(has_state(load("checkpoint = \"runs/pre\"\n")));
 }
 
 TEST_F(DiffusionFeaturesConfigTest, RefusesMismatchesNamingBothSides) {
