@@ -220,7 +220,7 @@ class Checker {
         spans_file("collector.env.bin", shape_.state_arrays);
         const std::size_t obs = static_cast<std::size_t>(n * o) * sizeof(float);
         spans_file("collector.obs.bin", {{"obs", obs}, {"final_obs", obs}});
-        if (const auto src = feature_source(config_)) {  // [features]: the extractor's state
+        if (const auto src = feature_source(config_); src && !src->diffusion()) {  // [features]: the extractor's state
           const std::int64_t S = pretrain::make_model(src->model)->state_features();  // host-only construction
           if (S > 0)
             spans_file(DqnCollectorStage::kFeaturesFile, {{"features_state", static_cast<std::size_t>(n * S) * sizeof(float)}});

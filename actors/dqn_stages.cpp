@@ -84,7 +84,7 @@ DqnCollectorStage::DqnCollectorStage(std::unique_ptr<rl::VecEnv> env, const rl::
   lane_.synchronize();  // setup done before the first actor call
 }
 
-void DqnCollectorStage::set_features(std::unique_ptr<pretrain::FeatureExtractor> features) {
+void DqnCollectorStage::set_features(std::unique_ptr<rl::ObsFeatures> features) {
   FH_EXPECT(features != nullptr, "DqnCollectorStage::set_features: the extractor must not be null");
   FH_EXPECT(features->num_envs() == env_->num_envs() && features->obs_dim() == env_->obs_dim(),
             "DqnCollectorStage::set_features: the extractor is for " + std::to_string(features->num_envs()) + " x " +
@@ -118,9 +118,9 @@ std::vector<DeviceSpan> obs_spans(gpu::DeviceBuffer<float>& obs, gpu::DeviceBuff
   return {{"obs", obs.data(), obs.bytes()}, {"final_obs", final_obs.data(), final_obs.bytes()}};
 }
 // The extractor's per-environment state (empty for a model without one).
-std::vector<DeviceSpan> feature_spans(pretrain::FeatureExtractor* features) {
-  if (features == nullptr || features->state().bytes() == 0) return {};
-  return {{"features_state", features->state().data(), features->state().bytes()}};
+std::vector<DeviceSpan> feature_spans(rl::ObsFeatures* features) {
+  if (features == nullptr || !features->has_state() || features->state_bytes() == 0) return {};
+  return {{"features_state", features->state_data(), features->state_bytes()}};
 }
 }  // namespace
 

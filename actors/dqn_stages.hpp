@@ -32,7 +32,7 @@
 #include "gpu/exit.hpp"
 #include "gpu/graph.hpp"
 #include "gpu/stream.hpp"
-#include "pretrain/feature_extractor.hpp"
+#include "rl/envs/obs_features.hpp"
 #include "rl/dqn/learner.hpp"
 #include "rl/dqn/policy.hpp"
 #include "rl/envs/episode_stats.hpp"
@@ -71,8 +71,8 @@ class DqnCollectorStage final : public CollectorStage {
   // (peek: they continue the old episodes) and the next ones (step, reset by the done mask), so
   // replay and n-step see the features like any other observation column. Its per-environment
   // state joins the environments' in a final checkpoint (collector.features.bin).
-  void set_features(std::unique_ptr<pretrain::FeatureExtractor> features);
-  pretrain::FeatureExtractor* features() noexcept { return features_.get(); }
+  void set_features(std::unique_ptr<rl::ObsFeatures> features);
+  rl::ObsFeatures* features() noexcept { return features_.get(); }
   static constexpr const char* kFeaturesFile = "collector.features.bin";
   // Setup only (synchronizes): the acting network's weights from `params` (the learner's arena).
   void load_policy(const float* params, std::int64_t floats);
@@ -123,7 +123,7 @@ class DqnCollectorStage final : public CollectorStage {
   std::unique_ptr<gpu::DeviceContext> blas_;  // cuBLASLt handle + workspace for the acting network
   std::unique_ptr<rl::VecEnv> env_;
   std::unique_ptr<rl::DqnPolicy> policy_;
-  std::unique_ptr<pretrain::FeatureExtractor> features_;  // [features]: null without
+  std::unique_ptr<rl::ObsFeatures> features_;  // [features]: null without
   TransitionSlotLayout layout_;
   std::vector<gpu::DeviceBuffer<std::byte>> slots_;
   std::vector<gpu::Event> filled_;

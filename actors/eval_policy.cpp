@@ -6,7 +6,7 @@
 #include "actors/ppo_run.hpp"
 #include "actors/stage_factory.hpp"
 #include "gpu/check.hpp"
-#include "pretrain/feature_extractor.hpp"
+#include "pretrain/frozen_features.hpp"
 #include "pretrain/window_feature_extractor.hpp"
 #include "rl/ppo/actor_critic.hpp"
 #include "rl/ppo/distributions.hpp"
@@ -36,8 +36,8 @@ DqnGreedyPolicy::DqnGreedyPolicy(const RunConfig& config, const fs::path& config
     if (market == nullptr)
       throw std::runtime_error("[features] needs a market environment (config " + config_file.string() + ")");
     const std::int64_t n = env.num_envs();
-    features_ = std::make_unique<pretrain::FeatureExtractor>(
-        *src, pretrain::parse_feature_output(config.features.output), market->config(), n, lane.stream);
+    features_ = pretrain::make_frozen_features(*src, pretrain::parse_feature_output(config.features.output),
+                                               market->config(), n, config.features.noise_step, lane.stream);
     obs_ = gpu::DeviceBuffer<float>(static_cast<std::size_t>(n * env.obs_dim()));
     no_done_ = gpu::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(n));
     no_done_.zero(lane.stream);
@@ -117,7 +117,8 @@ PpoGreedyPolicy::PpoGreedyPolicy(const RunConfig& config, const fs::path& config
       }
       m.features = std::move(tuned);
     } else {
-      m.features = std::make_unique<pretrain::FeatureExtractor>(*src, output, market->config(), n, lane.stream);
+      m.features = pretrain::make_frozen_features(*src, output, market->config(), n, config.features.noise_step,
+                                                  lane.stream);
     }
     m.obs = gpu::DeviceBuffer<float>(static_cast<std::size_t>(n * env.obs_dim()));
     m.no_done = gpu::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(n));

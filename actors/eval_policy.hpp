@@ -16,11 +16,8 @@
 #include "rl/dqn/policy.hpp"
 #include "rl/envs/market.hpp"
 #include "rl/envs/market_policies.hpp"
+#include "rl/envs/obs_features.hpp"
 #include "rl/envs/vec_env.hpp"
-
-namespace foxhunt::pretrain {
-class FeatureExtractor;
-}
 
 namespace foxhunt::actors {
 
@@ -57,7 +54,7 @@ class DqnGreedyPolicy final : public EvalPolicy {
  private:
   std::unique_ptr<rl::DqnPolicy> policy_;
   gpu::BlasLane lane_;
-  std::unique_ptr<pretrain::FeatureExtractor> features_;  // [features]: null without
+  std::unique_ptr<rl::ObsFeatures> features_;  // [features]: null without
   gpu::DeviceBuffer<float> obs_;
   gpu::DeviceBuffer<std::uint8_t> no_done_;
 };

@@ -18,7 +18,7 @@
 #include "gpu/check.hpp"
 #include "gpu/context.hpp"
 #include "gpu/device.hpp"
-#include "pretrain/feature_extractor.hpp"
+#include "pretrain/frozen_features.hpp"
 #include "pretrain/window_feature_extractor.hpp"
 #include "rl/ppo/trainer.hpp"
 
@@ -38,9 +38,9 @@ std::int64_t iterations_of(const RunConfig& c) {
   return std::max<std::int64_t>(1, c.run.total_env_steps / (c.env.num_envs * c.learner.rollout_steps));
 }
 
-std::vector<DeviceSpan> trainer_state_spans(rl::ppo::PpoTrainer& t, pretrain::FeatureExtractor* features) {
+std::vector<DeviceSpan> trainer_state_spans(rl::ppo::PpoTrainer& t, rl::ObsFeatures* features) {
   DeviceSpan f;
-  if (features != nullptr) f = {"features_state", features->state().data(), features->state().bytes()};
+  if (features != nullptr && features->has_state()) f = {"features_state", features->state_data(), features->state_bytes()};
   return ppo_state_spans(t.rollout(), t.learner().counters(), t.act_counter(), t.reward_normalizer(),
                          features != nullptr ? &f : nullptr);
 }
@@ -137,7 +137,8 @@ std::vector<std::pair<std::string, std::size_t>> ppo_state_arrays(const RunConfi
     a.emplace_back("reward_returns", n * sizeof(float));
     a.emplace_back("reward_moments", 3 * sizeof(double));
   }
-  if (const auto src = feature_source(c); src && c.features.mode != "finetune") {  // finetune: no state
+  // finetune and diffusion models: no per-environment state.
+  if (const auto src = feature_source(c); src && c.features.mode != "finetune" && !src->diffusion()) {
     const std::int64_t S = pretrain::make_model(src->model)->state_features();  // host-only construction
     if (S > 0) a.emplace_back("features_state", n * static_cast<std::size_t>(S) * sizeof(float));
   }
@@ -171,10 +172,11 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
                  tuned->features(), cfg.features.lr_scale);
   }
   rl::ppo::PpoTrainer trainer(pc, *env, ctx.blas(), tuned.get(), static_cast<float>(cfg.features.lr_scale));
-  std::unique_ptr<pretrain::FeatureExtractor> features;
+  std::unique_ptr<rl::ObsFeatures> features;
   if (const auto& src = source; src && !tuned) {
     const pretrain::FeatureOutput output = pretrain::parse_feature_output(cfg.features.output);
-    features = std::make_unique<pretrain::FeatureExtractor>(*src, output, market_config(cfg), cfg.env.num_envs, s);
+    features = pretrain::make_frozen_features(*src, output, market_config(cfg), cfg.env.num_envs,
+                                              cfg.features.noise_step, s);
     trainer.set_features(features.get());
     spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), frozen", src->dir.string(),
                  src->config.model.kind, src->config.model.hidden, cfg.features.output, features->features());

@@ -81,7 +81,7 @@ void read_ppo_relations(config::Reader& r, const RunConfig& c) {
 void read_feature_relations(config::Reader& r, const RunConfig& c) {
   const bool on = c.features.enabled();
   const bool ppo = c.learner.kind == "ppo";
-  for (const char* k : {"features.mode", "features.output"})
+  for (const char* k : {"features.mode", "features.output", "features.noise_step"})
     r.no_effect(k, on, "features.checkpoint", "the options of a feature extractor");
   r.no_effect("features.lr_scale", on && c.features.mode == "finetune", on ? "features.mode" : "features.checkpoint",
               "the learning rate of a fine-tuned extractor (mode = \"finetune\")");
@@ -217,7 +217,8 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file, AgentKeys* agent 
   r.table("features");
   r.path("checkpoint", c.features.checkpoint);
   r.choice("mode", c.features.mode, {"frozen", "finetune"});
-  r.choice("output", c.features.output, {"embedding", "head"});
+  r.choice("output", c.features.output, {"embedding", "head", "score", "both"});
+  r.integer("noise_step", c.features.noise_step, -1, 100000);
   r.number("lr_scale", c.features.lr_scale, Range::open_low(0.0, 1000.0));
   r.boolean("shared", c.features.shared);
 
@@ -409,6 +410,17 @@ void read_features(config::Reader& r, RunConfig& c, const fs::path& base) {
     return;
   }
   c.features.checkpoint = src.dir.string();
+  if (!r.has_error("features.output"))
+    if (const std::string why = pretrain::feature_output_problem(src, pretrain::parse_feature_output(c.features.output));
+        !why.empty())
+      r.fail("features.output", why);
+  if (src.diffusion() && c.features.noise_step == -1) c.features.noise_step = src.diffusion_steps / 10;
+  if (!r.has_error("features.noise_step"))
+    if (const std::string why = pretrain::feature_noise_step_problem(src, c.features.noise_step); !why.empty())
+      r.fail("features.noise_step", why);
+  if (src.diffusion() && c.features.mode == "finetune")
+    r.fail("features.mode", "\"finetune\" trains a sequence model's window form; the diffusion model of " +
+                                src.dir.string() + " serves as a frozen extractor only (mode = \"frozen\")");
   if (c.env.kind != "market" || c.env.market.empty() || r.has_error("env.market")) return;
   rl::MarketConfig m;
   try {

@@ -90,8 +90,8 @@ struct RunConfig {
     std::string action_bound = "clip";  // continuous actions: clip | tanh
     bool fused_kernels = true;          // small feed-forward networks as whole-network kernels
   } learner;
-  // [features]: a pretrained sequence model (a `foxhunt pretrain` checkpoint) whose features fill
-  // the market observation's extra block (pretrain/feature_extractor.hpp; docs/features.md). The
+  // [features]: a pretrained sequence or diffusion model (a `foxhunt pretrain` checkpoint) whose
+  // features fill the market observation's extra block (pretrain/frozen_features.hpp; docs/features.md). The
   // market file's extra_features must be 0: the block's width becomes the chosen output's.
   struct Features {
     // A pretrain checkpoint directory (or its run directory: the latest checkpoint); "" = none.
@@ -102,7 +102,11 @@ struct RunConfig {
     // (pretrain/window_feature_extractor.hpp).
     std::string mode = "frozen";
     double lr_scale = 1.0;             // finetune: the extractor's learning rate / the agent's
-    std::string output = "embedding";  // embedding | head (pretrain::FeatureOutput)
+    std::string output = "embedding";  // embedding | head | score | both (pretrain::FeatureOutput)
+    // A diffusion model's features: the step its window is noised at
+    // (pretrain/diffusion_feature_extractor.hpp); -1: model.diffusion_steps / 10, set when
+    // load_run_config reads the checkpoint.
+    std::int64_t noise_step = -1;
     bool shared = true;                // PPO: actor and critic read the same features
     bool enabled() const { return !checkpoint.empty(); }
   } features;

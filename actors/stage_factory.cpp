@@ -17,7 +17,7 @@
 #include "actors/ppo_run.hpp"
 #include "gpu/check.hpp"
 #include "gpu/device.hpp"
-#include "pretrain/feature_extractor.hpp"
+#include "pretrain/frozen_features.hpp"
 #include "rl/envs/cartpole.hpp"
 #include "rl/envs/market.hpp"
 #include "rl/envs/obs_filter.hpp"
@@ -165,8 +165,8 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   // writes it (before a restore, which continues its state with the environments').
   if (const auto src = feature_source(config)) {
     const pretrain::FeatureOutput output = pretrain::parse_feature_output(config.features.output);
-    collector->set_features(std::make_unique<pretrain::FeatureExtractor>(
-        *src, output, market_config(config), config.env.num_envs, collector->stream()));
+    collector->set_features(pretrain::make_frozen_features(*src, output, market_config(config), config.env.num_envs,
+                                                           config.features.noise_step, collector->stream()));
     spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), frozen", src->dir.string(),
                  src->config.model.kind, src->config.model.hidden, config.features.output,
                  collector->features()->features());

@@ -16,6 +16,11 @@
 //
 // TARGET per family: extraction <= 25% of the collector's step without it (issue 20).
 //
+// diffusion (configs/pretrain/diffusion_regime.toml at hidden = 64: pretrain::
+// DiffusionFeatureExtractor, the denoiser on each observation's return window, its embedding) runs
+// on the same market with market.window = the model's window (32), against its own collector
+// without an extractor at that window.
+//
 // Second table, the update with a fine-tuned extractor against a frozen one ([features] mode =
 // "finetune", docs/features.md "Fine-tuning"): the stream time of one PPO update graph replay
 // (PpoLearner::update on a collected rollout: 4 epochs x 8 minibatches of 32768 rows), same
@@ -26,7 +31,7 @@
 // window form over the 64 returns of every row, forward and backward, and the extractor's Adam. A
 // family whose fine-tuned update does not fit the device is reported as such.
 //
-// Usage: foxhunt_bench_features [lstm|mamba2|xlstm|cfc|tft|kan ...]   (default: all six)
+// Usage: foxhunt_bench_features [lstm|mamba2|xlstm|cfc|tft|kan|diffusion ...]   (default: all seven)
 // Configs from actors::shipped_configs_dir() ($FOXHUNT_CONFIGS first).
 #include <unistd.h>
 
@@ -48,7 +53,10 @@
 #include "gpu/graph.hpp"
 #include "models/dense.hpp"
 #include "pretrain/config.hpp"
+#include "models/diffusion/denoiser.hpp"
+#include "pretrain/diffusion_trainer.hpp"
 #include "pretrain/feature_extractor.hpp"
+#include "pretrain/frozen_features.hpp"
 #include "pretrain/model_factory.hpp"
 #include "pretrain/window_feature_extractor.hpp"
 #include "rl/envs/market.hpp"
@@ -65,7 +73,7 @@ constexpr std::int64_t kEnvs = 4096;
 constexpr std::int64_t kSteps = 64;  // rollout steps per collect graph
 constexpr std::int64_t kWidth = 64;
 constexpr std::uint64_t kSeed = 7;
-const char* const kFamilies[] = {"lstm", "mamba2", "xlstm", "cfc", "tft", "kan"};
+const char* const kFamilies[] = {"lstm", "mamba2", "xlstm", "cfc", "tft", "kan", "diffusion"};
 
 // configs/ppo_features_regime.toml's actor-critic for `env`.
 rl::ppo::PpoConfig ppo_config(const rl::VecEnv& env) {
@@ -87,7 +95,7 @@ struct Collector {
   double us_per_step = 0;
   std::size_t nodes = 0;
 };
-Collector time_collector(const rl::MarketConfig& mc, pretrain::FeatureExtractor* fx, gpu::BlasLane lane) {
+Collector time_collector(const rl::MarketConfig& mc, rl::ObsFeatures* fx, gpu::BlasLane lane) {
   rl::MarketEnv env(mc, kEnvs);
   rl::ppo::PpoTrainer t(ppo_config(env), env, lane);
   if (fx != nullptr) t.set_features(fx);
@@ -143,6 +151,19 @@ pretrain::FeatureSource random_checkpoint(const fs::path& configs, const std::st
   for (const auto& [name, text] : actors::kept_pretrain_files(cfg)) std::ofstream(dir / name) << text;
   std::ofstream(dir / pretrain::kFeatureModelFile) << "";
   pretrain::FeatureSource src = pretrain::load_feature_source(dir);
+  if (src.diffusion()) {  // the denoiser alone, as DiffusionTrainer declares it
+    pretrain::DiffusionTrainerSpec spec = pretrain::diffusion_trainer_spec(src.config, src.market.assets);
+    spec.denoiser.dim = spec.window * spec.assets;
+    spec.denoiser.context = spec.context * spec.assets;
+    models::Denoiser denoiser(spec.denoiser);
+    gpu::ParameterArena arena;
+    denoiser.declare(arena);
+    arena.finalize(s);
+    std::mt19937_64 init(kSeed);
+    denoiser.init(arena, init, s);
+    arena.save(dir / pretrain::kFeatureModelFile, s);
+    return src;
+  }
   auto model = pretrain::make_model(src.model);
   models::DenseSpec hs;
   hs.name = "head";
@@ -161,7 +182,7 @@ pretrain::FeatureSource random_checkpoint(const fs::path& configs, const std::st
 }
 
 // The extractor alone: kSteps of its steps on a fixed buffer of observations, one graph.
-double time_extractor_alone(pretrain::FeatureExtractor& fx, gpu::BlasLane lane) {
+double time_extractor_alone(rl::ObsFeatures& fx, gpu::BlasLane lane) {
   const std::int64_t D = fx.obs_dim();
   std::vector<float> host(static_cast<std::size_t>(kEnvs * D));
   std::mt19937_64 rng(kSeed);
@@ -190,7 +211,8 @@ int main(int argc, char** argv) {
     for (const char* f : kFamilies) known = known || a == f;
     if (!known) {
       std::fprintf(stderr,
-                   "foxhunt_bench_features: unknown argument '%s' (allowed: lstm, mamba2, xlstm, cfc, tft, kan)\n",
+                   "foxhunt_bench_features: unknown argument '%s' (allowed: lstm, mamba2, xlstm, cfc, tft, kan, "
+                   "diffusion)\n",
                    a.c_str());
       return 2;
     }
@@ -223,7 +245,7 @@ int main(int argc, char** argv) {
 
   struct Row {
     std::string family;
-    double with_us, extract_us, alone_us;
+    double base_us, with_us, extract_us, alone_us;
     std::size_t nodes;
   };
   std::vector<Row> rows;
@@ -231,10 +253,20 @@ int main(int argc, char** argv) {
   sources.reserve(families.size());
   for (const std::string& kind : families) {
     const pretrain::FeatureSource& src = sources.emplace_back(random_checkpoint(configs, kind, tmp / kind, s));
-    pretrain::FeatureExtractor fx(src, pretrain::FeatureOutput::embedding, mc, kEnvs, s);
-    const Collector with = time_collector(mc, &fx, lane);
-    const double alone = time_extractor_alone(fx, lane);
-    rows.push_back({kind, with.us_per_step, with.us_per_step - base.us_per_step, alone, with.nodes});
+    rl::MarketConfig m = mc;
+    Collector own = base;
+    if (src.diffusion()) {  // the observation shows exactly the model's window
+      m.window = static_cast<int>(src.config.data.window + src.diffusion_context);
+      own = time_collector(m, nullptr, lane);
+      std::printf("  collector without extractor at market.window = %d: %.2f us per step\n", m.window,
+                  own.us_per_step);
+    }
+    const std::unique_ptr<rl::ObsFeatures> fx =
+        pretrain::make_frozen_features(src, pretrain::FeatureOutput::embedding, m, kEnvs,
+                                       src.diffusion_steps / 10, s);
+    const Collector with = time_collector(m, fx.get(), lane);
+    const double alone = time_extractor_alone(*fx, lane);
+    rows.push_back({kind, own.us_per_step, with.us_per_step, with.us_per_step - own.us_per_step, alone, with.nodes});
     std::printf("  %-7s collector with extractor: %.2f us per step (%zu graph nodes), extractor alone %.2f us per step\n",
                 kind.c_str(), with.us_per_step, with.nodes, alone);
     std::fflush(stdout);
@@ -245,15 +277,15 @@ int main(int argc, char** argv) {
               "x collector", "share");
   bench::print_rule(100);
   for (const Row& r : rows)
-    std::printf("%-8s %14.2f %14.2f %14.2f %14.2f %11.1f%% %11.1f%%\n", r.family.c_str(), base.us_per_step, r.with_us,
-                r.extract_us, r.alone_us, 100.0 * r.extract_us / base.us_per_step, 100.0 * r.extract_us / r.with_us);
+    std::printf("%-8s %14.2f %14.2f %14.2f %14.2f %11.1f%% %11.1f%%\n", r.family.c_str(), r.base_us, r.with_us,
+                r.extract_us, r.alone_us, 100.0 * r.extract_us / r.base_us, 100.0 * r.extract_us / r.with_us);
   bench::print_rule(100);
   std::printf(
       "(per step of %lld environments; extract = with - collector; x collector = extract / collector step without "
       "it; share = extract / step with it; alone: the extractor's steps in a graph of their own)\n",
       static_cast<long long>(kEnvs));
   for (const Row& r : rows) {
-    const double frac = r.extract_us / base.us_per_step;
+    const double frac = r.extract_us / r.base_us;
     std::printf("TARGET %s extraction: %.2f us per step = %.1f%% of the collector's step (target <= 25%%): %s\n",
                 r.family.c_str(), r.extract_us, 100.0 * frac, frac <= 0.25 ? "PASS" : "FAIL");
   }
@@ -263,8 +295,18 @@ int main(int argc, char** argv) {
   std::printf("\nThe PPO update with a fine-tuned extractor against a frozen one: one update graph replay (%lld epochs x "
               "%lld minibatches of %lld rows), width %lld, window %d\n",
               4LL, 8LL, static_cast<long long>(kEnvs * kSteps / 8), static_cast<long long>(kWidth), mc.window);
-  const Update frozen_fused = time_update(mc, sources.front(), false, true, lane);
-  const Update frozen_gemm = time_update(mc, sources.front(), false, false, lane);
+  // The frozen update reads stored columns whatever the family: timed with the first sequence
+  // model's extractor (a diffusion model is not fine-tuned, so it has no row here).
+  std::size_t first_sequence = 0;
+  while (first_sequence < sources.size() && sources[first_sequence].diffusion()) ++first_sequence;
+  if (first_sequence == sources.size()) {
+    std::printf("  (no sequence-model family chosen: nothing to fine-tune)\n");
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    return 0;
+  }
+  const Update frozen_fused = time_update(mc, sources[first_sequence], false, true, lane);
+  const Update frozen_gemm = time_update(mc, sources[first_sequence], false, false, lane);
   std::printf("  frozen: %.2f ms per update fused (%zu graph nodes), %.2f ms on the GEMM path (%zu graph nodes)\n",
               frozen_fused.ms, frozen_fused.nodes, frozen_gemm.ms, frozen_gemm.nodes);
   std::fflush(stdout);
@@ -275,6 +317,7 @@ int main(int argc, char** argv) {
   };
   std::vector<TunedRow> tuned;
   for (std::size_t i = 0; i < families.size(); ++i) {
+    if (sources[i].diffusion()) continue;
     TunedRow r{families[i], {}, {}};
     try {
       r.update = time_update(mc, sources[i], true, false, lane);

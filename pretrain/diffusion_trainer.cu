@@ -250,13 +250,15 @@ models::EpsilonFn DiffusionTrainer::epsilon_fn(const float* ctx) {
 }
 
 void DiffusionTrainer::features(float* embedding, float* score, const float* x0, const float* ctx, std::int64_t batch,
-                                std::int32_t step, std::uint64_t seed, const std::uint64_t* counter) {
+                                std::int32_t step, std::uint64_t seed, const std::uint64_t* counter,
+                                bool shared_noise) {
   FH_EXPECT(batch >= 1 && batch <= spec_.sample_batch, "DiffusionTrainer::features: batch outside [1, sample batch]");
   FH_EXPECT(context_dim() == 0 || ctx != nullptr, "DiffusionTrainer::features: a conditioned model needs a context");
   const cudaStream_t s = lane_.stream;
   const std::int64_t D = dim();
-  models::diffusion_noising_at(feature_x_t_.data(), feature_eps_.data(), feature_t_.data(), x0, batch, D,
-                               schedule_->device(), step, seed, counter, s);
+  (shared_noise ? models::diffusion_noising_shared_at : models::diffusion_noising_at)(
+      feature_x_t_.data(), feature_eps_.data(), feature_t_.data(), x0, batch, D, schedule_->device(), step, seed,
+      counter, s);
   denoiser_->forward(feature_eps_hat_.data(), feature_x_t_.data(), ctx, feature_t_.data(), batch, sample_ws_view_,
                      lane_);
   if (score != nullptr) models::row_mean_squared_error(score, feature_eps_hat_.data(), feature_eps_.data(), batch, D, s);

@@ -15,7 +15,9 @@
 // windows, steps and noise (EvalMetrics.loss = .mse; the other metrics NaN).
 // Features (features): a window's embedding (the denoiser's last hidden state) and its anomaly score
 // (the denoising error at one fixed step: x0 noised at that step with the draws of (seed, *counter),
-// the mean squared error of the predicted noise), for up to the sample batch of windows.
+// the mean squared error of the predicted noise), for up to the sample batch of windows; with
+// shared_noise every window gets the draws of row 0, as the frozen feature extractor's
+// (pretrain/diffusion_feature_extractor.hpp).
 // Sampling (sample): the configured sampler (models/diffusion/sampler.hpp) with the denoiser, on
 // the trainer's stream, capturable.
 #include <cuda_runtime.h>
@@ -85,9 +87,10 @@ class DiffusionTrainer {
   void sample(float* out, const float* ctx, std::int64_t batch, std::uint64_t seed, const std::uint64_t* counter);
   // embedding (B, hidden) and score (B), either nullable, of the windows x0 (B, window x assets)
   // with their ctx (B, context x assets; ignored when context = 0), noised at `step` in [0, T);
-  // 1 <= B <= sample batch.
+  // 1 <= B <= sample batch. shared_noise: every row noised with row 0's draws
+  // (models::diffusion_noising_shared_at), so a window's features depend on the window alone.
   void features(float* embedding, float* score, const float* x0, const float* ctx, std::int64_t batch,
-                std::int32_t step, std::uint64_t seed, const std::uint64_t* counter);
+                std::int32_t step, std::uint64_t seed, const std::uint64_t* counter, bool shared_noise = false);
   // The denoiser as the sampler's epsilon function, conditioned on ctx (tests, inversion).
   models::EpsilonFn epsilon_fn(const float* ctx);
 

@@ -47,8 +47,13 @@ FeatureExtractor::FeatureExtractor(const FeatureSource& source, FeatureOutput ou
                                    std::int64_t num_envs, cudaStream_t stream)
     : output_(output), n_(num_envs) {
   FH_EXPECT(num_envs >= 1, "FeatureExtractor: num_envs must be >= 1");
+  if (source.diffusion())
+    throw std::invalid_argument("features.checkpoint: the model of " + source.dir.string() +
+                                " is a diffusion model, not a sequence model (frozen: DiffusionFeatureExtractor)");
   if (const std::string why = feature_input_problem(source, market); !why.empty())
     throw std::invalid_argument("features.checkpoint: " + why);
+  if (const std::string why = feature_output_problem(source, output); !why.empty())
+    throw std::invalid_argument("features.output: " + why);
   width_ = source.width(output);
   if (market.extra_features != width_)
     throw std::invalid_argument("features.output = \"" + std::string(to_string(output)) + "\" of " +

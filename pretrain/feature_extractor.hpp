@@ -53,6 +53,9 @@ class FeatureExtractor final : public rl::ObsFeatures {
   gpu::ParameterArena& arena() noexcept { return arena_; }
   // The per-environment state (num_envs, model().state_features()): part of a trainer's checkpoint.
   gpu::DeviceBuffer<float>& state() noexcept { return state_; }
+  bool has_state() const override { return true; }
+  float* state_data() override { return state_.data(); }
+  std::size_t state_bytes() const override { return state_.bytes(); }
 
  private:
   // input_ <- the newest returns of obs; state <- step; obs's feature columns <- the output.

@@ -12,10 +12,21 @@ namespace fs = std::filesystem;
 FeatureOutput parse_feature_output(const std::string& name) {
   if (name == "embedding") return FeatureOutput::embedding;
   if (name == "head") return FeatureOutput::head;
-  throw std::invalid_argument("features.output = \"" + name + "\": one of \"embedding\", \"head\"");
+  if (name == "score") return FeatureOutput::score;
+  if (name == "both") return FeatureOutput::both;
+  throw std::invalid_argument("features.output = \"" + name +
+                              "\": one of \"embedding\", \"head\", \"score\", \"both\"");
 }
 
-const char* to_string(FeatureOutput o) { return o == FeatureOutput::embedding ? "embedding" : "head"; }
+const char* to_string(FeatureOutput o) {
+  switch (o) {
+    case FeatureOutput::embedding: return "embedding";
+    case FeatureOutput::head: return "head";
+    case FeatureOutput::score: return "score";
+    case FeatureOutput::both: return "both";
+  }
+  return "?";
+}
 
 FeatureSource load_feature_source(const fs::path& dir) {
   std::error_code ec;
@@ -46,6 +57,10 @@ FeatureSource load_feature_source(const fs::path& dir) {
   s.model.family = s.config.model.family;
   s.embedding = s.config.model.hidden;  // every family's out_features() (checked when the model is built)
   s.head_outputs = task_shape(s.config, assets, regimes).outputs;
+  if (s.diffusion()) {
+    s.diffusion_context = s.config.model.family.integers.at("context");
+    s.diffusion_steps = s.config.model.family.integers.at("diffusion_steps");
+  }
   return s;
 }
 
@@ -68,7 +83,28 @@ std::string feature_input_problem(const FeatureSource& s, const rl::MarketConfig
       return model + " reads returns normalized by 1 / (sigma_ref sqrt(dt)) = " + std::to_string(a.ret_scale[k]) +
              " for asset " + std::to_string(k) + " (its market " + s.config.data.market + "), but env.market's is " +
              std::to_string(b.ret_scale[k]) + " (a different process.sigma or market.dt)";
+  if (s.diffusion() && env.window != s.config.data.window + s.diffusion_context)
+    return model + " reads windows of " + std::to_string(s.config.data.window + s.diffusion_context) +
+           " returns (data.window = " + std::to_string(s.config.data.window) + " after model.context = " +
+           std::to_string(s.diffusion_context) + "), but env.market's observation shows market.window = " +
+           std::to_string(env.window);
   return {};
+}
+
+std::string feature_output_problem(const FeatureSource& s, FeatureOutput o) {
+  const std::string model = "the model of " + s.dir.string() + " (" + s.config.model.kind + ")";
+  if (s.diffusion() && o == FeatureOutput::head)
+    return model + " has no head (a diffusion model offers \"embedding\", \"score\", \"both\")";
+  if (!s.diffusion() && (o == FeatureOutput::score || o == FeatureOutput::both))
+    return std::string("\"") + to_string(o) + "\" is a diffusion model's anomaly score, but " + model +
+           " is a sequence model (it offers \"embedding\", \"head\")";
+  return {};
+}
+
+std::string feature_noise_step_problem(const FeatureSource& s, std::int64_t step) {
+  if (!s.diffusion() || (step >= 0 && step < s.diffusion_steps)) return {};
+  return "features.noise_step = " + std::to_string(step) + " is not a step of the diffusion model of " +
+         s.dir.string() + " (in [0, model.diffusion_steps = " + std::to_string(s.diffusion_steps) + "))";
 }
 
 }  // namespace foxhunt::pretrain

@@ -11,13 +11,14 @@ namespace {
 // One thread per (row, group of 4 elements): one Philox block of normals.
 __global__ void noising_kernel(float* __restrict__ x_t, float* __restrict__ eps, std::int32_t* __restrict__ t,
                                const float* __restrict__ x0, std::int64_t B, std::int64_t D, ScheduleView sched,
-                               std::int32_t fixed_step, std::uint64_t seed, const std::uint64_t* __restrict__ counter) {
+                               std::int32_t fixed_step, bool shared_rows, std::uint64_t seed,
+                               const std::uint64_t* __restrict__ counter) {
   const std::int64_t groups = (D + 3) / 4, n = B * groups;
   const std::uint64_t c = *counter;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t b = i / groups, q = i % groups;
-    const auto row = static_cast<std::uint32_t>(b);
+    const auto row = shared_rows ? 0u : static_cast<std::uint32_t>(b);  // whose draws
     std::int32_t step = fixed_step;
     if (step < 0) {
       const uint4 tb = gpu::random_bits4(seed, kTimestepTag << 24 | row, c);
@@ -61,7 +62,7 @@ void diffusion_noising(float* x_t, float* eps, std::int32_t* t, const float* x0,
   FH_EXPECT(dim >= 1 && dim <= kMaxDiffusionDim, "diffusion_noising: dim outside [1, 2^18]");
   const std::int64_t n = batch * ((dim + 3) / 4);
   noising_kernel<<<gpu::grid_stride_blocks(n), gpu::kBlock, 0, stream>>>(x_t, eps, t, x0, batch, dim, schedule, -1,
-                                                                          seed, counter);
+                                                                          false, seed, counter);
   FH_CHECK_LAUNCH();
 }
 
@@ -73,7 +74,19 @@ void diffusion_noising_at(float* x_t, float* eps, std::int32_t* t, const float* 
   FH_EXPECT(step >= 0 && step < schedule.steps, "diffusion_noising_at: step outside [0, T)");
   const std::int64_t n = batch * ((dim + 3) / 4);
   noising_kernel<<<gpu::grid_stride_blocks(n), gpu::kBlock, 0, stream>>>(x_t, eps, t, x0, batch, dim, schedule, step,
-                                                                          seed, counter);
+                                                                          false, seed, counter);
+  FH_CHECK_LAUNCH();
+}
+
+void diffusion_noising_shared_at(float* x_t, float* eps, std::int32_t* t, const float* x0, std::int64_t batch,
+                                 std::int64_t dim, const ScheduleView& schedule, std::int32_t step, std::uint64_t seed,
+                                 const std::uint64_t* counter, cudaStream_t stream) {
+  FH_EXPECT(batch >= 1 && batch <= kMaxDiffusionBatch, "diffusion_noising_shared_at: batch outside [1, 2^24]");
+  FH_EXPECT(dim >= 1 && dim <= kMaxDiffusionDim, "diffusion_noising_shared_at: dim outside [1, 2^18]");
+  FH_EXPECT(step >= 0 && step < schedule.steps, "diffusion_noising_shared_at: step outside [0, T)");
+  const std::int64_t n = batch * ((dim + 3) / 4);
+  noising_kernel<<<gpu::grid_stride_blocks(n), gpu::kBlock, 0, stream>>>(x_t, eps, t, x0, batch, dim, schedule, step,
+                                                                          true, seed, counter);
   FH_CHECK_LAUNCH();
 }
 

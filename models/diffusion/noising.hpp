@@ -34,6 +34,13 @@ void diffusion_noising_at(float* x_t, float* eps, std::int32_t* t, const float* 
                           std::int64_t dim, const ScheduleView& schedule, std::int32_t step, std::uint64_t seed,
                           const std::uint64_t* counter, cudaStream_t stream);
 
+// The same with row 0's draws for every row (eps[b] = the eps of row 0 above): a window's noised
+// form depends on the window alone, not on its row (the frozen feature extractor's noising,
+// pretrain/diffusion_feature_extractor.hpp).
+void diffusion_noising_shared_at(float* x_t, float* eps, std::int32_t* t, const float* x0, std::int64_t batch,
+                                 std::int64_t dim, const ScheduleView& schedule, std::int32_t step, std::uint64_t seed,
+                                 const std::uint64_t* counter, cudaStream_t stream);
+
 // out (B) = 1/D sum_j (a[b, j] - b[b, j])^2, one warp per row in a fixed order (deterministic).
 void row_mean_squared_error(float* out, const float* a, const float* b, std::int64_t batch, std::int64_t dim,
                             cudaStream_t stream);

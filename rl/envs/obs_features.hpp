@@ -3,8 +3,9 @@
 // (rl/envs/market.hpp: `extra_features` columns after the portfolio tail) from the observation's
 // own returns, on the device, capturable. A collector calls it on every observation it stores,
 // right after the environment wrote it, so rollouts and replay hold the features like any other
-// observation column (pretrain/feature_extractor.hpp is the implementation: a pretrained sequence
-// model in its per-step form, one state per environment).
+// observation column (pretrain/feature_extractor.hpp: a pretrained sequence model in its per-step
+// form, one state per environment; pretrain/diffusion_feature_extractor.hpp: a diffusion model on
+// the observation's return window, stateless).
 //
 // Per environment i the extractor keeps a state that has seen the returns of the current episode:
 //   step(obs, terminated, truncated)  rows with terminated | truncated (both null: every row) start
@@ -17,6 +18,7 @@
 // rows = num_envs(); obs (rows, obs_dim) f32 in place. Only the feature columns are written.
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "gpu/arena.hpp"
@@ -32,6 +34,11 @@ class ObsFeatures {
   virtual std::int64_t features() const = 0;  // columns written
   virtual void step(float* obs, const std::uint8_t* terminated, const std::uint8_t* truncated, gpu::BlasLane lane) = 0;
   virtual void peek(float* obs, gpu::BlasLane lane) = 0;
+  // The per-environment state a trainer's checkpoint carries (has_state() false: a function of
+  // each row alone, nothing to keep).
+  virtual bool has_state() const { return false; }
+  virtual float* state_data() { return nullptr; }
+  virtual std::size_t state_bytes() const { return 0; }
 };
 
 }  // namespace foxhunt::rl

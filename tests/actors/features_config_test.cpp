@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/env_shape.hpp"
+#include "actors/ppo_run.hpp"
 #include "actors/run_config.hpp"
 
 using namespace foxhunt;
@@ -191,6 +193,93 @@ TEST_F(FeaturesConfigTest, RefusesWhatItCannotRunNamingTheKeys) {
       learner = learner.substr(0, p);
     }
     const std::string why = refusal(features + tail, learner, k.market);
+    ASSERT_FALSE(why.empty()) << "accepted";
+    for (const auto& s : k.says) EXPECT_NE(why.find(s), std::string::npos) << "missing \"" << s << "\" in: " << why;
+  }
+}
+
+// A diffusion checkpoint (runs/diff, beside the sequence model's): window 12 after a context of 4
+// (16 returns, as the market's window), model.hidden 24, 50 diffusion steps.
+class DiffusionFeaturesConfigTest : public FeaturesConfigTest {
+ protected:
+  void SetUp() override {
+    FeaturesConfigTest::SetUp();
+    diff_ = root_ / "runs" / "diff";
+    fs::create_directories(diff_);
+    write(diff_ / "market.resolved.toml", market_text(1, 0.1));
+    write(diff_ / "config.resolved.toml",
+          "[model]\nkind = \"diffusion\"\nhidden = 24\ndiffusion_steps = 50\nsample_steps = 10\ncontext = 4\n"
+          "[data]\nsource = \"market\"\nmarket = \"market.resolved.toml\"\nwindow = 12\n[task]\nkind = \"generate\"\n");
+    write(diff_ / "model.safetensors", "weights");
+  }
+  fs::path diff_;
+};
+
+// A diffusion model offers its embedding, its anomaly score or both; the block takes the width.
+TEST_F(DiffusionFeaturesConfigTest, OffersEmbeddingScoreAndBoth) {
+  const RunConfig c = load("checkpoint = \"runs/diff\"\n");
+  EXPECT_EQ(fs::path(c.features.checkpoint), diff_);
+  EXPECT_EQ(c.features.noise_step, 5);  // the default: diffusion_steps / 10, resolved at load
+  EXPECT_NE(resolved_toml(c).find("noise_step = 5"), std::string::npos);
+  EXPECT_EQ(market_config(c).extra_features, 24);
+  const RunConfig sc = load("checkpoint = \"runs/diff\"\noutput = \"score\"\nnoise_step = 49\n");
+  EXPECT_EQ(sc.features.noise_step, 49);
+  EXPECT_EQ(market_config(sc).extra_features, 1);
+  const RunConfig both = load("checkpoint = \"runs/diff\"\noutput = \"both\"\nnoise_step = 0\n", "kind = \"dqn\"\n");
+  EXPECT_EQ(market_config(both).extra_features, 25);
+  EXPECT_EQ(resolved_toml(parse_run_config(resolved_toml(both), "resolved")), resolved_toml(both));
+  EXPECT_NE(resolved_toml(both).find("noise_step = 0"), std::string::npos);
+}
+
+// The diffusion extractor is a function of each row: a PPO checkpoint keeps no features_state for
+// it (a sequence model's run does), and `foxhunt check` expects none.
+TEST_F(DiffusionFeaturesConfigTest, KeepsNoPerEnvironmentState) {
+  const auto has_state = [](const RunConfig& c) {
+    for (const auto& [name, bytes] : ppo_state_arrays(c, env_shape(c)))
+      if (name == "features_state") return bytes > 0;
+    return false;
+  };
+  EXPECT_FALSE(has_state(load("checkpoint = \"runs/diff\"\n")));
+  EXPECT_TRUE(has_state(load("checkpoint = \"runs/pre\"\n")));
+}
+
+TEST_F(DiffusionFeaturesConfigTest, RefusesMismatchesNamingBothSides) {
+  struct Case {
+    const char* name;
+    std::string features, learner, market;
+    std::vector<std::string> says;
+  };
+  write(root_ / "m2.toml", market_text(2, 0.1));
+  write(root_ / "m_scale.toml", market_text(1, 0.2));
+  std::string wide = market_text(1, 0.1);
+  wide.replace(wide.find("window = 16"), 11, "window = 20");
+  write(root_ / "m_wide.toml", wide);
+  const std::string ppo = "kind = \"ppo\"\nrollout_steps = 16\n", dqn = "kind = \"dqn\"\n";
+  const std::string d = "checkpoint = \"runs/diff\"\nnoise_step = 10\n";
+  const std::vector<Case> cases = {
+      {"other window", d, ppo, "m_wide.toml",
+       {"features.checkpoint", "16 returns", "data.window = 12", "model.context = 4", "market.window = 20"}},
+      {"other window dqn", d, dqn, "m_wide.toml", {"features.checkpoint", "market.window = 20"}},
+      {"other assets", d, dqn, "m2.toml", {"features.checkpoint", "1 asset", "has 2"}},
+      {"other return scale", d, ppo, "m_scale.toml", {"features.checkpoint", "normalized"}},
+      {"head of a diffusion model", d + "output = \"head\"\n", ppo, "m.toml",
+       {"features.output", "no head", "score"}},
+      {"score of a sequence model", "checkpoint = \"runs/pre\"\noutput = \"score\"\n", ppo, "m.toml",
+       {"features.output", "diffusion", "lstm"}},
+      {"noise step past the schedule", "checkpoint = \"runs/diff\"\nnoise_step = 100\n", ppo, "m.toml",
+       {"features.noise_step = 100", "diffusion_steps = 50"}},
+      {"noise step negative", "checkpoint = \"runs/diff\"\nnoise_step = -2\n", ppo, "m.toml",
+       {"features.noise_step"}},
+      {"finetune a diffusion model", d + "mode = \"finetune\"\n", ppo, "m.toml",
+       {"features.mode", "frozen"}},
+      {"unknown output", d + "output = \"forecast\"\n", ppo, "m.toml",
+       {"features.output", "embedding", "head", "score", "both"}},
+      {"noise step without a checkpoint", "noise_step = 10\n", ppo, "m.toml",
+       {"features.noise_step", "features.checkpoint"}},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    const std::string why = refusal(k.features, k.learner, k.market);
     ASSERT_FALSE(why.empty()) << "accepted";
     for (const auto& s : k.says) EXPECT_NE(why.find(s), std::string::npos) << "missing \"" << s << "\" in: " << why;
   }

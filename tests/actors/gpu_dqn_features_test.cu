@@ -122,7 +122,7 @@ TEST_F(DqnFeatures, CollectedFeaturesEqualTheWindowFormAndStayFrozen) {
   const cudaStream_t s = collector.stream();
   collector.set_features(
       std::make_unique<pretrain::FeatureExtractor>(src, pretrain::FeatureOutput::embedding, mc, N, s));
-  pretrain::FeatureExtractor& fx = *collector.features();
+  auto& fx = dynamic_cast<pretrain::FeatureExtractor&>(*collector.features());
   const auto params0 = params(fx, s);
   const std::int64_t col = fx.feature_column(), newest = fx.newest_return_column();
 
@@ -270,7 +270,7 @@ TEST_F(DqnFeaturesRun, TrainsFrozenCarriesTheExtractorResumesBitwiseAndEvaluates
   rl::MarketConfig mc = src.market;
   mc.extra_features = static_cast<int>(src.embedding);
   pretrain::FeatureExtractor fresh(src, pretrain::FeatureOutput::embedding, mc, 16, stream());
-  const auto trained = params(*collector->features(), collector->stream());
+  const auto trained = params(dynamic_cast<pretrain::FeatureExtractor&>(*collector->features()), collector->stream());
   const auto loaded = params(fresh, stream());
   ASSERT_EQ(trained.size(), loaded.size());
   EXPECT_EQ(std::memcmp(trained.data(), loaded.data(), loaded.size() * sizeof(float)), 0)
