@@ -282,24 +282,31 @@ void ActorCritic::forward_sequence(float* head_out, float* value, const float* o
 
 void ActorCritic::backward_sequence(const float* d_head, const float* d_value, const float* obs, const float* state0,
                                     const std::uint8_t* resets, std::int64_t T, std::int64_t M,
-                                    const models::Workspace& ws, gpu::BlasLane lane) {
+                                    const models::Workspace& ws, gpu::BlasLane lane, float* d_obs,
+                                    float* d_obs_scratch) {
   const Buffers b = carve(ws.data, T * ws.max_batch, T);
   const std::int64_t rows = T * M;
   if (!critic_lstm_) {
     heads_backward(b.d_core, d_head, d_value, b.lstm_out, b.lstm_out, rows, true, b, lane);
     const float* x = actor_trunk_ ? b.actor_out : obs;
-    lstm_->backward_sequence(actor_trunk_ ? b.d_lstm_in : nullptr, b.d_core, x, state0, resets, T, M, b.lstm_ws, lane);
-    if (actor_trunk_) actor_trunk_->backward(nullptr, b.d_lstm_in, obs, rows, b.actor_ws, lane, nullptr);
+    lstm_->backward_sequence(actor_trunk_ ? b.d_lstm_in : d_obs, b.d_core, x, state0, resets, T, M, b.lstm_ws, lane);
+    if (actor_trunk_) actor_trunk_->backward(d_obs, b.d_lstm_in, obs, rows, b.actor_ws, lane, nullptr);
     return;
   }
+  // Separate networks: the actor's input gradient goes to d_obs, the critic's to d_obs_scratch,
+  // then their sum to d_obs.
+  FH_EXPECT(d_obs == nullptr || d_obs_scratch != nullptr,
+            "ActorCritic::backward_sequence: separate networks need d_obs_scratch for d_obs");
+  float* d_obs_critic = d_obs != nullptr ? d_obs_scratch : nullptr;
   heads_backward(nullptr, d_head, d_value, b.lstm_out, b.critic_lstm_out, rows, true, b, lane);
-  lstm_->backward_sequence(actor_trunk_ ? b.d_lstm_in : nullptr, b.d_policy_in, actor_trunk_ ? b.actor_out : obs,
+  lstm_->backward_sequence(actor_trunk_ ? b.d_lstm_in : d_obs, b.d_policy_in, actor_trunk_ ? b.actor_out : obs,
                            state0, resets, T, M, b.lstm_ws, lane);
   const float* state0_c = state0 != nullptr ? state0 + M * lstm_->state_features() : nullptr;
-  critic_lstm_->backward_sequence(critic_trunk_ ? b.d_critic_lstm_in : nullptr, b.d_value_in,
+  critic_lstm_->backward_sequence(critic_trunk_ ? b.d_critic_lstm_in : d_obs_critic, b.d_value_in,
                                   critic_trunk_ ? b.critic_out : obs, state0_c, resets, T, M, b.critic_lstm_ws, lane);
-  if (actor_trunk_) actor_trunk_->backward(nullptr, b.d_lstm_in, obs, rows, b.actor_ws, lane, nullptr);
-  if (critic_trunk_) critic_trunk_->backward(nullptr, b.d_critic_lstm_in, obs, rows, b.critic_ws, lane, nullptr);
+  if (actor_trunk_) actor_trunk_->backward(d_obs, b.d_lstm_in, obs, rows, b.actor_ws, lane, nullptr);
+  if (critic_trunk_) critic_trunk_->backward(d_obs_critic, b.d_critic_lstm_in, obs, rows, b.critic_ws, lane, nullptr);
+  if (d_obs != nullptr) gpu::add(d_obs, d_obs, d_obs_scratch, rows * obs_dim_, lane.stream);  // elementwise: in place
 }
 
 }  // namespace foxhunt::rl::ppo

@@ -76,10 +76,12 @@ class ActorCritic {
                         const std::uint8_t* resets, std::int64_t T, std::int64_t M, const models::Workspace& ws,
                         gpu::BlasLane lane);
   // Backpropagation through time after forward_sequence of the same arguments and workspace:
-  // overwrites every parameter gradient except the log-std's.
+  // overwrites every parameter gradient except the log-std's. d_obs, d_obs_scratch (nullable,
+  // (T, M, obs_dim)): the gradient with respect to obs, as backward()'s (through the trunk, or the
+  // LSTM's input gradient without one).
   void backward_sequence(const float* d_head, const float* d_value, const float* obs, const float* state0,
                          const std::uint8_t* resets, std::int64_t T, std::int64_t M, const models::Workspace& ws,
-                         gpu::BlasLane lane);
+                         gpu::BlasLane lane, float* d_obs = nullptr, float* d_obs_scratch = nullptr);
 
   // The layers, for kernels that run the networks' math themselves (rl/ppo/fused_mlp.hpp). The
   // critic's trunk is null with a shared trunk; both are null without hidden layers.

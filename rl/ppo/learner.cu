@@ -113,7 +113,6 @@ PpoLearner::PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasL
       stats_exit_() {
   const cudaStream_t s = lane.stream;
   if (features_ != nullptr) {
-    FH_EXPECT(!config_.recurrent(), "PpoLearner: a trainable feature extractor needs a feed-forward policy");
     FH_EXPECT(features_->obs_dim() == obs_dim && features_->max_train_rows() >= config_.minibatch_rows(),
               "PpoLearner: the trainable extractor is for " + std::to_string(features_->obs_dim()) +
                   "-column observations and minibatches of up to " + std::to_string(features_->max_train_rows()) +
@@ -237,7 +236,8 @@ void PpoLearner::minibatch(Rollout& r, const std::int32_t* units, int index, cud
 
   gpu::BlasLane lane = lane_;
   lane.stream = s;
-  // The extractor's features of these observations with its current weights.
+  // The extractor's features of these observations (a recurrent policy's: every row of the
+  // minibatch's whole sequences) with its current weights, into the gathered copy.
   if (features_ != nullptr) features_->train_forward(mb_obs_.data(), mb, lane);
   if (net_.recurrent())
     net_.forward_sequence(mb_head_.data(), mb_value_.data(), mb_obs_.data(), mb_state0_.data(), mb_resets_.data(),
@@ -251,7 +251,7 @@ void PpoLearner::minibatch(Rollout& r, const std::int32_t* units, int index, cud
                  config_.clip, config_.clip_value, config_.vf_coef, s);
   if (net_.recurrent())
     net_.backward_sequence(d_head_.data(), d_value_.data(), mb_obs_.data(), mb_state0_.data(), mb_resets_.data(),
-                           r.steps, M, train_view_, lane);
+                           r.steps, M, train_view_, lane, d_obs_.data(), d_obs_scratch_.data());
   else
     net_.backward(d_head_.data(), d_value_.data(), mb_obs_.data(), mb, train_view_, lane, d_obs_.data(),
                   d_obs_scratch_.data());

@@ -16,11 +16,12 @@
 //
 // A trainable feature extractor (rl::TrainableObsFeatures, [features] mode = "finetune") is the
 // network's first module: each minibatch recomputes the feature columns of its gathered
-// observations with the extractor's current weights, and the backward continues through the
-// observations' gradient into the extractor's own arena. The gradient-norm clip takes the norm over
-// both arenas together; the extractor's Adam (its own moments, the same step count, KL stop and
-// clip scale) runs at features_lr_scale times the agent's (annealed) learning rate. Feed-forward
-// networks on the GEMM path only (the fused kernels read the rollout's stored observations).
+// observations with the extractor's current weights (a recurrent policy: every row of its T x M
+// sequence chunk, in front of the trunk and LSTM), and the backward (through time, for an LSTM)
+// continues through the observations' gradient into the extractor's own arena. The gradient-norm
+// clip takes the norm over both arenas together; the extractor's Adam (its own moments, the same
+// step count, KL stop and clip scale) runs at features_lr_scale times the agent's (annealed)
+// learning rate. GEMM path only (the fused kernels read the rollout's stored observations).
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -55,7 +56,8 @@ class PpoLearner {
  public:
   // The networks' parameters are initialized from `seed` (host RNG, set-up only). features
   // (nullable; must outlive the learner): the trainable extractor in front of the network, for
-  // obs_dim observations and minibatches of up to its max_train_rows().
+  // obs_dim observations; its max_train_rows() covers config.minibatch_rows() (recurrent: the
+  // rollout_steps x num_envs / minibatches rows of a sequence chunk).
   PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasLane lane,
              TrainableObsFeatures* features = nullptr, float features_lr_scale = 1.f);
 

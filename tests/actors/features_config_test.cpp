@@ -140,6 +140,17 @@ TEST_F(FeaturesConfigTest, PpoSyncAcceptsFinetune) {
   EXPECT_EQ(market_config(c).extra_features, 24);
   EXPECT_EQ(resolved_toml(parse_run_config(resolved_toml(c), "resolved")), resolved_toml(c));
   EXPECT_DOUBLE_EQ(load("checkpoint = \"runs/pre\"\nmode = \"finetune\"\n").features.lr_scale, 1.0);
+  // An LSTM policy too: the extractor runs in front of its trunk and LSTM.
+  const RunConfig lstm = load("checkpoint = \"runs/pre\"\nmode = \"finetune\"\n",
+                              "kind = \"ppo\"\nrollout_steps = 16\nlstm_hidden = 16\n");
+  EXPECT_EQ(lstm.features.mode, "finetune");
+  EXPECT_EQ(lstm.learner.lstm_hidden, 16);
+  for (const bool shared_trunk : {false, true})
+    EXPECT_EQ(refusal("checkpoint = \"runs/pre\"\nmode = \"finetune\"\n",
+                      std::string("kind = \"ppo\"\nrollout_steps = 16\nlstm_hidden = 8\nhidden = []\nshared_trunk = ") +
+                          (shared_trunk ? "true" : "false") + "\n"),
+              "")
+        << (shared_trunk ? "shared trunk" : "separate networks");
 }
 
 TEST_F(FeaturesConfigTest, RefusesWhatItCannotRunNamingTheKeys) {
@@ -156,8 +167,6 @@ TEST_F(FeaturesConfigTest, RefusesWhatItCannotRunNamingTheKeys) {
       {"missing checkpoint", "checkpoint = \"nowhere\"\n", ppo, "m.toml", {"features.checkpoint", "nowhere"}},
       {"other assets", "checkpoint = \"runs/pre\"\n", ppo, "m2.toml", {"features.checkpoint", "1 asset", "has 2"}},
       {"other return scale", "checkpoint = \"runs/pre\"\n", ppo, "m_scale.toml", {"features.checkpoint", "normalized"}},
-      {"finetune lstm policy", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\n", ppo + "lstm_hidden = 16\n",
-       "m.toml", {"features.mode", "learner.lstm_hidden", "not supported yet"}},
       {"finetune separate extractors", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\nshared = false\n", ppo,
        "m.toml", {"features.shared", "not supported yet"}},
       {"finetune through the actors", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\n",

@@ -4,8 +4,9 @@
 // pretrain weights byte for byte) and its per-environment state (ppo.state), so a stopped and
 // resumed run ends bitwise equal to the uninterrupted one; `foxhunt eval` of the checkpoint acts
 // through the carried extractor (and refuses the checkpoint once it is removed), beside the regime
-// oracle. The same with mode = "finetune": the fine-tuned extractor and its Adam moments
-// (features.safetensors) resume bitwise too, and evaluation acts through them.
+// oracle. The same with mode = "finetune" (feed-forward and LSTM policies): the fine-tuned
+// extractor and its Adam moments (features.safetensors) resume bitwise too, and evaluation acts
+// through them.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -62,12 +63,12 @@ class FeaturesRun : public test::GpuTest {
   }
 
   TrainOutcome train(const std::string& name, std::int64_t total, const std::optional<fs::path>& resume = {},
-                     const std::string& features = "") {
+                     const std::string& features = "", const std::string& learner = "") {
     std::ostringstream t;
     t << "[run]\nseed = 4\ntotal_env_steps = " << total << "\n[env]\nkind = \"market\"\nnum_envs = 16\nmarket = \""
       << (test::configs_dir() / "markets" / "regime2.toml").string() << "\"\n"
       << "[learner]\nkind = \"ppo\"\nrollout_steps = 32\nminibatches = 4\nhidden = [32, 32]\nlr = 0.001\nlr_end = 0.001\n"
-      << "[features]\ncheckpoint = \"pre\"\n" << features
+      << learner << "[features]\ncheckpoint = \"pre\"\n" << features
       << "[checkpoint]\nevery_env_steps = 0\n[logging]\ntimeline = false\ntensorboard = false\n";
     std::ofstream(dir_ / (name + ".toml")) << t.str();
     TrainRequest req;
@@ -136,43 +137,49 @@ TEST_F(FeaturesRun, TrainsCarriesTheExtractorResumesBitwiseAndEvaluates) {
   }
 }
 
+// A feed-forward and an LSTM policy (the extractor in front of its trunk and LSTM).
 TEST_F(FeaturesRun, FinetunedExtractorResumesBitwiseAndEvaluates) {
   SCOPED_TRACE(seed_note());
   const fs::path pre = pretrain_run();
   ASSERT_FALSE(pre.empty());
   const std::string finetune = "mode = \"finetune\"\nlr_scale = 0.5\n";
   constexpr std::int64_t kN = 16 * 32 * 4;  // 4 iterations
-  const TrainOutcome half = train("half", kN, {}, finetune);
-  ASSERT_TRUE(half.result.final_checkpoint);
-  const fs::path ckpt = *half.result.final_checkpoint;
-  ASSERT_TRUE(fs::exists(ckpt / "features.safetensors"));
-  const TrainOutcome resumed = train("resumed", 2 * kN, ckpt, finetune);
-  const TrainOutcome whole = train("whole", 2 * kN, {}, finetune);
-  ASSERT_TRUE(resumed.result.final_checkpoint && whole.result.final_checkpoint);
-  for (const char* f : {"learner.safetensors", "features.safetensors", "ppo.state", "env.state"}) {
-    EXPECT_EQ(test::differing_bytes(*resumed.result.final_checkpoint / f, *whole.result.final_checkpoint / f), 0)
-        << f << " differs between the resumed and the uninterrupted run";
-    EXPECT_GT(test::differing_bytes(ckpt / f, *whole.result.final_checkpoint / f), 0) << f << ": nothing changed";
-  }
-  EvalRequest ereq;
-  ereq.checkpoints = {*whole.result.final_checkpoint};
-  ereq.episodes = 64;
-  const EvalReport report = evaluate(plan_eval(ereq));
-  bool greedy = false;
-  for (const EvalRow& r : report.rows)
-    if (r.policy == "greedy") {
-      greedy = true;
-      EXPECT_EQ(r.stats.episodes, 64.0);
-      EXPECT_TRUE(std::isfinite(r.stats.mean_sharpe));
+  for (const bool lstm : {false, true}) {
+    SCOPED_TRACE(lstm ? "LSTM policy" : "feed-forward policy");
+    const std::string learner = lstm ? "lstm_hidden = 16\n" : "";
+    const std::string tag = lstm ? "lstm_" : "ff_";
+    const TrainOutcome half = train(tag + "half", kN, {}, finetune, learner);
+    ASSERT_TRUE(half.result.final_checkpoint);
+    const fs::path ckpt = *half.result.final_checkpoint;
+    ASSERT_TRUE(fs::exists(ckpt / "features.safetensors"));
+    const TrainOutcome resumed = train(tag + "resumed", 2 * kN, ckpt, finetune, learner);
+    const TrainOutcome whole = train(tag + "whole", 2 * kN, {}, finetune, learner);
+    ASSERT_TRUE(resumed.result.final_checkpoint && whole.result.final_checkpoint);
+    for (const char* f : {"learner.safetensors", "features.safetensors", "ppo.state", "env.state"}) {
+      EXPECT_EQ(test::differing_bytes(*resumed.result.final_checkpoint / f, *whole.result.final_checkpoint / f), 0)
+          << f << " differs between the resumed and the uninterrupted run";
+      EXPECT_GT(test::differing_bytes(ckpt / f, *whole.result.final_checkpoint / f), 0) << f << ": nothing changed";
     }
-  EXPECT_TRUE(greedy);
-  // Without its fine-tuned weights the checkpoint is refused, naming the file.
-  fs::remove(*whole.result.final_checkpoint / "features.safetensors");
-  try {
-    evaluate(plan_eval(ereq));
-    FAIL() << "a fine-tuned checkpoint without features.safetensors was evaluated";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("features.safetensors"), std::string::npos) << e.what();
+    EvalRequest ereq;
+    ereq.checkpoints = {*whole.result.final_checkpoint};
+    ereq.episodes = 64;
+    const EvalReport report = evaluate(plan_eval(ereq));
+    bool greedy = false;
+    for (const EvalRow& r : report.rows)
+      if (r.policy == "greedy") {
+        greedy = true;
+        EXPECT_EQ(r.stats.episodes, 64.0);
+        EXPECT_TRUE(std::isfinite(r.stats.mean_sharpe));
+      }
+    EXPECT_TRUE(greedy);
+    // Without its fine-tuned weights the checkpoint is refused, naming the file.
+    fs::remove(*whole.result.final_checkpoint / "features.safetensors");
+    try {
+      evaluate(plan_eval(ereq));
+      FAIL() << "a fine-tuned checkpoint without features.safetensors was evaluated";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("features.safetensors"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // ActorCritic (rl/ppo/actor_critic.hpp): every parameter's gradient against central finite
 // differences of L = sum(u * head) + sum(w * value), for separate and shared trunks, categorical
-// and Gaussian heads, no trunk; the orthogonal init (W W^T = gain^2 I, zero biases); a forward
-// that skips an output leaves the other one as it would be.
+// and Gaussian heads, no trunk, and the recurrent policy (with its observation gradient); the
+// orthogonal init (W W^T = gain^2 I, zero biases); a forward that skips an output leaves the other
+// one as it would be.
 #include "models/fd_support.hpp"
 
 #include <cmath>
@@ -215,6 +216,80 @@ TEST_F(PpoActorCriticTest, RecurrentGradientsMatchFiniteDifferences) {
         }
       }
       EXPECT_EQ(lstm_tensors, shared ? 3 : 6);
+    }
+}
+
+// The recurrent policy's input gradient (backward_sequence's d_obs, what a fine-tuned feature
+// extractor in front receives): every observation element against central finite differences,
+// with and without a trunk, shared and separate networks; asking for it leaves the parameter
+// gradients bitwise as they are without it.
+TEST_F(PpoActorCriticTest, RecurrentObservationGradientMatchesFiniteDifferences) {
+  SCOPED_TRACE(seed_note());
+  for (const bool trunk : {true, false})
+    for (const bool shared : {false, true}) {
+      SCOPED_TRACE(std::string(trunk ? "trunk -> LSTM" : "LSTM on the observation") +
+                   (shared ? ", shared by actor and critic" : ", actor and critic each"));
+      PpoConfig c = small(shared, gaussian(2), trunk ? std::vector<std::int64_t>{6} : std::vector<std::int64_t>{},
+                          gpu::Activation::tanh);
+      c.lstm_hidden = 5;
+      const std::int64_t T = 4, M = 3, C = 4, rows = T * M;
+      ActorCritic net(c, C);
+      gpu::ParameterArena arena;
+      net.declare(arena);
+      arena.finalize(s());
+      std::mt19937_64 init_rng(seed_);
+      net.init(arena, init_rng, s());
+      net.bind(arena);
+      for (const auto& e : arena.entries())
+        test::upload_to(arena.params() + e.offset,
+                        test::random_uniform(static_cast<std::size_t>(e.numel), -0.6f, 0.6f, rng()), s());
+      gpu::DeviceBuffer<std::byte> ws_storage(net.sequence_workspace_bytes(T, M));
+      const models::Workspace ws{ws_storage.data(), M, false};
+      const std::int64_t W = net.head_width(), S = net.state_features();
+      const auto obs = test::random_uniform(static_cast<std::size_t>(rows * C), -1.f, 1.f, rng());
+      const auto state0 = test::random_uniform(static_cast<std::size_t>(M * S), -0.8f, 0.8f, rng());
+      std::vector<std::uint8_t> resets(static_cast<std::size_t>(rows), 0);
+      resets[2 * M + 1] = 1;  // environment 1 starts an episode at t = 2: no gradient crosses it
+      const auto u = test::random_uniform(static_cast<std::size_t>(rows * W), -1.f, 1.f, rng());
+      const auto w = test::random_uniform(static_cast<std::size_t>(rows), -1.f, 1.f, rng());
+      auto d_obs_in = test::upload(obs, s()), d_s0 = test::upload(state0, s()), d_u = test::upload(u, s()),
+           d_w = test::upload(w, s());
+      auto d_resets = test::upload(resets, s());
+      gpu::DeviceBuffer<float> head(static_cast<std::size_t>(rows * W)), value(static_cast<std::size_t>(rows));
+      gpu::DeviceBuffer<float> g_obs(static_cast<std::size_t>(rows * C)), scratch(static_cast<std::size_t>(rows * C));
+      test::poison(g_obs, s());
+      test::poison(scratch, s());
+      const auto P = static_cast<std::size_t>(arena.padded_count());
+      FH_CHECK(cudaMemsetAsync(arena.grads(), 0, P * sizeof(float), s()));  // the log-std's: the loss writes it
+      net.forward_sequence(head.data(), value.data(), d_obs_in.data(), d_s0.data(), d_resets.data(), T, M, ws, lane());
+      net.backward_sequence(d_u.data(), d_w.data(), d_obs_in.data(), d_s0.data(), d_resets.data(), T, M, ws, lane());
+      const auto grads_plain = test::download(arena.grads(), P, s());
+      net.backward_sequence(d_u.data(), d_w.data(), d_obs_in.data(), d_s0.data(), d_resets.data(), T, M, ws, lane(),
+                            g_obs.data(), scratch.data());
+      EXPECT_EQ(test::download(arena.grads(), P, s()), grads_plain) << "d_obs changed the parameter gradients";
+      const auto g = test::download(g_obs, s());
+      auto loss = [&] {
+        net.forward_sequence(head.data(), value.data(), d_obs_in.data(), d_s0.data(), d_resets.data(), T, M, ws,
+                             lane());
+        const auto h = test::download(head, s());
+        const auto v = test::download(value, s());
+        double L = 0;
+        for (std::size_t i = 0; i < h.size(); ++i) L += static_cast<double>(u[i]) * h[i];
+        for (std::size_t i = 0; i < v.size(); ++i) L += static_cast<double>(w[i]) * v[i];
+        return L;
+      };
+      double rms = 0;
+      for (float v : g) {
+        ASSERT_TRUE(std::isfinite(v)) << "d_obs not written everywhere";
+        rms += static_cast<double>(v) * v;
+      }
+      rms = std::sqrt(rms / static_cast<double>(g.size()));
+      ASSERT_GT(rms, 1e-3);
+      for (std::int64_t i = 0; i < rows * C; ++i) {
+        const double fd = test::central_difference(loss, d_obs_in.data(), i, 1e-2f, s());
+        EXPECT_TRUE(test::fd_close(fd, g[static_cast<std::size_t>(i)], 2e-2, 0.05 * rms))
+            << "d_obs[t " << i / (M * C) << ", env " << (i / C) % M << ", col " << i % C << "]";
+      }
     }
 }
 

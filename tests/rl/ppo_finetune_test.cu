@@ -2,7 +2,8 @@
 // first module of PpoLearner's network, [features] mode = "finetune"): the features a rollout
 // stores equal the model's window form recomputed from each stored observation's return window
 // with the weights the rollout acted with (the latest update's); the updates move the extractor's
-// parameters; the steady state makes no device-to-host copy.
+// parameters; the steady state makes no device-to-host copy. With an LSTM policy too (a frozen
+// extractor there stays bitwise unchanged).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,7 +11,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
+#include <string>
 
 #include "gpu/arena.hpp"
 #include "gpu/context.hpp"
@@ -181,5 +184,53 @@ TEST_P(PpoFinetuneOutputs, ActsWithTheLatestWindowFeaturesAndMovesTheExtractor) 
 
 INSTANTIATE_TEST_SUITE_P(Outputs, PpoFinetuneOutputs, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Head" : "Embedding"; });
+
+// An LSTM policy (the extractor in front of its trunk and LSTM, trained through the sequence
+// chunks' backward through time): the rollouts store the window features of the latest weights,
+// and the updates move the extractor; the same extractor attached frozen (set_features) acts the
+// same way but stays bitwise unchanged. Separate and shared actor-critic networks.
+TEST_F(PpoFinetuneTest, LstmPolicyMovesTheExtractorAndFrozenLeavesItBitwise) {
+  SCOPED_TRACE(seed_note());
+  const pretrain::FeatureSource src = checkpoint();
+  const pretrain::FeatureOutput output = pretrain::FeatureOutput::embedding;
+  MarketConfig mc = src.market;
+  mc.episode_length = 10;  // episodes end inside the 24-step sequences: resets mid-chunk
+  mc.extra_features = static_cast<int>(src.width(output));
+  const std::int64_t N = 8;
+  for (const bool shared : {false, true})
+    for (const bool tuned : {true, false}) {
+      SCOPED_TRACE(std::string(tuned ? "fine-tuned" : "frozen") + (shared ? ", shared trunk" : ", separate networks"));
+      MarketEnv env(mc, N);
+      PpoConfig cfg = config_for(env, seed_);
+      cfg.lstm_hidden = 16;
+      cfg.shared_trunk = shared;
+      pretrain::WindowFeatureExtractor fx(src, output, mc, N, cfg.minibatch_rows(), stream());
+      const std::size_t P = static_cast<std::size_t>(fx.arena().padded_count());
+      const auto params0 = test::download(fx.arena().params(), P, stream());
+      std::unique_ptr<PpoTrainer> t = tuned ? std::make_unique<PpoTrainer>(cfg, env, lane(), &fx, 2.f)
+                                            : std::make_unique<PpoTrainer>(cfg, env, lane());
+      if (!tuned) t->set_features(&fx);
+      ASSERT_TRUE(t->learner().network().recurrent());
+      t->reset(seed_);
+      t->collect();
+      expect_window_features(fx, t->rollout(), src.width(output), src.head_outputs, false, lane(), "first rollout");
+      t->learner().update(t->rollout());
+      const auto params1 = test::download(fx.arena().params(), P, stream());
+      t->collect();
+      expect_window_features(fx, t->rollout(), src.width(output), src.head_outputs, false, lane(), "after an update");
+      for (int k = 0; k < 2; ++k) t->iterate();
+      const TrainerStats st = t->wait_stats();
+      EXPECT_TRUE(std::isfinite(st.update.policy_loss));
+      EXPECT_GT(st.update.minibatches, 0u);
+      const auto params2 = test::download(fx.arena().params(), P, stream());
+      for (float v : params2) ASSERT_TRUE(std::isfinite(v));
+      if (tuned) {
+        EXPECT_NE(std::memcmp(params0.data(), params1.data(), P * sizeof(float)), 0) << "the update left the extractor";
+        EXPECT_NE(std::memcmp(params1.data(), params2.data(), P * sizeof(float)), 0);
+      } else {
+        EXPECT_EQ(std::memcmp(params0.data(), params2.data(), P * sizeof(float)), 0) << "a frozen extractor moved";
+      }
+    }
+}
 
 }  // namespace
