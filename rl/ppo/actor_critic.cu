@@ -171,26 +171,50 @@ void ActorCritic::heads_backward(float* d_core, const float* d_head, const float
     gpu::add(d_core, b.d_policy_in, b.d_value_in, rows * core_width(config_, obs_dim_), lane.stream);
 }
 
+void ActorCritic::check_critic_input(const float* obs_critic, const char* where) const {
+  FH_EXPECT(obs_critic == nullptr || !config_.shared_trunk,
+            std::string("ActorCritic::") + where +
+                ": a critic input of its own (obs_critic) needs separate actor and critic networks (shared_trunk "
+                "= false)");
+}
+
 void ActorCritic::forward(float* head_out, float* value, const float* obs, std::int64_t rows,
-                          const models::Workspace& ws, gpu::BlasLane lane) {
+                          const models::Workspace& ws, gpu::BlasLane lane, const float* obs_critic) {
   FH_EXPECT(!lstm_, "ActorCritic::forward: a recurrent policy runs step() or forward_sequence()");
   FH_EXPECT(rows >= 1 && rows <= ws.max_batch, "ActorCritic::forward: rows out of the workspace's range");
+  check_critic_input(obs_critic, "forward");
+  const float* critic_in = obs_critic != nullptr ? obs_critic : obs;
   const Buffers b = carve(ws.data, ws.max_batch);
-  if (!actor_trunk_) return heads_forward(head_out, value, obs, obs, rows, b, lane);
+  if (!actor_trunk_) return heads_forward(head_out, value, obs, critic_in, rows, b, lane);
   if (config_.shared_trunk) {
     actor_trunk_->forward(b.actor_out, obs, rows, true, b.actor_ws, lane);
     return heads_forward(head_out, value, b.actor_out, b.actor_out, rows, b, lane);
   }
   if (head_out != nullptr) actor_trunk_->forward(b.actor_out, obs, rows, true, b.actor_ws, lane);
-  if (value != nullptr) critic_trunk_->forward(b.critic_out, obs, rows, true, b.critic_ws, lane);
+  if (value != nullptr) critic_trunk_->forward(b.critic_out, critic_in, rows, true, b.critic_ws, lane);
   heads_forward(head_out, value, b.actor_out, b.critic_out, rows, b, lane);
 }
 
 void ActorCritic::backward(const float* d_head, const float* d_value, const float* obs, std::int64_t rows,
-                           const models::Workspace& ws, gpu::BlasLane lane, float* d_obs, float* d_obs_scratch) {
+                           const models::Workspace& ws, gpu::BlasLane lane, float* d_obs, float* d_obs_scratch,
+                           const float* obs_critic, float* d_obs_critic) {
   FH_EXPECT(!lstm_, "ActorCritic::backward: a recurrent policy runs backward_sequence()");
+  check_critic_input(obs_critic, "backward");
+  const bool split = obs_critic != nullptr;
+  FH_EXPECT(!split || (d_obs == nullptr) == (d_obs_critic == nullptr),
+            "ActorCritic::backward: with obs_critic, d_obs and d_obs_critic are both given or both null");
+  const float* critic_in = split ? obs_critic : obs;
   const Buffers b = carve(ws.data, ws.max_batch);
-  if (!actor_trunk_) return heads_backward(d_obs, d_head, d_value, obs, obs, rows, d_obs != nullptr, b, lane);
+  if (!actor_trunk_) {
+    if (!split) return heads_backward(d_obs, d_head, d_value, obs, obs, rows, d_obs != nullptr, b, lane);
+    heads_backward(nullptr, d_head, d_value, obs, critic_in, rows, d_obs != nullptr, b, lane);
+    if (d_obs != nullptr) {
+      const auto bytes = static_cast<std::size_t>(rows * obs_dim_) * sizeof(float);
+      FH_CHECK(cudaMemcpyAsync(d_obs, b.d_policy_in, bytes, cudaMemcpyDeviceToDevice, lane.stream));
+      FH_CHECK(cudaMemcpyAsync(d_obs_critic, b.d_value_in, bytes, cudaMemcpyDeviceToDevice, lane.stream));
+    }
+    return;
+  }
   if (config_.shared_trunk) {
     heads_backward(b.d_core, d_head, d_value, b.actor_out, b.actor_out, rows, true, b, lane);
     actor_trunk_->backward(d_obs, b.d_core, obs, rows, b.actor_ws, lane, nullptr);
@@ -198,8 +222,8 @@ void ActorCritic::backward(const float* d_head, const float* d_value, const floa
   }
   heads_backward(nullptr, d_head, d_value, b.actor_out, b.critic_out, rows, true, b, lane);
   actor_trunk_->backward(d_obs, b.d_policy_in, obs, rows, b.actor_ws, lane, nullptr);
-  if (d_obs == nullptr) {
-    critic_trunk_->backward(nullptr, b.d_value_in, obs, rows, b.critic_ws, lane, nullptr);
+  if (d_obs == nullptr || split) {
+    critic_trunk_->backward(d_obs_critic, b.d_value_in, critic_in, rows, b.critic_ws, lane, nullptr);
     return;
   }
   FH_EXPECT(d_obs_scratch != nullptr, "ActorCritic::backward: separate trunks need d_obs_scratch for d_obs");
@@ -223,9 +247,10 @@ void ActorCritic::gather_state(float* out, const float* state, const std::int32_
 }
 
 void ActorCritic::step(float* head_out, float* value, float* state, const float* obs, const std::uint8_t* resets,
-                       std::int64_t rows, const models::Workspace& ws, gpu::BlasLane lane) {
+                       std::int64_t rows, const models::Workspace& ws, gpu::BlasLane lane, const float* obs_critic) {
   FH_EXPECT(lstm_.has_value(), "ActorCritic::step: the policy is not recurrent");
   FH_EXPECT(rows >= 1 && rows <= ws.max_batch, "ActorCritic::step: rows out of the workspace's range");
+  check_critic_input(obs_critic, "step");
   const Buffers b = carve(ws.data, ws.max_batch);
   if (!critic_lstm_) {
     const float* x = obs;
@@ -245,9 +270,10 @@ void ActorCritic::step(float* head_out, float* value, float* state, const float*
     lstm_->step(b.lstm_out, state, x, resets, rows, b.lstm_ws, lane);
   }
   if (value != nullptr) {
-    const float* x = obs;
+    const float* critic_in = obs_critic != nullptr ? obs_critic : obs;
+    const float* x = critic_in;
     if (critic_trunk_) {
-      critic_trunk_->forward(b.critic_out, obs, rows, true, b.critic_ws, lane);
+      critic_trunk_->forward(b.critic_out, critic_in, rows, true, b.critic_ws, lane);
       x = b.critic_out;
     }
     critic_lstm_->step(b.critic_lstm_out, state + rows * lstm_->state_features(), x, resets, rows, b.critic_lstm_ws,
@@ -258,8 +284,9 @@ void ActorCritic::step(float* head_out, float* value, float* state, const float*
 
 void ActorCritic::forward_sequence(float* head_out, float* value, const float* obs, const float* state0,
                                    const std::uint8_t* resets, std::int64_t T, std::int64_t M,
-                                   const models::Workspace& ws, gpu::BlasLane lane) {
+                                   const models::Workspace& ws, gpu::BlasLane lane, const float* obs_critic) {
   FH_EXPECT(lstm_.has_value(), "ActorCritic::forward_sequence: the policy is not recurrent");
+  check_critic_input(obs_critic, "forward_sequence");
   FH_EXPECT(T >= 1 && M >= 1 && M <= ws.max_batch, "ActorCritic::forward_sequence: M out of the workspace's range");
   const Buffers b = carve(ws.data, T * ws.max_batch, T);
   const std::int64_t rows = T * M;
@@ -270,9 +297,10 @@ void ActorCritic::forward_sequence(float* head_out, float* value, const float* o
   }
   lstm_->forward_sequence(b.lstm_out, nullptr, x, state0, resets, T, M, b.lstm_ws, lane);
   if (!critic_lstm_) return heads_forward(head_out, value, b.lstm_out, b.lstm_out, rows, b, lane);
-  const float* xc = obs;
+  const float* critic_in = obs_critic != nullptr ? obs_critic : obs;
+  const float* xc = critic_in;
   if (critic_trunk_) {
-    critic_trunk_->forward(b.critic_out, obs, rows, true, b.critic_ws, lane);
+    critic_trunk_->forward(b.critic_out, critic_in, rows, true, b.critic_ws, lane);
     xc = b.critic_out;
   }
   const float* state0_c = state0 != nullptr ? state0 + M * lstm_->state_features() : nullptr;
@@ -283,7 +311,8 @@ void ActorCritic::forward_sequence(float* head_out, float* value, const float* o
 void ActorCritic::backward_sequence(const float* d_head, const float* d_value, const float* obs, const float* state0,
                                     const std::uint8_t* resets, std::int64_t T, std::int64_t M,
                                     const models::Workspace& ws, gpu::BlasLane lane, float* d_obs,
-                                    float* d_obs_scratch) {
+                                    float* d_obs_scratch, const float* obs_critic, float* d_obs_critic) {
+  check_critic_input(obs_critic, "backward_sequence");
   const Buffers b = carve(ws.data, T * ws.max_batch, T);
   const std::int64_t rows = T * M;
   if (!critic_lstm_) {
@@ -293,20 +322,27 @@ void ActorCritic::backward_sequence(const float* d_head, const float* d_value, c
     if (actor_trunk_) actor_trunk_->backward(d_obs, b.d_lstm_in, obs, rows, b.actor_ws, lane, nullptr);
     return;
   }
-  // Separate networks: the actor's input gradient goes to d_obs, the critic's to d_obs_scratch,
-  // then their sum to d_obs.
-  FH_EXPECT(d_obs == nullptr || d_obs_scratch != nullptr,
-            "ActorCritic::backward_sequence: separate networks need d_obs_scratch for d_obs");
-  float* d_obs_critic = d_obs != nullptr ? d_obs_scratch : nullptr;
+  // Separate networks: the actor's input gradient goes to d_obs; the critic's to d_obs_critic
+  // (its own input obs_critic), else to d_obs_scratch and then their sum to d_obs.
+  const bool split = obs_critic != nullptr;
+  const float* critic_in = split ? obs_critic : obs;
+  float* d_critic_in = d_obs == nullptr ? nullptr : split ? d_obs_critic : d_obs_scratch;
+  FH_EXPECT(d_obs == nullptr || d_critic_in != nullptr,
+            "ActorCritic::backward_sequence: separate networks need d_obs_scratch (or d_obs_critic) for d_obs");
+  FH_EXPECT(!split || d_obs != nullptr || d_obs_critic == nullptr,
+            "ActorCritic::backward_sequence: with obs_critic, d_obs_critic needs d_obs");
   heads_backward(nullptr, d_head, d_value, b.lstm_out, b.critic_lstm_out, rows, true, b, lane);
   lstm_->backward_sequence(actor_trunk_ ? b.d_lstm_in : d_obs, b.d_policy_in, actor_trunk_ ? b.actor_out : obs,
                            state0, resets, T, M, b.lstm_ws, lane);
   const float* state0_c = state0 != nullptr ? state0 + M * lstm_->state_features() : nullptr;
-  critic_lstm_->backward_sequence(critic_trunk_ ? b.d_critic_lstm_in : d_obs_critic, b.d_value_in,
-                                  critic_trunk_ ? b.critic_out : obs, state0_c, resets, T, M, b.critic_lstm_ws, lane);
+  critic_lstm_->backward_sequence(critic_trunk_ ? b.d_critic_lstm_in : d_critic_in, b.d_value_in,
+                                  critic_trunk_ ? b.critic_out : critic_in, state0_c, resets, T, M, b.critic_lstm_ws,
+                                  lane);
   if (actor_trunk_) actor_trunk_->backward(d_obs, b.d_lstm_in, obs, rows, b.actor_ws, lane, nullptr);
-  if (critic_trunk_) critic_trunk_->backward(d_obs_critic, b.d_critic_lstm_in, obs, rows, b.critic_ws, lane, nullptr);
-  if (d_obs != nullptr) gpu::add(d_obs, d_obs, d_obs_scratch, rows * obs_dim_, lane.stream);  // elementwise: in place
+  if (critic_trunk_)
+    critic_trunk_->backward(d_critic_in, b.d_critic_lstm_in, critic_in, rows, b.critic_ws, lane, nullptr);
+  if (d_obs != nullptr && !split)
+    gpu::add(d_obs, d_obs, d_obs_scratch, rows * obs_dim_, lane.stream);  // elementwise: in place
 }
 
 }  // namespace foxhunt::rl::ppo

@@ -13,6 +13,11 @@
 // one. Gaussian heads add "policy.log_std" (dim), state-independent. Init: orthogonal with gain
 // sqrt(2) in the trunks, 0.01 on the policy head, 1 on the value
 // head, zero biases (CleanRL's layer_init). Rows are (B, obs_dim).
+//
+// obs_critic (every call's last input, nullable: obs): separate networks only (shared_trunk =
+// false), the critic's rows of its own, the same observations with other feature columns (separate
+// fine-tuned extractors for actor and critic, rl/ppo/learner.hpp). The backward then keeps the two
+// input gradients apart: d_obs the policy's, d_obs_critic the value's.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -47,15 +52,17 @@ class ActorCritic {
   // Either output may be null (that branch is skipped: acting without values, bootstrapping
   // without a policy).
   void forward(float* head_out, float* value, const float* obs, std::int64_t rows, const models::Workspace& ws,
-               gpu::BlasLane lane);
+               gpu::BlasLane lane, const float* obs_critic = nullptr);
   // From d_head (B, head_width) and d_value (B): overwrites every parameter gradient except the
   // log-std's (the loss writes that one). Follows forward() of the same rows and workspace, both
   // outputs computed. d_obs (nullable, (B, obs_dim)): the gradient with respect to obs too (a
   // trainable feature extractor in front, rl/envs/obs_features.hpp); with separate trunks the
-  // critic's part goes through d_obs_scratch (B, obs_dim) first.
+  // critic's part goes through d_obs_scratch (B, obs_dim) first. With obs_critic (as in forward()):
+  // d_obs gets the policy's gradient only and d_obs_critic (B, obs_dim) the value's (both or
+  // neither; d_obs_scratch unused).
   void backward(const float* d_head, const float* d_value, const float* obs, std::int64_t rows,
                 const models::Workspace& ws, gpu::BlasLane lane, float* d_obs = nullptr,
-                float* d_obs_scratch = nullptr);
+                float* d_obs_scratch = nullptr, const float* obs_critic = nullptr, float* d_obs_critic = nullptr);
 
   // Recurrent policies (config.lstm_hidden > 0). State (B, state_features()).
   bool recurrent() const noexcept { return lstm_.has_value(); }
@@ -67,21 +74,22 @@ class ActorCritic {
   // updated in place. Either output may be null (separate networks: that network's state does
   // not advance). ws: workspace_bytes(max rows).
   void step(float* head_out, float* value, float* state, const float* obs, const std::uint8_t* resets,
-            std::int64_t rows, const models::Workspace& ws, gpu::BlasLane lane);
+            std::int64_t rows, const models::Workspace& ws, gpu::BlasLane lane, const float* obs_critic = nullptr);
   // Sequences, time-major: obs (T, M, C) -> head_out (T, M, width), value (T, M), from state0
   // (M, S) with resets (T, M) applied before each step (the LSTM's forward_sequence). ws: a
   // sequence workspace (max_batch = M sequences of up to the T it was sized for).
   std::size_t sequence_workspace_bytes(std::int64_t T, std::int64_t max_sequences) const;
   void forward_sequence(float* head_out, float* value, const float* obs, const float* state0,
                         const std::uint8_t* resets, std::int64_t T, std::int64_t M, const models::Workspace& ws,
-                        gpu::BlasLane lane);
+                        gpu::BlasLane lane, const float* obs_critic = nullptr);
   // Backpropagation through time after forward_sequence of the same arguments and workspace:
   // overwrites every parameter gradient except the log-std's. d_obs, d_obs_scratch (nullable,
   // (T, M, obs_dim)): the gradient with respect to obs, as backward()'s (through the trunk, or the
-  // LSTM's input gradient without one).
+  // LSTM's input gradient without one); with obs_critic, d_obs_critic as backward()'s.
   void backward_sequence(const float* d_head, const float* d_value, const float* obs, const float* state0,
                          const std::uint8_t* resets, std::int64_t T, std::int64_t M, const models::Workspace& ws,
-                         gpu::BlasLane lane, float* d_obs = nullptr, float* d_obs_scratch = nullptr);
+                         gpu::BlasLane lane, float* d_obs = nullptr, float* d_obs_scratch = nullptr,
+                         const float* obs_critic = nullptr, float* d_obs_critic = nullptr);
 
   // The layers, for kernels that run the networks' math themselves (rl/ppo/fused_mlp.hpp). The
   // critic's trunk is null with a shared trunk; both are null without hidden layers.
@@ -100,6 +108,7 @@ class ActorCritic {
   // sequences (0: the LSTM's step workspace).
   Buffers carve(std::byte* base, std::int64_t rows, std::int64_t lstm_T = 0) const;
   std::int64_t trunk_width() const;
+  void check_critic_input(const float* obs_critic, const char* where) const;
   void heads_forward(float* head_out, float* value, const float* policy_in, const float* value_in, std::int64_t rows,
                      const Buffers& b, gpu::BlasLane lane);
   void heads_backward(float* d_core, const float* d_head, const float* d_value, const float* policy_in,

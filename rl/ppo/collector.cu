@@ -58,6 +58,20 @@ void RolloutCollector::set_features(ObsFeatures* features) {
   graphs_.clear();
 }
 
+void RolloutCollector::set_critic_features(TrainableObsFeatures* features) {
+  if (features != nullptr) {
+    FH_EXPECT(features->num_envs() == config_.num_envs && features->obs_dim() == env_.obs_dim(),
+              "RolloutCollector::set_critic_features: the extractor is for " + std::to_string(features->num_envs()) +
+                  " x " + std::to_string(features->obs_dim()) + " observations, the environment writes " +
+                  std::to_string(config_.num_envs) + " x " + std::to_string(env_.obs_dim()));
+    FH_EXPECT(!config_.shared_trunk && acting_.fused() == nullptr,
+              "RolloutCollector::set_critic_features: needs separate actor and critic networks on the GEMM path");
+    critic_obs_ = gpu::DeviceBuffer<float>(static_cast<std::size_t>(config_.num_envs * env_.obs_dim()));
+  }
+  critic_features_ = features;
+  graphs_.clear();
+}
+
 void RolloutCollector::reset(std::uint64_t seed, Rollout& carry, cudaStream_t s) {
   env_.reset(carry.next_obs.data(), gpu::DType::f32, seed, s);
   if (features_ != nullptr) {
@@ -84,6 +98,16 @@ void RolloutCollector::enqueue(Rollout& r, Rollout& from, cudaStream_t s) {
   const bool recurrent = net.recurrent();
   const auto state_bytes = static_cast<std::size_t>(N * net.state_features()) * sizeof(float);
   const FusedActorCritic* fused = acting_.fused();
+  // The rows a value reads: `rows` as they are, or (a critic's extractor of its own) a copy with
+  // the critic's features, valid until the next call. A value-only call passes them as its obs
+  // (the critic reads obs when obs_critic is null).
+  auto critic_rows = [&](const float* rows) -> const float* {
+    if (critic_features_ == nullptr) return rows;
+    copy_d2d(critic_obs_.data(), rows, row_bytes, s);
+    critic_features_->peek(critic_obs_.data(), lane);
+    return critic_obs_.data();
+  };
+  const bool critic_copy = critic_features_ != nullptr;
 
   if (&from != &r) {  // the carried state of the rollout filled last
     copy_d2d(r.next_obs.data(), from.next_obs.data(), row_bytes, s);
@@ -111,10 +135,11 @@ void RolloutCollector::enqueue(Rollout& r, Rollout& from, cudaStream_t s) {
       fused->act(FusedActOutputs{discrete_t, raw_t, r.env_actions.data(), r.logp.data() + t * N, value_t}, obs_t, N,
                  config_.seed, kActStream, act_counter_.data(), static_cast<std::uint64_t>(t), s);
     } else {
+      const float* obs_critic = critic_copy ? critic_rows(obs_t) : nullptr;
       if (recurrent)
-        net.step(head_.data(), value_t, r.state.data(), obs_t, r.resets.data() + t * N, N, ws, lane);
+        net.step(head_.data(), value_t, r.state.data(), obs_t, r.resets.data() + t * N, N, ws, lane, obs_critic);
       else
-        net.forward(head_.data(), value_t, obs_t, N, ws, lane);
+        net.forward(head_.data(), value_t, obs_t, N, ws, lane, obs_critic);
       sample_actions(discrete_t, raw_t, r.env_actions.data(), r.logp.data() + t * N, head_.data(), net.log_std(), N, h,
                      config_.seed, kActStream, act_counter_.data(), s);
       advance_counter(act_counter_.data(), s);
@@ -143,18 +168,24 @@ void RolloutCollector::enqueue(Rollout& r, Rollout& from, cudaStream_t s) {
     if (recurrent) {
       // V(final obs) continues the old episode: one step from a copy of the state after step t.
       copy_d2d(r.scratch_state.data(), r.state.data(), state_bytes, s);
-      net.step(nullptr, r.bootstrap.data() + t * N, r.scratch_state.data(), r.final_obs.data() + t * N * C, nullptr, N,
-               ws, lane);
+      net.step(nullptr, r.bootstrap.data() + t * N, r.scratch_state.data(), critic_rows(r.final_obs.data() + t * N * C),
+               nullptr, N, ws, lane);
       done_mask(t + 1 < T ? r.resets.data() + (t + 1) * N : r.last_done.data(), out.terminated, out.truncated, N, s);
+    } else if (critic_copy) {
+      // Feed-forward: the step's bootstrap values here, each from its own critic copy.
+      net.forward(nullptr, r.bootstrap.data() + t * N, critic_rows(r.final_obs.data() + t * N * C), N, ws, lane);
     }
   }
   if (recurrent) {
     copy_d2d(r.scratch_state.data(), r.state.data(), state_bytes, s);
-    net.step(nullptr, r.next_value.data(), r.scratch_state.data(), r.next_obs.data(), r.last_done.data(), N, ws, lane);
+    net.step(nullptr, r.next_value.data(), r.scratch_state.data(), critic_rows(r.next_obs.data()), r.last_done.data(), N,
+             ws, lane);
   } else if (fused) {
     advance_counter(act_counter_.data(), s, static_cast<std::uint64_t>(T));
     fused->values(r.bootstrap.data(), r.final_obs.data(), T * N, s);
     fused->values(r.next_value.data(), r.next_obs.data(), N, s);
+  } else if (critic_copy) {
+    net.forward(nullptr, r.next_value.data(), critic_rows(r.next_obs.data()), N, ws, lane);
   } else {
     // Values of every row's final observation (only truncated rows read theirs) and of the last.
     net.forward(nullptr, r.bootstrap.data(), r.final_obs.data(), T * N, ws, lane);

@@ -18,6 +18,15 @@
 // trainable extractor (rl::TrainableObsFeatures, a function of each row alone) also rewrites the
 // features of the rollout's first observations, carried from the last rollout, so every step acts
 // with the current weights.
+//
+// A critic's extractor of its own (set_critic_features; separate fine-tuned extractors): the
+// rollout holds one feature block, the actor's, which the policy reads and the rollout stores.
+// Every value (each step's, the bootstrap values of final observations, the last observation's)
+// reads a copy of its observation rows whose feature columns the critic's extractor rewrote, made
+// right before the value is computed. A trainable extractor is a function of each row alone, so
+// the copy costs one extractor forward per step and no rollout-sized storage, and the stored
+// rollout stays what a frozen or shared run stores; the learner recomputes both blocks from the
+// stored rows anyway.
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -53,6 +62,9 @@ class RolloutCollector {
   // first reset / collect (graphs capture it). It must outlive the collector.
   void set_features(ObsFeatures* features);
   ObsFeatures* features() const noexcept { return features_; }
+  // The critic's extractor of its own (nullable: the critic reads the observations as stored);
+  // with a network of separate actor and critic, before the first collect, outliving the collector.
+  void set_critic_features(TrainableObsFeatures* features);
 
   std::uint64_t* act_counter() noexcept { return act_counter_.data(); }  // the sampling counter (checkpointed)
   RewardNormalizer* reward_normalizer() noexcept { return reward_norm_ ? &*reward_norm_ : nullptr; }
@@ -66,6 +78,8 @@ class RolloutCollector {
   PpoLearner& acting_;
   bool record_ev_;
   ObsFeatures* features_ = nullptr;
+  TrainableObsFeatures* critic_features_ = nullptr;
+  gpu::DeviceBuffer<float> critic_obs_;  // (N, obs_dim): the rows a value reads, the critic's features
   gpu::DeviceBuffer<float> head_;  // (N, width): the step's policy output
   gpu::DeviceBuffer<std::uint64_t> act_counter_;
   std::optional<RewardNormalizer> reward_norm_;

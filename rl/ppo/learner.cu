@@ -104,20 +104,26 @@ std::size_t n(std::int64_t a, std::int64_t b = 1) { return static_cast<std::size
 }  // namespace
 
 PpoLearner::PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasLane lane,
-                       TrainableObsFeatures* features, float features_lr_scale)
+                       TrainableObsFeatures* features, float features_lr_scale, TrainableObsFeatures* features_critic)
     : config_(config),
       lane_(lane),
       net_(config, obs_dim),
       features_(features),
+      features_critic_(features_critic),
       features_lr_scale_(features_lr_scale),
       stats_exit_() {
   const cudaStream_t s = lane.stream;
-  if (features_ != nullptr) {
-    FH_EXPECT(features_->obs_dim() == obs_dim && features_->max_train_rows() >= config_.minibatch_rows(),
-              "PpoLearner: the trainable extractor is for " + std::to_string(features_->obs_dim()) +
-                  "-column observations and minibatches of up to " + std::to_string(features_->max_train_rows()) +
+  FH_EXPECT(features_critic_ == nullptr || (features_ != nullptr && !config_.shared_trunk),
+            "PpoLearner: a critic's extractor of its own needs the actor's and separate actor and critic networks "
+            "(shared_trunk = false)");
+  for (TrainableObsFeatures* f : {features_, features_critic_}) {
+    if (f == nullptr) continue;
+    FH_EXPECT(f->obs_dim() == obs_dim && f->max_train_rows() >= config_.minibatch_rows(),
+              "PpoLearner: the trainable extractor is for " + std::to_string(f->obs_dim()) +
+                  "-column observations and minibatches of up to " + std::to_string(f->max_train_rows()) +
                   " rows; the learner has " + std::to_string(obs_dim) + " and " +
                   std::to_string(config_.minibatch_rows()));
+    extractors_.push_back(f);
   }
   net_.declare(arena_);
   arena_.finalize(s);
@@ -171,8 +177,14 @@ PpoLearner::PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasL
   if (features_ != nullptr) {
     d_obs_ = gpu::DeviceBuffer<float>(n(mb, obs_dim));
     d_obs_scratch_ = gpu::DeviceBuffer<float>(n(mb, obs_dim));
-    features_norm_ws_ =
-        gpu::DeviceBuffer<std::byte>(gpu::grad_norm_workspace_bytes(features_->arena().padded_count()));
+    std::size_t norm_bytes = 0;  // one workspace, the extractors' norms run one after the other
+    for (TrainableObsFeatures* f : extractors_)
+      norm_bytes = std::max(norm_bytes, gpu::grad_norm_workspace_bytes(f->arena().padded_count()));
+    features_norm_ws_ = gpu::DeviceBuffer<std::byte>(norm_bytes);
+  }
+  if (features_critic_ != nullptr) {
+    mb_obs_critic_ = gpu::DeviceBuffer<float>(n(mb, obs_dim));
+    d_obs_critic_ = gpu::DeviceBuffer<float>(n(mb, obs_dim));
   }
   scalars_ = gpu::DeviceBuffer<float>(kScalarCount);
   kl_stop_ = gpu::DeviceBuffer<std::uint32_t>(1);
@@ -237,13 +249,21 @@ void PpoLearner::minibatch(Rollout& r, const std::int32_t* units, int index, cud
   gpu::BlasLane lane = lane_;
   lane.stream = s;
   // The extractor's features of these observations (a recurrent policy's: every row of the
-  // minibatch's whole sequences) with its current weights, into the gathered copy.
+  // minibatch's whole sequences) with its current weights, into the gathered copy; a critic's
+  // extractor of its own writes its features into a second copy.
+  const float* obs_critic = nullptr;
+  if (features_critic_ != nullptr) {
+    FH_CHECK(cudaMemcpyAsync(mb_obs_critic_.data(), mb_obs_.data(), mb_obs_critic_.bytes(), cudaMemcpyDeviceToDevice,
+                             s));
+    features_critic_->train_forward(mb_obs_critic_.data(), mb, lane);
+    obs_critic = mb_obs_critic_.data();
+  }
   if (features_ != nullptr) features_->train_forward(mb_obs_.data(), mb, lane);
   if (net_.recurrent())
     net_.forward_sequence(mb_head_.data(), mb_value_.data(), mb_obs_.data(), mb_state0_.data(), mb_resets_.data(),
-                          r.steps, M, train_view_, lane);
+                          r.steps, M, train_view_, lane, obs_critic);
   else
-    net_.forward(mb_head_.data(), mb_value_.data(), mb_obs_.data(), mb, train_view_, lane);
+    net_.forward(mb_head_.data(), mb_value_.data(), mb_obs_.data(), mb, train_view_, lane, obs_critic);
   ppo_policy_loss(d_head_.data(), net_.log_std_grad(), loss_stats_.data(), mb_head_.data(), net_.log_std(),
                   mb_discrete_.data(), mb_raw_.data(), mb_logp_.data(), mb_adv_.data(), mb, h, config_.clip,
                   config_.ent_coef, config_.normalize_advantages, loss_ws_.data(), s);
@@ -251,19 +271,21 @@ void PpoLearner::minibatch(Rollout& r, const std::int32_t* units, int index, cud
                  config_.clip, config_.clip_value, config_.vf_coef, s);
   if (net_.recurrent())
     net_.backward_sequence(d_head_.data(), d_value_.data(), mb_obs_.data(), mb_state0_.data(), mb_resets_.data(),
-                           r.steps, M, train_view_, lane, d_obs_.data(), d_obs_scratch_.data());
+                           r.steps, M, train_view_, lane, d_obs_.data(), d_obs_scratch_.data(), obs_critic,
+                           d_obs_critic_.data());
   else
     net_.backward(d_head_.data(), d_value_.data(), mb_obs_.data(), mb, train_view_, lane, d_obs_.data(),
-                  d_obs_scratch_.data());
+                  d_obs_scratch_.data(), obs_critic, d_obs_critic_.data());
   if (features_ != nullptr) features_->train_backward(d_obs_.data(), mb, lane);
+  if (features_critic_ != nullptr) features_critic_->train_backward(d_obs_critic_.data(), mb, lane);
 }
 
 void PpoLearner::optimizer_step(cudaStream_t s) {
   const float* scale = nullptr;
   if (config_.max_grad_norm > 0) {
     gpu::global_grad_norm(scalars_.data() + kNorm, arena_.grads(), arena_.padded_count(), norm_ws_.data(), s);
-    if (features_ != nullptr) {
-      gpu::ParameterArena& fa = features_->arena();
+    for (TrainableObsFeatures* f : extractors_) {
+      gpu::ParameterArena& fa = f->arena();
       gpu::global_grad_norm(scalars_.data() + kFeaturesNorm, fa.grads(), fa.padded_count(), features_norm_ws_.data(),
                             s);
       combine_norms_kernel<<<1, 1, 0, s>>>(scalars_.data() + kNorm, scalars_.data() + kFeaturesNorm);
@@ -275,8 +297,8 @@ void PpoLearner::optimizer_step(cudaStream_t s) {
   auto* adam_steps = reinterpret_cast<std::int64_t*>(counters_.data() + kAdamSteps);
   gpu::adam_step_device(arena_.params(), arena_.adam_m(), arena_.adam_v(), arena_.grads(), arena_.padded_count(), adam_,
                         scalars_.data() + kLr, adam_steps, scale, kl_stop_.data(), s);
-  if (features_ != nullptr) {
-    gpu::ParameterArena& fa = features_->arena();
+  for (TrainableObsFeatures* f : extractors_) {
+    gpu::ParameterArena& fa = f->arena();
     gpu::adam_step_device(fa.params(), fa.adam_m(), fa.adam_v(), fa.grads(), fa.padded_count(), adam_,
                           scalars_.data() + kFeaturesLr, adam_steps, scale, kl_stop_.data(), s);
   }
@@ -312,9 +334,8 @@ void PpoLearner::enqueue_update(Rollout& r, cudaStream_t s) {
       // clip and Adam agree without further exchange.
       if (dp_.active()) {
         dp_.comm->all_reduce_mean(arena_.grads(), arena_.padded_count(), s, dp_.bucket_floats());
-        if (features_ != nullptr)
-          dp_.comm->all_reduce_mean(features_->arena().grads(), features_->arena().padded_count(), s,
-                                    dp_.bucket_floats());
+        for (TrainableObsFeatures* f : extractors_)
+          dp_.comm->all_reduce_mean(f->arena().grads(), f->arena().padded_count(), s, dp_.bucket_floats());
       }
       optimizer_step(s);
     }
@@ -337,8 +358,8 @@ void PpoLearner::join(const gpu::DataParallel& dp) {
   if (!dp_.active()) return;
   const cudaStream_t s = lane_.stream;
   for (float* a : {arena_.params(), arena_.adam_m(), arena_.adam_v()}) dp_.comm->broadcast(a, arena_.padded_count(), 0, s);
-  if (features_ != nullptr) {
-    gpu::ParameterArena& fa = features_->arena();
+  for (TrainableObsFeatures* f : extractors_) {
+    gpu::ParameterArena& fa = f->arena();
     for (float* a : {fa.params(), fa.adam_m(), fa.adam_v()}) dp_.comm->broadcast(a, fa.padded_count(), 0, s);
   }
   FH_CHECK(cudaStreamSynchronize(s));  // set-up: every replica starts from the same weights

@@ -22,6 +22,13 @@
 // clip takes the norm over both arenas together; the extractor's Adam (its own moments, the same
 // step count, KL stop and clip scale) runs at features_lr_scale times the agent's (annealed)
 // learning rate. GEMM path only (the fused kernels read the rollout's stored observations).
+//
+// Separate extractors ([features] shared = false; separate actor and critic networks): features
+// feeds the actor and features_critic the critic. Each minibatch copies its gathered observations
+// once more and writes the critic's features there (ActorCritic's obs_critic), so the actor's
+// extractor receives only the policy loss's gradient and the critic's only the value loss's. Each
+// has its own arena and Adam moments; the clip's norm covers all arenas, and both run at
+// features_lr_scale.
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -58,13 +65,17 @@ class PpoLearner {
   // (nullable; must outlive the learner): the trainable extractor in front of the network, for
   // obs_dim observations; its max_train_rows() covers config.minibatch_rows() (recurrent: the
   // rollout_steps x num_envs / minibatches rows of a sequence chunk).
+  // features_critic (nullable, only with features and config.shared_trunk = false): the critic's
+  // extractor of its own, with the same requirements.
   PpoLearner(const PpoConfig& config, std::int64_t obs_dim, gpu::BlasLane lane,
-             TrainableObsFeatures* features = nullptr, float features_lr_scale = 1.f);
+             TrainableObsFeatures* features = nullptr, float features_lr_scale = 1.f,
+             TrainableObsFeatures* features_critic = nullptr);
 
   const PpoConfig& config() const noexcept { return config_; }
   ActorCritic& network() noexcept { return net_; }
   gpu::ParameterArena& arena() noexcept { return arena_; }
   TrainableObsFeatures* features() const noexcept { return features_; }
+  TrainableObsFeatures* features_critic() const noexcept { return features_critic_; }
   gpu::BlasLane lane() const noexcept { return lane_; }
 
   // Workspace of the networks for acting and bootstrapping over up to the rollout's rows.
@@ -124,8 +135,11 @@ class PpoLearner {
   gpu::DeviceBuffer<std::uint8_t> mb_resets_;
   gpu::DeviceBuffer<std::byte> perm_ws_, loss_ws_, norm_ws_, fused_ws_;
   TrainableObsFeatures* features_ = nullptr;
+  TrainableObsFeatures* features_critic_ = nullptr;
+  std::vector<TrainableObsFeatures*> extractors_;  // the non-null ones of the two, actor's first
   float features_lr_scale_ = 1.f;
   gpu::DeviceBuffer<float> d_obs_, d_obs_scratch_;  // (mb, obs_dim): the extractor's input gradient
+  gpu::DeviceBuffer<float> mb_obs_critic_, d_obs_critic_;  // (mb, obs_dim): the critic extractor's
   gpu::DeviceBuffer<std::byte> features_norm_ws_;
   gpu::DeviceBuffer<float> adv_norms_;  // fused: (minibatches, 2) per epoch
   gpu::DeviceBuffer<float> scalars_;  // lr, grad norm, clip scale, the extractor's lr and grad norm

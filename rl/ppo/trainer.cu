@@ -26,10 +26,10 @@ HeadShape head_for(const ActionSpace& space, HeadShape::Bound bound) {
 }
 
 PpoTrainer::PpoTrainer(const PpoConfig& config, VecEnv& env, gpu::BlasLane lane, TrainableObsFeatures* finetune,
-                       float features_lr_scale)
+                       float features_lr_scale, TrainableObsFeatures* finetune_critic)
     : config_(config),
       env_(env),
-      learner_(config, env.obs_dim(), lane, finetune, features_lr_scale),
+      learner_(config, env.obs_dim(), lane, finetune, features_lr_scale, finetune_critic),
       rollout_(config.rollout_steps, config.num_envs, env.obs_dim(), config.head, learner_.network().state_features(),
                lane.stream),
       collector_(config, env, learner_, true, lane.stream) {
@@ -41,6 +41,7 @@ PpoTrainer::PpoTrainer(const PpoConfig& config, VecEnv& env, gpu::BlasLane lane,
                 want.action_width() == config.head.action_width(),
             "PpoTrainer: config.head does not fit the environment's action space");
   if (finetune != nullptr) collector_.set_features(finetune);
+  if (finetune_critic != nullptr) collector_.set_critic_features(finetune_critic);
 }
 
 void PpoTrainer::reset(std::uint64_t seed) {

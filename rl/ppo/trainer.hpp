@@ -35,9 +35,11 @@ class PpoTrainer {
   // finetune (nullable; must outlive the trainer): a trainable feature extractor, the first module
   // of the learner's network (PpoLearner) and the collector's extractor at once, so every rollout
   // acts with the weights of the latest update; its learning rate is features_lr_scale times the
-  // agent's.
+  // agent's. finetune_critic (nullable, with finetune and config.shared_trunk = false): the
+  // critic's extractor of its own ([features] shared = false), trained by the value loss alone
+  // while finetune gets the policy loss (PpoLearner, RolloutCollector::set_critic_features).
   PpoTrainer(const PpoConfig& config, VecEnv& env, gpu::BlasLane lane, TrainableObsFeatures* finetune = nullptr,
-             float features_lr_scale = 1.f);
+             float features_lr_scale = 1.f, TrainableObsFeatures* finetune_critic = nullptr);
 
   // A frozen feature extractor of the observations (RolloutCollector::set_features); before
   // reset(). Not with a `finetune` extractor (that one is set already).

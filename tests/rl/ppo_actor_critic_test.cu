@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "models/init.hpp"
@@ -289,6 +290,97 @@ TEST_F(PpoActorCriticTest, RecurrentObservationGradientMatchesFiniteDifferences)
         const double fd = test::central_difference(loss, d_obs_in.data(), i, 1e-2f, s());
         EXPECT_TRUE(test::fd_close(fd, g[static_cast<std::size_t>(i)], 2e-2, 0.05 * rms))
             << "d_obs[t " << i / (M * C) << ", env " << (i / C) % M << ", col " << i % C << "]";
+      }
+    }
+}
+
+// Separate critic input (obs_critic: separate fine-tuned extractors): the policy reads obs and the
+// value obs_critic, so d_obs (the actor's extractor's gradient) against central differences over
+// obs and d_obs_critic (the critic's) over obs_critic, each element, feed-forward and recurrent,
+// with and without trunks; obs_critic = obs computes what the one-input call computes, bitwise.
+TEST_F(PpoActorCriticTest, SeparateCriticInputGradientsMatchFiniteDifferences) {
+  SCOPED_TRACE(seed_note());
+  for (const bool recurrent : {false, true})
+    for (const bool trunk : {true, false}) {
+      SCOPED_TRACE(std::string(recurrent ? "LSTM" : "feed-forward") + (trunk ? ", trunks" : ", no trunk"));
+      PpoConfig c = small(false, categorical(1, 3), trunk ? std::vector<std::int64_t>{6} : std::vector<std::int64_t>{},
+                          gpu::Activation::tanh);
+      if (recurrent) c.lstm_hidden = 5;
+      const std::int64_t T = recurrent ? 4 : 1, M = recurrent ? 3 : 6, C = 4, rows = T * M;
+      ActorCritic net(c, C);
+      gpu::ParameterArena arena;
+      net.declare(arena);
+      arena.finalize(s());
+      std::mt19937_64 init_rng(seed_);
+      net.init(arena, init_rng, s());
+      net.bind(arena);
+      for (const auto& e : arena.entries())
+        test::upload_to(arena.params() + e.offset,
+                        test::random_uniform(static_cast<std::size_t>(e.numel), -0.6f, 0.6f, rng()), s());
+      gpu::DeviceBuffer<std::byte> ws_storage(recurrent ? net.sequence_workspace_bytes(T, M)
+                                                        : net.workspace_bytes(rows));
+      const models::Workspace ws{ws_storage.data(), recurrent ? M : rows, false};
+      const std::int64_t W = net.head_width(), S = net.state_features();
+      const auto n_obs = static_cast<std::size_t>(rows * C);
+      auto x = test::upload(test::random_uniform(n_obs, -1.f, 1.f, rng()), s());
+      auto xc = test::upload(test::random_uniform(n_obs, -1.f, 1.f, rng()), s());
+      auto d_s0 = test::upload(test::random_uniform(static_cast<std::size_t>(M * std::max<std::int64_t>(S, 1)), -0.8f,
+                                                    0.8f, rng()),
+                               s());
+      std::vector<std::uint8_t> resets(static_cast<std::size_t>(rows), 0);
+      if (recurrent) resets[2 * M + 1] = 1;
+      auto d_resets = test::upload(resets, s());
+      const auto u = test::random_uniform(static_cast<std::size_t>(rows * W), -1.f, 1.f, rng());
+      const auto w = test::random_uniform(static_cast<std::size_t>(rows), -1.f, 1.f, rng());
+      auto d_u = test::upload(u, s()), d_w = test::upload(w, s());
+      gpu::DeviceBuffer<float> head(static_cast<std::size_t>(rows * W)), value(static_cast<std::size_t>(rows));
+      gpu::DeviceBuffer<float> g_obs(n_obs), g_critic(n_obs);
+      test::poison(g_obs, s());
+      test::poison(g_critic, s());
+      auto forward = [&](const float* obs_critic) {
+        if (recurrent)
+          net.forward_sequence(head.data(), value.data(), x.data(), d_s0.data(), d_resets.data(), T, M, ws, lane(),
+                               obs_critic);
+        else
+          net.forward(head.data(), value.data(), x.data(), rows, ws, lane(), obs_critic);
+      };
+      // obs_critic = obs is the one-input network.
+      forward(nullptr);
+      const auto head1 = test::download(head, s()), value1 = test::download(value, s());
+      forward(x.data());
+      EXPECT_EQ(test::download(head, s()), head1);
+      EXPECT_EQ(test::download(value, s()), value1);
+
+      forward(xc.data());
+      if (recurrent)
+        net.backward_sequence(d_u.data(), d_w.data(), x.data(), d_s0.data(), d_resets.data(), T, M, ws, lane(),
+                              g_obs.data(), nullptr, xc.data(), g_critic.data());
+      else
+        net.backward(d_u.data(), d_w.data(), x.data(), rows, ws, lane(), g_obs.data(), nullptr, xc.data(),
+                     g_critic.data());
+      const auto ga = test::download(g_obs, s()), gc = test::download(g_critic, s());
+      auto loss = [&] {
+        forward(xc.data());
+        const auto h = test::download(head, s());
+        const auto v = test::download(value, s());
+        double L = 0;
+        for (std::size_t i = 0; i < h.size(); ++i) L += static_cast<double>(u[i]) * h[i];
+        for (std::size_t i = 0; i < v.size(); ++i) L += static_cast<double>(w[i]) * v[i];
+        return L;
+      };
+      for (const auto& [g, input, what] : {std::tuple{&ga, &x, "d_obs"}, std::tuple{&gc, &xc, "d_obs_critic"}}) {
+        double rms = 0;
+        for (float v : *g) {
+          ASSERT_TRUE(std::isfinite(v)) << what << " not written everywhere";
+          rms += static_cast<double>(v) * v;
+        }
+        rms = std::sqrt(rms / static_cast<double>(g->size()));
+        ASSERT_GT(rms, 1e-3) << what;
+        for (std::int64_t i = 0; i < rows * C; ++i) {
+          const double fd = test::central_difference(loss, input->data(), i, 1e-2f, s());
+          EXPECT_TRUE(test::fd_close(fd, (*g)[static_cast<std::size_t>(i)], 2e-2, 0.05 * rms))
+              << what << "[row " << i / C << ", col " << i % C << "]";
+        }
       }
     }
 }

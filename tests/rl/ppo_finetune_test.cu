@@ -3,10 +3,11 @@
 // stores equal the model's window form recomputed from each stored observation's return window
 // with the weights the rollout acted with (the latest update's); the updates move the extractor's
 // parameters; the steady state makes no device-to-host copy. With an LSTM policy too (a frozen
-// extractor there stays bitwise unchanged).
+// extractor there stays bitwise unchanged), and with separate extractors for actor and critic.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -121,6 +122,44 @@ void expect_window_features(pretrain::WindowFeatureExtractor& fx, const Rollout&
   EXPECT_TRUE(test::all_close(got, want, 1e-3, 1e-4)) << what;
 }
 
+// The rollout's values against the network's value recomputed from the stored observations with
+// the critic's features written into a copy (critic.peek, N rows at a time): equal up to GEMM
+// rounding, while the value of the stored rows themselves (the actor's features) differs.
+void expect_values_read_critic_features(ActorCritic& net, pretrain::WindowFeatureExtractor& critic, const Rollout& r,
+                                        gpu::BlasLane lane) {
+  const cudaStream_t s = lane.stream;
+  const std::int64_t T = r.steps, N = r.num_envs, C = r.obs_dim, rows = r.rows();
+  gpu::DeviceBuffer<float> critic_obs(static_cast<std::size_t>(rows * C));
+  FH_CHECK(cudaMemcpyAsync(critic_obs.data(), r.obs.data(), critic_obs.bytes(), cudaMemcpyDeviceToDevice, s));
+  for (std::int64_t t = 0; t < T; ++t) critic.peek(critic_obs.data() + t * N * C, lane);
+  gpu::DeviceBuffer<float> head(static_cast<std::size_t>(rows * net.head_width()));
+  gpu::DeviceBuffer<float> with_critic(static_cast<std::size_t>(rows)), with_actor(static_cast<std::size_t>(rows));
+  test::poison(with_critic, s);
+  test::poison(with_actor, s);
+  if (net.recurrent()) {
+    gpu::DeviceBuffer<std::byte> ws_storage(net.sequence_workspace_bytes(T, N));
+    const models::Workspace ws{ws_storage.data(), N, false};
+    net.forward_sequence(head.data(), with_critic.data(), r.obs.data(), r.state0.data(), r.resets.data(), T, N, ws,
+                         lane, critic_obs.data());
+    net.forward_sequence(head.data(), with_actor.data(), r.obs.data(), r.state0.data(), r.resets.data(), T, N, ws,
+                         lane);
+  } else {
+    gpu::DeviceBuffer<std::byte> ws_storage(net.workspace_bytes(rows));
+    const models::Workspace ws{ws_storage.data(), rows, false};
+    net.forward(nullptr, with_critic.data(), critic_obs.data(), rows, ws, lane);
+    net.forward(nullptr, with_actor.data(), r.obs.data(), rows, ws, lane);
+  }
+  const auto stored = test::download(r.values, s), vc = test::download(with_critic, s), va = test::download(with_actor, s);
+  double err = 0, diff = 0, scale = 1;
+  for (std::size_t i = 0; i < stored.size(); ++i) {
+    err = std::max(err, std::abs(static_cast<double>(vc[i]) - stored[i]));
+    diff = std::max(diff, std::abs(static_cast<double>(va[i]) - stored[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(stored[i])));
+  }
+  EXPECT_LE(err, 1e-4 * scale) << "the stored values are not the critic's on its own features";
+  EXPECT_GT(diff, std::max(20 * err, 1e-6)) << "the values do not depend on which extractor wrote the features";
+}
+
 PpoConfig config_for(const VecEnv& env, std::uint64_t seed) {
   PpoConfig c;
   c.num_envs = env.num_envs();
@@ -229,6 +268,63 @@ TEST_F(PpoFinetuneTest, LstmPolicyMovesTheExtractorAndFrozenLeavesItBitwise) {
         EXPECT_NE(std::memcmp(params1.data(), params2.data(), P * sizeof(float)), 0);
       } else {
         EXPECT_EQ(std::memcmp(params0.data(), params2.data(), P * sizeof(float)), 0) << "a frozen extractor moved";
+      }
+    }
+}
+
+// Separate extractors ([features] shared = false): two extractors from the same checkpoint, the
+// actor's in front of the actor network and the critic's in front of the critic network. The
+// rollout stores the actor's features and its values read the critic's; both extractors move and
+// move apart; with vf_coef = 0 the critic's receives no gradient and stays bitwise unchanged while
+// the actor's moves (each gets only its own loss). Feed-forward and LSTM policies.
+TEST_F(PpoFinetuneTest, SeparateExtractorsEachTrainOnTheirOwnLoss) {
+  SCOPED_TRACE(seed_note());
+  const pretrain::FeatureSource src = checkpoint();
+  const pretrain::FeatureOutput output = pretrain::FeatureOutput::embedding;
+  MarketConfig mc = src.market;
+  mc.episode_length = 10;
+  mc.extra_features = static_cast<int>(src.width(output));
+  const std::int64_t N = 8;
+  for (const bool lstm : {false, true})
+    for (const bool value_loss : {true, false}) {
+      SCOPED_TRACE(std::string(lstm ? "LSTM policy" : "feed-forward policy") +
+                   (value_loss ? "" : ", vf_coef = 0"));
+      MarketEnv env(mc, N);
+      PpoConfig cfg = config_for(env, seed_);
+      if (lstm) cfg.lstm_hidden = 16;
+      if (!value_loss) cfg.vf_coef = 0.f;
+      ASSERT_FALSE(cfg.shared_trunk);
+      pretrain::WindowFeatureExtractor actor(src, output, mc, N, cfg.minibatch_rows(), stream());
+      pretrain::WindowFeatureExtractor critic(src, output, mc, N, cfg.minibatch_rows(), stream());
+      const std::size_t P = static_cast<std::size_t>(actor.arena().padded_count());
+      ASSERT_EQ(critic.arena().padded_count(), actor.arena().padded_count());
+      const auto a0 = test::download(actor.arena().params(), P, stream());
+      const auto c0 = test::download(critic.arena().params(), P, stream());
+      ASSERT_EQ(std::memcmp(a0.data(), c0.data(), P * sizeof(float)), 0) << "both load the same checkpoint";
+      PpoTrainer t(cfg, env, lane(), &actor, 2.f, &critic);
+      EXPECT_EQ(t.learner().features_critic(), &critic);
+      t.reset(seed_);
+      t.collect();
+      expect_window_features(actor, t.rollout(), src.width(output), src.head_outputs, false, lane(),
+                             "the rollout stores the actor's features");
+      t.learner().update(t.rollout());
+      t.iterate();
+      t.collect();
+      expect_window_features(actor, t.rollout(), src.width(output), src.head_outputs, false, lane(), "later");
+      expect_values_read_critic_features(t.learner().network(), critic, t.rollout(), lane());
+      t.learner().update(t.rollout());
+      const TrainerStats st = t.wait_stats();
+      EXPECT_TRUE(std::isfinite(st.update.policy_loss));
+      const auto a1 = test::download(actor.arena().params(), P, stream());
+      const auto c1 = test::download(critic.arena().params(), P, stream());
+      for (std::size_t i = 0; i < P; ++i) ASSERT_TRUE(std::isfinite(a1[i]) && std::isfinite(c1[i]));
+      EXPECT_NE(std::memcmp(a0.data(), a1.data(), P * sizeof(float)), 0) << "the actor's extractor did not move";
+      if (value_loss) {
+        EXPECT_NE(std::memcmp(c0.data(), c1.data(), P * sizeof(float)), 0) << "the critic's extractor did not move";
+        EXPECT_NE(std::memcmp(a1.data(), c1.data(), P * sizeof(float)), 0) << "the two got the same updates";
+      } else {
+        EXPECT_EQ(std::memcmp(c0.data(), c1.data(), P * sizeof(float)), 0)
+            << "the critic's extractor moved without a value loss: it received the policy's gradient";
       }
     }
 }
