@@ -84,7 +84,8 @@ class Checker {
 
   // An arena file: every declared tensor as F32 with its declared shape; Adam moments present for
   // all (required) or none (optional: absent for a target arena); no other tensor.
-  // The fine-tuned extractor: the pretrain model (at the market's window) and its head, with Adam.
+  // The fine-tuned extractor: the pretrain model (at the market's window) and its head, with Adam
+  // (shared = false: the critic's too, the same tensors).
   void tuned_features_file() {
     const auto src = feature_source(config_);
     if (!src) return;
@@ -98,6 +99,7 @@ class Checker {
     hs.out = src->head_outputs;
     models::Dense(hs).declare(tuned);
     arena_file(kTunedFeaturesFile, true, &tuned);
+    if (!config_.features.shared) arena_file(kTunedCriticFeaturesFile, true, &tuned);
   }
   void arena_file(const std::string& file, bool adam_required, const gpu::ParameterArena* which = nullptr) {
     const gpu::ParameterArena& arena = which != nullptr ? *which : arena_;

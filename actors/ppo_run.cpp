@@ -160,8 +160,9 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
   const EnvShape shape = env_shape(cfg);
   std::unique_ptr<rl::VecEnv> env = make_env(cfg, cfg.env.num_envs, rl::Split::train, s);
   const PpoConfig pc = ppo_config(cfg, shape);
-  // finetune: the window-form extractor, the first module of the learner's network.
-  std::unique_ptr<pretrain::WindowFeatureExtractor> tuned;
+  // finetune: the window-form extractor, the first module of the learner's network (shared =
+  // false: one for the actor and one for the critic, both from the same checkpoint).
+  std::unique_ptr<pretrain::WindowFeatureExtractor> tuned, tuned_critic;
   const auto source = feature_source(cfg);
   if (source && cfg.features.mode == "finetune") {
     tuned = std::make_unique<pretrain::WindowFeatureExtractor>(
@@ -170,8 +171,15 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
     spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), fine-tuned at {} x the learning rate",
                  source->dir.string(), source->config.model.kind, source->config.model.hidden, cfg.features.output,
                  tuned->features(), cfg.features.lr_scale);
+    if (!cfg.features.shared) {
+      tuned_critic = std::make_unique<pretrain::WindowFeatureExtractor>(
+          *source, pretrain::parse_feature_output(cfg.features.output), market_config(cfg), cfg.env.num_envs,
+          pc.minibatch_rows(), s);
+      spdlog::info("features: separate extractors for actor and critic");
+    }
   }
-  rl::ppo::PpoTrainer trainer(pc, *env, ctx.blas(), tuned.get(), static_cast<float>(cfg.features.lr_scale));
+  rl::ppo::PpoTrainer trainer(pc, *env, ctx.blas(), tuned.get(), static_cast<float>(cfg.features.lr_scale),
+                              tuned_critic.get());
   std::unique_ptr<rl::ObsFeatures> features;
   if (const auto& src = source; src && !tuned) {
     const pretrain::FeatureOutput output = pretrain::parse_feature_output(cfg.features.output);
@@ -190,6 +198,7 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
     counters = CheckpointStore::read_counters(*req.resume);
     trainer.learner().arena().load(*req.resume / "learner.safetensors", s);
     if (tuned) tuned->arena().load(*req.resume / kTunedFeaturesFile, s);
+    if (tuned_critic) tuned_critic->arena().load(*req.resume / kTunedCriticFeaturesFile, s);
     read_spans(*req.resume / "ppo.state", trainer_state_spans(trainer, features.get()), s);
     read_spans(*req.resume / "env.state", env_state_spans(*env), s);
     trainer.set_iterations(counters.env_steps / rows);
@@ -209,6 +218,7 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
     return store.write(counters, [&](const fs::path& dir) {
       trainer.learner().arena().save(dir / "learner.safetensors", s, true);
       if (tuned) tuned->arena().save(dir / kTunedFeaturesFile, s, true);
+      if (tuned_critic) tuned_critic->arena().save(dir / kTunedCriticFeaturesFile, s, true);
       write_spans(dir / "ppo.state", trainer_state_spans(trainer, features.get()), s);
       write_spans(dir / "env.state", env_state_spans(*env), s);
     });

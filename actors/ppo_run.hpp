@@ -31,6 +31,9 @@ namespace foxhunt::actors {
 
 // A checkpoint's fine-tuned extractor ([features] mode = "finetune").
 inline constexpr const char* kTunedFeaturesFile = "features.safetensors";
+// The critic's fine-tuned extractor of its own ([features] shared = false; the actor's is
+// kTunedFeaturesFile).
+inline constexpr const char* kTunedCriticFeaturesFile = "features_critic.safetensors";
 
 // The learner's configuration from a run config and its environment's shape.
 rl::ppo::PpoConfig ppo_config(const RunConfig& config, const EnvShape& env);

@@ -92,9 +92,9 @@ void read_feature_relations(config::Reader& r, const RunConfig& c) {
     r.relation(ppo, "features.mode", "learner.kind",
                "\"finetune\" is supported for PPO agents (learner.kind = \"ppo\", pipeline.mode = \"sync\"); not "
                "supported yet for DQN agents: use mode = \"frozen\"");
-    r.relation(c.features.shared, "features.shared", "features.mode",
-               "a fine-tuned extractor is one module that actor and critic share; separate extractors "
-               "(shared = false) are not supported yet");
+    r.relation(!ppo || c.features.shared || !c.learner.shared_trunk, "features.shared", "learner.shared_trunk",
+               "separate fine-tuned extractors (shared = false) feed separate actor and critic networks: set "
+               "learner.shared_trunk = false, or shared = true");
   }
   r.relation(c.env.kind == "market", "features.checkpoint", "env.kind",
              "features are computed from a market observation's returns (env.kind = \"market\")");

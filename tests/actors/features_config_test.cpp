@@ -131,7 +131,8 @@ TEST_F(FeaturesConfigTest, DqnAgentsTakeFrozenFeatures) {
   EXPECT_NE(files["config.resolved.toml"].find("checkpoint = \"features\""), std::string::npos);
 }
 
-// PPO with pipeline.mode = "sync" fine-tunes the extractor at lr_scale times its learning rate.
+// PPO with pipeline.mode = "sync" fine-tunes the extractor at lr_scale times its learning rate
+// (one shared by actor and critic, or one each).
 TEST_F(FeaturesConfigTest, PpoSyncAcceptsFinetune) {
   const RunConfig c = load("checkpoint = \"runs/pre\"\nmode = \"finetune\"\nlr_scale = 0.1\n");
   EXPECT_EQ(c.features.mode, "finetune");
@@ -151,6 +152,14 @@ TEST_F(FeaturesConfigTest, PpoSyncAcceptsFinetune) {
                           (shared_trunk ? "true" : "false") + "\n"),
               "")
         << (shared_trunk ? "shared trunk" : "separate networks");
+  // Separate extractors for actor and critic (separate networks), feed-forward or LSTM.
+  for (const char* policy : {"", "lstm_hidden = 8\n"}) {
+    const RunConfig sep = load("checkpoint = \"runs/pre\"\nmode = \"finetune\"\nshared = false\n",
+                               std::string("kind = \"ppo\"\nrollout_steps = 16\n") + policy);
+    EXPECT_FALSE(sep.features.shared);
+    EXPECT_FALSE(sep.learner.shared_trunk);
+    EXPECT_EQ(resolved_toml(parse_run_config(resolved_toml(sep), "resolved")), resolved_toml(sep));
+  }
 }
 
 TEST_F(FeaturesConfigTest, RefusesWhatItCannotRunNamingTheKeys) {
@@ -167,8 +176,8 @@ TEST_F(FeaturesConfigTest, RefusesWhatItCannotRunNamingTheKeys) {
       {"missing checkpoint", "checkpoint = \"nowhere\"\n", ppo, "m.toml", {"features.checkpoint", "nowhere"}},
       {"other assets", "checkpoint = \"runs/pre\"\n", ppo, "m2.toml", {"features.checkpoint", "1 asset", "has 2"}},
       {"other return scale", "checkpoint = \"runs/pre\"\n", ppo, "m_scale.toml", {"features.checkpoint", "normalized"}},
-      {"finetune separate extractors", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\nshared = false\n", ppo,
-       "m.toml", {"features.shared", "not supported yet"}},
+      {"separate extractors, shared trunk", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\nshared = false\n",
+       ppo + "shared_trunk = true\n", "m.toml", {"features.shared", "learner.shared_trunk"}},
       {"finetune through the actors", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\n",
        ppo + "[pipeline]\nmode = \"actors\"\n", "m.toml", {"features.checkpoint", "pipeline.mode", "not supported yet"}},
       {"lr_scale when frozen", "checkpoint = \"runs/pre\"\nlr_scale = 0.5\n", ppo, "m.toml",

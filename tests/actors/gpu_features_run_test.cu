@@ -15,7 +15,9 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include "actors/checkpoint_check.hpp"
 #include "actors/evaluate.hpp"
 #include "actors/pretrain_run.hpp"
 #include "actors/train_run.hpp"
@@ -137,25 +139,40 @@ TEST_F(FeaturesRun, TrainsCarriesTheExtractorResumesBitwiseAndEvaluates) {
   }
 }
 
-// A feed-forward and an LSTM policy (the extractor in front of its trunk and LSTM).
+// A feed-forward and an LSTM policy (the extractor in front of its trunk and LSTM), and separate
+// extractors for actor and critic (shared = false, with an LSTM policy): the critic's
+// (features_critic.safetensors) resumes bitwise too, and the checkpoint check requires it.
 TEST_F(FeaturesRun, FinetunedExtractorResumesBitwiseAndEvaluates) {
   SCOPED_TRACE(seed_note());
   const fs::path pre = pretrain_run();
   ASSERT_FALSE(pre.empty());
   const std::string finetune = "mode = \"finetune\"\nlr_scale = 0.5\n";
   constexpr std::int64_t kN = 16 * 32 * 4;  // 4 iterations
-  for (const bool lstm : {false, true}) {
-    SCOPED_TRACE(lstm ? "LSTM policy" : "feed-forward policy");
-    const std::string learner = lstm ? "lstm_hidden = 16\n" : "";
-    const std::string tag = lstm ? "lstm_" : "ff_";
-    const TrainOutcome half = train(tag + "half", kN, {}, finetune, learner);
+  struct Case {
+    const char* tag;
+    bool lstm, separate;
+  };
+  for (const Case& c : {Case{"ff_", false, false}, Case{"lstm_", true, false}, Case{"sep_lstm_", true, true}}) {
+    SCOPED_TRACE(std::string(c.lstm ? "LSTM policy" : "feed-forward policy") +
+                 (c.separate ? ", separate extractors" : ""));
+    const std::string learner = c.lstm ? "lstm_hidden = 16\n" : "";
+    const std::string features = finetune + (c.separate ? "shared = false\n" : "");
+    const std::string tag = c.tag;
+    const TrainOutcome half = train(tag + "half", kN, {}, features, learner);
     ASSERT_TRUE(half.result.final_checkpoint);
     const fs::path ckpt = *half.result.final_checkpoint;
     ASSERT_TRUE(fs::exists(ckpt / "features.safetensors"));
-    const TrainOutcome resumed = train(tag + "resumed", 2 * kN, ckpt, finetune, learner);
-    const TrainOutcome whole = train(tag + "whole", 2 * kN, {}, finetune, learner);
+    EXPECT_EQ(fs::exists(ckpt / "features_critic.safetensors"), c.separate);
+    if (c.separate) {
+      EXPECT_GT(test::differing_bytes(ckpt / "features.safetensors", ckpt / "features_critic.safetensors"), 0)
+          << "the actor's and the critic's extractors are the same";
+    }
+    const TrainOutcome resumed = train(tag + "resumed", 2 * kN, ckpt, features, learner);
+    const TrainOutcome whole = train(tag + "whole", 2 * kN, {}, features, learner);
     ASSERT_TRUE(resumed.result.final_checkpoint && whole.result.final_checkpoint);
-    for (const char* f : {"learner.safetensors", "features.safetensors", "ppo.state", "env.state"}) {
+    std::vector<std::string> files{"learner.safetensors", "features.safetensors", "ppo.state", "env.state"};
+    if (c.separate) files.emplace_back("features_critic.safetensors");
+    for (const std::string& f : files) {
       EXPECT_EQ(test::differing_bytes(*resumed.result.final_checkpoint / f, *whole.result.final_checkpoint / f), 0)
           << f << " differs between the resumed and the uninterrupted run";
       EXPECT_GT(test::differing_bytes(ckpt / f, *whole.result.final_checkpoint / f), 0) << f << ": nothing changed";
@@ -179,6 +196,15 @@ TEST_F(FeaturesRun, FinetunedExtractorResumesBitwiseAndEvaluates) {
       FAIL() << "a fine-tuned checkpoint without features.safetensors was evaluated";
     } catch (const std::exception& e) {
       EXPECT_NE(std::string(e.what()).find("features.safetensors"), std::string::npos) << e.what();
+    }
+    if (c.separate) {
+      // A checkpoint without the critic's extractor does not resume, naming the file.
+      const RunConfig rc = load_run_config(dir_ / (tag + "resumed.toml"));
+      EXPECT_TRUE(check_checkpoint(rc, ckpt).empty());
+      fs::remove(ckpt / "features_critic.safetensors");
+      const std::vector<std::string> problems = check_checkpoint(rc, ckpt);
+      ASSERT_EQ(problems.size(), 1u);
+      EXPECT_NE(problems.front().find("features_critic.safetensors"), std::string::npos) << problems.front();
     }
   }
 }
