@@ -51,7 +51,9 @@
 // node. FLOPs per update (counted below): 3 forwards (target B rows, online 2B rows), the weight gradients of every
 // layer and the input gradients of every layer but the first.
 #include <cublasLt.h>
+#include <cuda.h>
 #include <cuda_bf16.h>
+#include <cxxabi.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -230,6 +232,67 @@ const char* math_name(gpu::LinearMath m) {
   return m == gpu::LinearMath::tf32 ? "tf32" : m == gpu::LinearMath::bf16 ? "bf16" : "fp32";
 }
 
+// FOXHUNT_BENCH_GRAPH=1: one line per node of a learner's update captured as the timed graph is
+// (sample, update, priority update; the priority update here follows Adam on the main stream
+// instead of beside it), its type and, for a kernel, the demangled name and launch shape: what the
+// update runs (cuBLASLt's GEMM kernels and any split-K reduction or separate epilogue pass among
+// them). The driver's kernel-node parameters and function names come through the runtime's driver
+// entry points (no libcuda link).
+template <class F>
+F driver_fn(const char* symbol) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion(symbol, &p, 12030, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess)
+    return nullptr;
+  return reinterpret_cast<F>(p);
+}
+
+std::string demangled(const char* name) {
+  if (name == nullptr) return "?";
+  int status = 0;
+  char* d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  std::string out = status == 0 && d != nullptr ? d : name;
+  std::free(d);
+  if (out.size() > 140) out = out.substr(0, 137) + "...";
+  return out;
+}
+
+void print_graph_nodes(cudaGraph_t graph) {
+  using GetParams = CUresult (*)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS*);
+  using FuncName = CUresult (*)(const char**, CUfunction);
+  using KernelName = CUresult (*)(const char**, CUkernel);
+  const auto get_params = driver_fn<GetParams>("cuGraphKernelNodeGetParams");
+  const auto func_name = driver_fn<FuncName>("cuFuncGetName");
+  const auto kernel_name = driver_fn<KernelName>("cuKernelGetName");
+  std::size_t n = 0;
+  FH_CHECK(cudaGraphGetNodes(graph, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  FH_CHECK(cudaGraphGetNodes(graph, nodes.data(), &n));
+  std::printf("  graph: %zu nodes\n", n);
+  for (std::size_t i = 0; i < n; ++i) {
+    cudaGraphNodeType type{};
+    FH_CHECK(cudaGraphNodeGetType(nodes[i], &type));
+    if (type != cudaGraphNodeTypeKernel) {
+      std::printf("  %3zu  %s\n", i,
+                  type == cudaGraphNodeTypeMemset   ? "memset"
+                  : type == cudaGraphNodeTypeMemcpy ? "memcpy"
+                  : type == cudaGraphNodeTypeEmpty  ? "empty"
+                  : type == cudaGraphNodeTypeHost   ? "host"
+                                                    : "other");
+      continue;
+    }
+    CUDA_KERNEL_NODE_PARAMS p{};
+    const char* name = nullptr;
+    if (get_params != nullptr && get_params(reinterpret_cast<CUgraphNode>(nodes[i]), &p) == CUDA_SUCCESS) {
+      if (p.func != nullptr && func_name != nullptr) func_name(&name, p.func);
+      if (name == nullptr && p.kern != nullptr && kernel_name != nullptr) kernel_name(&name, p.kern);
+    }
+    std::printf("  %3zu  kernel grid (%u,%u,%u) block (%u,%u,%u) smem %u  %s\n", i, p.gridDimX, p.gridDimY,
+                p.gridDimZ, p.blockDimX, p.blockDimY, p.blockDimZ, p.sharedMemBytes, demangled(name).c_str());
+  }
+}
+
 Result bench_foxhunt(const char* name, const char* what, std::int64_t hidden, std::int64_t batch,
                      gpu::LinearMath math, gpu::DeviceContext& ctx) {
   const cudaStream_t s = ctx.stream();
@@ -254,6 +317,17 @@ Result bench_foxhunt(const char* name, const char* what, std::int64_t hidden, st
   learner.capture(
       rl::dqn_batch_view(out), [&](cudaStream_t cs) { rb->sample(out.view(), cs); },
       [&](cudaStream_t cs) { rb->update_priorities(out.view().indices, learner.priorities(), batch, cs); });
+  if (const char* g = std::getenv("FOXHUNT_BENCH_GRAPH"); g != nullptr && std::string(g) == "1") {
+    cudaGraph_t listed = nullptr;
+    FH_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    rb->sample(out.view(), s);
+    learner.update(rl::dqn_batch_view(out));  // records on the learner's stream, s
+    rb->update_priorities(out.view().indices, learner.priorities(), batch, s);
+    FH_CHECK(cudaStreamEndCapture(s, &listed));
+    std::printf("  %s:\n", what);
+    print_graph_nodes(listed);
+    FH_CHECK(cudaGraphDestroy(listed));
+  }
   const int reps = batch >= 4096 ? 200 : 2000;
   const double ms = bench::median_ms(
       [&](int) {
@@ -314,7 +388,8 @@ double find(const std::vector<Result>& r, const std::string& name) {
 
 int main() {
   // FOXHUNT_BENCH_OURS_ONLY=1 (or =large_fp32, =large_tf32, =large_bf16): that learner alone (a
-  // profiler run), no baselines and no table; 1 is the standard learner.
+  // profiler run), no baselines and no table; 1 is the standard learner. FOXHUNT_BENCH_GRAPH=1: also
+  // list each timed learner's graph nodes (print_graph_nodes).
   const char* only_env = std::getenv("FOXHUNT_BENCH_OURS_ONLY");
   const std::string only = only_env ? only_env : "";
   if (!only.empty() && only != "1" && only != "large_fp32" && only != "large_tf32" && only != "large_bf16") {
