@@ -46,9 +46,10 @@
 //   total                                                     52 -> 19  (the learner's own: 48 -> 17)
 // A GEMM counts 1 above. Through cuBLASLt it could cost 2-3 nodes (a split-K reduction, an
 // epilogue::globalKernel when the kernel lacks the bias+ReLU+mask epilogue); the standard learner's
-// GEMMs (outputs <= 2^18, k <= 1024) now run as one gpu/linear kernel each, epilogue inside. Left: layer 0's
-// ReLU/bias-grad pass could fold into layer 1's dX GEMM as a cuBLASLt DRELU_BGRAD epilogue (gpu/linear), saving 1 more
-// node. FLOPs per update (counted below): 3 forwards (target B rows, online 2B rows), the weight gradients of every
+// GEMMs (outputs <= 2^18, k <= 1024) now run as one gpu/linear kernel each, epilogue inside. On cuBLASLt GEMMs (the
+// large learner) layer 0's ReLU/bias-grad pass (and its bias-finish kernel) folds into layer 1's dX GEMM as the
+// DRELU_BGRAD epilogue where cuBLASLt has a kernel with it (gpu::linear_backward_input_drelu); the standard
+// learner's small kernel has no such epilogue, so the pass stays there. FLOPs per update (counted below): 3 forwards (target B rows, online 2B rows), the weight gradients of every
 // layer and the input gradients of every layer but the first.
 #include <cublasLt.h>
 #include <cuda.h>
