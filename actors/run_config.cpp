@@ -31,7 +31,7 @@ constexpr const char* kPpoOnlyKeys[] = {
     "learner.rollout_steps", "learner.epochs",     "learner.minibatches",  "learner.gamma",
     "learner.gae_lambda",    "learner.clip",       "learner.clip_value",   "learner.ent_coef",
     "learner.vf_coef",       "learner.normalize_advantages", "learner.target_kl", "learner.shared_trunk",
-    "learner.lstm_hidden",   "learner.math",       "learner.init_log_std", "learner.action_bound",
+    "learner.lstm_hidden",   "learner.init_log_std", "learner.action_bound",
     "learner.fused_kernels", "learner.normalize_rewards"};
 
 // PPO's defaults for the keys it shares with DQN (CleanRL's ppo.py): RunConfig holds DQN's, so a

@@ -85,7 +85,7 @@ struct RunConfig {
     double target_kl = 0.0;   // > 0: an update stops its Adam steps once an epoch's approx-KL exceeds it
     bool shared_trunk = false;
     std::int64_t lstm_hidden = 0;   // > 0: a recurrent policy (trunk -> LSTM -> heads)
-    std::string math = "fp32";      // fp32 | tf32 | bf16 GEMMs (f32 master weights and accumulation)
+    std::string math = "fp32";      // fp32 | tf32 | bf16 GEMMs (f32 master weights and accumulation); DQN and PPO
     double init_log_std = 0.0;      // continuous actions: the Gaussian's initial log-std
     std::string action_bound = "clip";  // continuous actions: clip | tanh
     bool fused_kernels = true;          // small feed-forward networks as whole-network kernels

@@ -24,6 +24,17 @@
 #include "rl/envs/ohlcv_csv.hpp"
 
 namespace foxhunt::actors {
+namespace {
+
+// learner.math (validated by load_run_config) as gpu/linear's arithmetic.
+gpu::LinearMath linear_math(const std::string& m) {
+  if (m == "fp32") return gpu::LinearMath::fp32;
+  if (m == "tf32") return gpu::LinearMath::tf32;
+  if (m == "bf16") return gpu::LinearMath::bf16;
+  throw std::invalid_argument("learner.math = \"" + m + "\": must be one of \"fp32\" | \"tf32\" | \"bf16\"");
+}
+
+}  // namespace
 
 rl::DqnLearnerConfig dqn_learner_config(const RunConfig& c, std::int64_t obs_dim, std::int64_t branches,
                                         std::int64_t actions) {
@@ -37,6 +48,7 @@ rl::DqnLearnerConfig dqn_learner_config(const RunConfig& c, std::int64_t obs_dim
   lc.net.noisy = c.learner.noisy;
   lc.net.sigma0 = static_cast<float>(c.learner.sigma0);
   lc.net.atoms = c.learner.atoms;
+  lc.net.math = linear_math(c.learner.math);
   lc.net.v_min = static_cast<float>(c.learner.v_min);
   lc.net.v_max = static_cast<float>(c.learner.v_max);
   lc.batch = c.replay.batch_size;

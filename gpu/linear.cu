@@ -1,4 +1,5 @@
 #include "gpu/linear.hpp"
+#include "gpu/linear_drelu.hpp"
 
 #include <algorithm>
 #include <array>
@@ -142,6 +143,8 @@ struct GemmSpec {
   const float* bias = nullptr;
   void* aux = nullptr;
   std::int64_t aux_ld = 0;
+  // Only an algorithm whose kernel has the epilogue itself (no separate epilogue pass), else none.
+  bool native_epilogue_only = false;
 };
 
 std::optional<cublasLtMatmulAlgo_t> pick_algo(const cublasLtMatmulHeuristicResult_t* results, int count,
@@ -160,6 +163,12 @@ std::optional<cublasLtMatmulAlgo_t> pick_algo(const cublasLtMatmulHeuristicResul
     }
   }
   if (first < 0) return std::nullopt;
+  if (g.native_epilogue_only) {  // the heuristic's first algorithm with the epilogue in its kernel
+    for (int i = first; i < count; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS && epilogue_native(results[i].algo, g.epilogue))
+        return results[i].algo;
+    return std::nullopt;
+  }
   // large GEMMs: the heuristic's own choice (split-K pays off for large k; the GEMM dominates),
   // but only where its kernel has the epilogue natively. Otherwise cuBLASLt would run its own
   // epilogue::globalKernel pass after the GEMM (measured ~2x slower than ours at 8192 x 1024):
@@ -262,8 +271,8 @@ bool run_gemm(const GemmSpec& g, const BlasLane& lane) {
         entry.supported = true;
         entry.algo = *algo;
       }
-    } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) {
-      FH_CHECK(status);  // a real error (bad descriptor): report it
+    } else if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED && !g.native_epilogue_only) {
+      FH_CHECK(status);  // a real error (bad descriptor): report it (an optional fused epilogue: just none)
     }
     std::lock_guard<std::mutex> lock(g_algo_mutex);
     g_algos.emplace(key, entry);
@@ -273,7 +282,8 @@ bool run_gemm(const GemmSpec& g, const BlasLane& lane) {
   const cublasStatus_t status = cublasLtMatmul(lane.lt, desc.get(), &alpha, g.a, a_layout.get(), g.b, b_layout.get(),
                                                &g.beta, g.d, d_layout.get(), g.d, d_layout.get(), &entry.algo,
                                                lane.workspace, lane.workspace ? lane.workspace_bytes : 0, lane.stream);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {  // the heuristic offered it, the launch refused: remember
+  // The heuristic offered it, the launch refused (an optional fused epilogue: any refusal): remember.
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (g.native_epilogue_only && status == CUBLAS_STATUS_INVALID_VALUE)) {
     std::lock_guard<std::mutex> lock(g_algo_mutex);
     g_algos[key].supported = false;
     return false;
@@ -904,7 +914,8 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
   FH_EXPECT(d_out != nullptr, "linear_backward: d_out must not be null");
   FH_EXPECT(d_weight == nullptr || in != nullptr, "linear_backward: d_weight needs the forward input `in`");
   FH_EXPECT(d_in == nullptr || weight != nullptr, "linear_backward: d_in needs `weight`");
-  const bool need_d_pre = act != Activation::identity && (d_in != nullptr || d_weight != nullptr);
+  const bool need_d_pre =
+      act != Activation::identity && (d_in != nullptr || d_weight != nullptr || d_pre_scratch != nullptr);
   if (act != Activation::identity) {
     FH_EXPECT(aux != nullptr, std::string("linear_backward: act ") + std::string(activation_name(act)) +
                                   " needs the aux buffer its linear_forward wrote");
@@ -1008,6 +1019,40 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
     g.compute = compute_type(math);
     run_gemm_or_throw(g, lane, "linear input-gradient");
   }
+}
+
+bool linear_backward_input_drelu(float* d_pre_below, float* d_bias_below, const float* d_pre, const float* weight,
+                                 const void* relu_mask_below, std::int64_t batch, std::int64_t in_features,
+                                 std::int64_t out_features, LinearMath math, BlasLane lane) {
+  expect_shape(batch, in_features, out_features, lane, "linear_backward_input_drelu");
+  if (batch == 0) return false;
+  FH_EXPECT(d_pre_below != nullptr && d_pre != nullptr && weight != nullptr && relu_mask_below != nullptr,
+            "linear_backward_input_drelu: d_pre_below, d_pre, weight and relu_mask_below must not be null");
+  FH_EXPECT(aligned16(relu_mask_below), "linear_backward_input_drelu: relu_mask_below must be 16-byte aligned");
+  if (g_force_unfused.load(std::memory_order_relaxed) || use_small_gemm(batch, in_features, out_features, math))
+    return false;
+  GemmSpec g;  // d_pre_below^T (in_f, B) = W^T (in_f, out_f) · d_pre^T (out_f, B), then the dReLU (and bias grad)
+  g.trans_a = CUBLAS_OP_N;
+  g.trans_b = CUBLAS_OP_N;
+  g.m = in_features;
+  g.n = batch;
+  g.k = out_features;
+  g.a = weight;
+  g.lda = in_features;
+  g.b = d_pre;
+  g.ldb = out_features;
+  g.d = d_pre_below;
+  g.ldd = in_features;
+  // BGRAD writes the bias gradient (length m = in_f, summed over the n = B columns) where a forward
+  // epilogue reads its bias: the same descriptor attribute.
+  g.epilogue = d_bias_below != nullptr ? CUBLASLT_EPILOGUE_DRELU_BGRAD : CUBLASLT_EPILOGUE_DRELU;
+  g.bias = d_bias_below;
+  // The mask of the layer below, as its forward wrote it: (B, in_f) with round_up(in_f, 128) bits a row.
+  g.aux = const_cast<void*>(relu_mask_below);
+  g.aux_ld = aux_ld(in_features, Activation::relu);
+  g.compute = compute_type(math);
+  g.native_epilogue_only = true;
+  return run_gemm(g, lane);
 }
 
 }  // namespace foxhunt::gpu

@@ -6,6 +6,7 @@
 #include "gpu/check.hpp"
 #include "gpu/launch.cuh"
 #include "gpu/linear.hpp"
+#include "gpu/linear_drelu.hpp"
 
 namespace foxhunt::models {
 namespace {
@@ -79,6 +80,101 @@ void fork_side(const SideLane& side, const Mlp::Buffers& ws, std::size_t layers,
 void join_side(const SideLane& side, gpu::BlasLane lane) {
   FH_CHECK(cudaEventRecord(side.join, side.lane.stream));
   FH_CHECK(cudaStreamWaitEvent(lane.stream, side.join, 0));
+}
+
+// Whether layer k's input gradient may come out as layer k-1's pre-activation gradient, one GEMM
+// with cuBLASLt's dReLU + bias-gradient epilogue (gpu::linear_backward_input_drelu): k >= 1 and a
+// deterministic ReLU trunk (a noisy layer's GEMMs run on its composed weights).
+bool folds_below(const MlpSpec& spec, std::size_t k) {
+  return k >= 1 && k <= spec.sizes.size() - 1 && !spec.noisy && spec.act == gpu::Activation::relu;
+}
+
+// Layer k's input gradient from its pre-activation gradient d_pre into dx: layer k-1's
+// pre-activation gradient with its bias gradient written (returns true) where folds_below(k) and
+// cuBLASLt has the epilogue, else layer k-1's output gradient (returns false).
+bool input_gradient(std::vector<Dense>& layers, const MlpSpec& spec, float* dx, const float* d_pre, std::size_t k,
+                    const Mlp::Buffers& ws, std::int64_t batch, gpu::BlasLane lane) {
+  const Dense& l = layers[k];
+  const DenseSpec& sp = l.spec();
+  if (folds_below(spec, k) && gpu::linear_backward_input_drelu(dx, layers[k - 1].bias_grad(), d_pre, l.weight(),
+                                                               ws.aux[k - 1], batch, sp.in, sp.out, sp.math, lane))
+    return true;
+  gpu::linear_backward(dx, nullptr, nullptr, nullptr, d_pre, nullptr, nullptr, l.weight(), batch, sp.in, sp.out,
+                       gpu::Activation::identity, false, sp.math, lane);
+  return false;
+}
+
+// One-lane backward of layers count-1 .. 0 from g: layer count-1's output gradient, or with
+// g_is_pre its pre-activation gradient with its bias gradient already written.
+void one_lane_chain(std::vector<Dense>& layers, const MlpSpec& spec, float* d_in, const Mlp::Buffers& ws,
+                    const float* g, bool g_is_pre, const float* in, std::int64_t batch, std::size_t count,
+                    gpu::BlasLane lane) {
+  float* ping = ws.grad_a;
+  float* pong = ws.grad_b;
+  for (std::size_t k = count; k-- > 0;) {
+    Dense& l = layers[k];
+    const DenseSpec& sp = l.spec();
+    const float* x = k == 0 ? in : ws.out[k - 1];
+    float* dx = k == 0 ? d_in : ping;  // layer 0's input gradient only when asked for
+    bool dx_is_pre = false;
+    if (!g_is_pre && !(dx != nullptr && folds_below(spec, k))) {
+      l.backward_aux(dx, ws.d_pre, g, ws.aux[k], x, batch, lane);  // the layer's own backward
+    } else {
+      // backward_aux's kernels in its order (the pre-activation and bias gradients unless g already
+      // is the pre-activation gradient, the weight gradient, the input gradient), the input gradient
+      // folded into layer k-1's dReLU where it can be.
+      const float* d_pre = g;
+      if (!g_is_pre) {
+        gpu::linear_backward(nullptr, l.weight_grad(), l.bias_grad(), ws.d_pre, g, ws.aux[k], x, nullptr, batch, sp.in,
+                             sp.out, sp.act, false, sp.math, lane);
+        if (sp.act != gpu::Activation::identity) d_pre = ws.d_pre;
+      } else {
+        gpu::linear_backward(nullptr, l.weight_grad(), nullptr, nullptr, g, nullptr, x, nullptr, batch, sp.in, sp.out,
+                             gpu::Activation::identity, false, sp.math, lane);
+      }
+      if (dx != nullptr) dx_is_pre = input_gradient(layers, spec, dx, d_pre, k, ws, batch, lane);
+    }
+    g = dx;
+    g_is_pre = dx_is_pre;
+    std::swap(ping, pong);
+  }
+}
+
+// The same with the weight-gradient GEMMs on the side lane (the input-gradient chain on the main one).
+void split_chain(std::vector<Dense>& layers, const MlpSpec& spec, float* d_in, const Mlp::Buffers& ws, const float* g,
+                 bool g_is_pre, const float* in, std::int64_t batch, std::size_t count, gpu::BlasLane lane,
+                 const SideLane& side) {
+  for (std::size_t k = count; k-- > 0;) {
+    Dense& l = layers[k];
+    const DenseSpec& sp = l.spec();
+    const float* x = k == 0 ? in : ws.out[k - 1];
+    float* dx = k == 0 ? d_in : ws.split_d_out[k - 1];  // per layer: the side may still read g
+    float* d_pre = ws.split_d_pre[k];                   // per layer: likewise
+    bool dx_is_pre = false;
+    if (!g_is_pre && (sp.noisy || dx == nullptr)) {
+      // Noisy layers compose their gradients after the GEMMs, and without d_in linear_backward would
+      // not write d_pre: the whole layer stays on the main stream (layer 0: its weight gradient is
+      // the chain's last step anyway).
+      l.backward_aux(dx, d_pre, g, ws.aux[k], x, batch, lane);
+    } else {
+      // Main: the pre-activation and bias gradients in one kernel (unless g already is the
+      // pre-activation gradient), then the input gradient, folded into layer k-1's dReLU where it can
+      // be. Side, once d_pre is written: d_weight = d_pre^T x, the same GEMM the one-lane chain runs.
+      const float* dw_src = g;
+      if (!g_is_pre) {
+        gpu::linear_backward(nullptr, nullptr, l.bias_grad(), d_pre, g, ws.aux[k], nullptr, nullptr, batch, sp.in,
+                             sp.out, sp.act, false, sp.math, lane);
+        if (sp.act != gpu::Activation::identity) dw_src = d_pre;
+      }
+      FH_CHECK(cudaEventRecord(side.fork, lane.stream));
+      FH_CHECK(cudaStreamWaitEvent(side.lane.stream, side.fork, 0));
+      gpu::linear_backward(nullptr, l.weight_grad(), nullptr, nullptr, dw_src, nullptr, x, nullptr, batch, sp.in,
+                           sp.out, gpu::Activation::identity, false, sp.math, side.lane);
+      if (dx != nullptr) dx_is_pre = input_gradient(layers, spec, dx, dw_src, k, ws, batch, lane);
+    }
+    g = dx;
+    g_is_pre = dx_is_pre;
+  }
 }
 
 }  // namespace
@@ -178,16 +274,7 @@ void Mlp::backward(float* d_in, const float* d_out, const float* in, std::int64_
     join_side(*side, lane);
     return;
   }
-  const float* g = d_out;
-  float* ping = b.grad_a;
-  float* pong = b.grad_b;
-  for (std::size_t k = layers_.size(); k-- > 0;) {
-    const float* x = k == 0 ? in : b.out[k - 1];
-    float* dx = k == 0 ? d_in : ping;  // layer 0's input gradient only when asked for
-    layers_[k].backward_aux(dx, b.d_pre, g, b.aux[k], x, batch, lane);
-    g = ping;
-    std::swap(ping, pong);
-  }
+  one_lane_chain(layers_, spec_, d_in, b, d_out, false, in, batch, layers_.size(), lane);
 }
 
 Module::LastPreBackward* Mlp::last_pre_backward() {
@@ -204,65 +291,18 @@ void Mlp::backward_from_last_pre(float* d_in, const float* d_last_pre, const flo
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "Mlp " + spec_.name + ": batch out of range");
   FH_EXPECT(!spec_.noisy, "Mlp " + spec_.name + ": backward_from_last_pre needs a deterministic last layer");
   const Buffers b = buffers(ws);
-  const std::size_t last = layers_.size() - 1;
-  Dense& l = layers_[last];
   if (side != nullptr) {
-    // d_last_pre is ready now: the side lane takes the last layer's weight gradient at once, the
-    // main stream its input gradient (the two GEMMs of the one-lane path, same arguments).
     fork_side(*side, b, layers_.size(), lane);
-    const float* x = last == 0 ? in : b.out[last - 1];
-    gpu::linear_backward(nullptr, l.weight_grad(), nullptr, nullptr, d_last_pre, nullptr, x, nullptr, batch,
-                         l.spec().in, l.spec().out, gpu::Activation::identity, false, l.spec().math, side->lane);
-    float* dx = last == 0 ? d_in : b.split_d_out[last - 1];
-    if (dx != nullptr)
-      gpu::linear_backward(dx, nullptr, nullptr, nullptr, d_last_pre, nullptr, nullptr, l.weight(), batch, l.spec().in,
-                           l.spec().out, gpu::Activation::identity, false, l.spec().math, lane);
-    backward_split(d_in, b, dx, in, batch, last, lane, *side);
+    split_chain(layers_, spec_, d_in, b, d_last_pre, true, in, batch, layers_.size(), lane, *side);
     join_side(*side, lane);
     return;
   }
-  // Identity epilogue and no bias: just d_weight = d_pre^T x and d_in = d_pre W (no ReLU/bias pass).
-  gpu::linear_backward(last == 0 ? d_in : b.grad_a, l.weight_grad(), nullptr, nullptr, d_last_pre, nullptr,
-                       last == 0 ? in : b.out[last - 1], l.weight(), batch, l.spec().in, l.spec().out,
-                       gpu::Activation::identity, false, l.spec().math, lane);
-  const float* g = b.grad_a;
-  float* ping = b.grad_b;
-  float* pong = b.grad_a;
-  for (std::size_t k = last; k-- > 0;) {  // as backward() from layer last - 1 down
-    const float* x = k == 0 ? in : b.out[k - 1];
-    float* dx = k == 0 ? d_in : ping;
-    layers_[k].backward_aux(dx, b.d_pre, g, b.aux[k], x, batch, lane);
-    g = ping;
-    std::swap(ping, pong);
-  }
+  one_lane_chain(layers_, spec_, d_in, b, d_last_pre, true, in, batch, layers_.size(), lane);
 }
 
 void Mlp::backward_split(float* d_in, const Buffers& ws, const float* g, const float* in, std::int64_t batch,
                          std::size_t count, gpu::BlasLane lane, const SideLane& side) {
-  for (std::size_t k = count; k-- > 0;) {
-    Dense& l = layers_[k];
-    const DenseSpec& sp = l.spec();
-    const float* x = k == 0 ? in : ws.out[k - 1];
-    float* dx = k == 0 ? d_in : ws.split_d_out[k - 1];  // per layer: the side may still read g
-    float* d_pre = ws.split_d_pre[k];                   // per layer: likewise
-    if (sp.noisy || dx == nullptr) {
-      // Noisy layers compose their gradients after the GEMMs, and without d_in linear_backward would
-      // not write d_pre: the whole layer stays on the main stream (layer 0: its weight gradient is
-      // the chain's last step anyway).
-      l.backward_aux(dx, d_pre, g, ws.aux[k], x, batch, lane);
-    } else {
-      // Main: d_pre (masked) and the bias gradient in one kernel, then d_in. Side, once they are
-      // written: d_weight = d_pre^T x, the same GEMM the one-lane call runs (identity: d_pre is g).
-      gpu::linear_backward(dx, nullptr, l.bias_grad(), d_pre, g, ws.aux[k], nullptr, l.weight(), batch, sp.in, sp.out,
-                           sp.act, false, sp.math, lane);
-      const float* dw_src = sp.act == gpu::Activation::identity ? g : d_pre;
-      FH_CHECK(cudaEventRecord(side.fork, lane.stream));
-      FH_CHECK(cudaStreamWaitEvent(side.lane.stream, side.fork, 0));
-      gpu::linear_backward(nullptr, l.weight_grad(), nullptr, nullptr, dw_src, nullptr, x, nullptr, batch, sp.in,
-                           sp.out, gpu::Activation::identity, false, sp.math, side.lane);
-    }
-    g = dx;
-  }
+  split_chain(layers_, spec_, d_in, ws, g, false, in, batch, count, lane, side);
 }
 
 std::int64_t Mlp::relu_units() const {

@@ -7,7 +7,10 @@ gathered rows with precomputed 3-step returns, forward online(s), online(s'),
 target(s'), double-DQN 3-step targets, Huber weighted by IS weights, backward, grad-norm clip 10,
 Adam (eps 1.5e-4), priority write-back (|td| + 1e-6)^alpha, Polyak tau 0.005.
 Learners: standard (obs 64, 256-256 ReLU, dueling, 9 actions, batch 256), large (1024-1024,
-batch 4096) in strict fp32 and with TF32. Each in eager mode and captured whole in a CUDA graph.
+batch 4096) in strict fp32, with TF32 (torch.backends.cuda.matmul.allow_tf32) and in bf16 (the
+forwards under torch.autocast(bfloat16): bf16 GEMMs with f32 accumulation, f32 master weights,
+gradients and Adam, Q values cast to f32 before the loss; cache_enabled=False so that the casts are
+part of every captured update). Each in eager mode and captured whole in a CUDA graph.
 Prints `RESULT <learner>_<mode> <updates per second>` lines that the C++ bench parses.
 """
 import sys
@@ -38,7 +41,7 @@ class Dueling(nn.Module):
         return self.value(h) + a - a.mean(dim=1, keepdim=True)
 
 
-def make_update(hidden, batch, dev):
+def make_update(hidden, batch, dev, bf16=False):
     torch.manual_seed(0)
     online = Dueling(hidden).to(dev)
     target = Dueling(hidden).to(dev)
@@ -56,6 +59,9 @@ def make_update(hidden, batch, dev):
     alpha, beta = 0.6, 0.4
     strata = torch.arange(batch, device=dev, dtype=torch.float32)
 
+    def gemms():
+        return torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16, cache_enabled=False)
+
     def update():
         cdf = torch.cumsum(t_prio, 0)
         total = cdf[-1]
@@ -64,10 +70,12 @@ def make_update(hidden, batch, dev):
         obs, nxt = t_obs[idx], t_next[idx]
         act, ret, disc = t_act[idx], t_ret[idx], t_disc[idx]
         w = (CAPACITY * t_prio[idx] / total).pow(-beta) / (CAPACITY * t_prio.min() / total).pow(-beta)
-        with torch.no_grad():
+        with torch.no_grad(), gemms():
             a_star = online(nxt).argmax(dim=1, keepdim=True)
-            y = ret + disc * target(nxt).gather(1, a_star).squeeze(1)
-        q = online(obs).gather(1, act.unsqueeze(1)).squeeze(1)
+            y = ret + disc * target(nxt).float().gather(1, a_star).squeeze(1)
+        with gemms():
+            q_all = online(obs)
+        q = q_all.float().gather(1, act.unsqueeze(1)).squeeze(1)
         td = q - y
         loss = (w * nn.functional.huber_loss(q, y, reduction="none", delta=1.0)).mean()
         opt.zero_grad(set_to_none=False)
@@ -96,14 +104,14 @@ def timed(fn, reps, dev):
     return reps / best
 
 
-def run(name, hidden, batch, tf32, reps):
+def run(name, hidden, batch, tf32, reps, bf16=False):
     dev = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
-    update = make_update(hidden, batch, dev)
+    update = make_update(hidden, batch, dev, bf16)
     print(f"RESULT {name}_eager {timed(update, reps, dev):.1f}", flush=True)
 
-    update = make_update(hidden, batch, dev)
+    update = make_update(hidden, batch, dev, bf16)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -124,6 +132,7 @@ def main():
     run("standard_fp32", 256, 256, False, 500)
     run("large_fp32", 1024, 4096, False, 100)
     run("large_tf32", 1024, 4096, True, 100)
+    run("large_bf16", 1024, 4096, False, 100, bf16=True)
 
 
 if __name__ == "__main__":

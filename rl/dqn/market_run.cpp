@@ -19,6 +19,7 @@ DqnLearnerConfig learner_config(const MarketLearning& l, const MarketEnv& env, s
   c.net.branches = env.action_space().branches;
   c.net.actions = env.action_space().choices;
   c.net.dueling = true;
+  c.net.math = l.math;
   c.batch = l.batch;
   c.double_q = true;
   c.adam.eps = 1.5e-4f;

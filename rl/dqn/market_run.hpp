@@ -12,6 +12,7 @@
 #include "gpu/buffer.hpp"
 #include "gpu/context.hpp"
 #include "gpu/exit.hpp"
+#include "gpu/linear.hpp"
 #include "rl/dqn/learner.hpp"
 #include "rl/dqn/trainer.hpp"
 #include "rl/envs/episode_stats.hpp"
@@ -32,6 +33,7 @@ struct MarketLearning {
   double eps_fraction = 0.5;                 // epsilon 1 -> eps_end over this fraction of the steps
   float eps_end = 0.02f;
   float tau = 0.005f;
+  gpu::LinearMath math = gpu::LinearMath::fp32;  // the networks' GEMMs (f32 master weights either way)
 };
 
 class MarketDqnRun {

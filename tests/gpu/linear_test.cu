@@ -14,6 +14,7 @@
 
 #include "gpu/context.hpp"
 #include "gpu/linear.hpp"
+#include "gpu/linear_drelu.hpp"
 
 namespace foxhunt::gpu {
 namespace {
@@ -737,6 +738,85 @@ TEST_F(LinearTest, ReducedPrecisionMathMatchesReferenceWithinRounding) {
           mag[i] = p.pre_mag[i] * std::max(1.0, std::abs(act_grad_ref(act, p.pre[i])));
         }
         EXPECT_TRUE(close_by_magnitude(test::download(y, s()), ref, mag, 3 * u, 1e-6)) << "y";
+      }
+  }
+}
+
+// linear_backward_input_drelu: a layer's input gradient straight into the ReLU layer below it, d_pre
+// (B, out) . W masked by the mask the layer below's forward wrote, and that layer's bias gradient,
+// against float64 (the reference reads the GPU's mask bits, so pre-activations that rounding puts
+// on either side of 0 agree by construction). fp32 within 1e-5 of the sum of |terms|, TF32 / bf16
+// within 3u of it as the forward above; the bias gradient within the same bound of the sum of the
+// masked rows' magnitudes. Where cuBLASLt has no kernel with the epilogue (the call returns false)
+// nothing may be written; the folded configurations are printed.
+TEST_F(LinearTest, InputGradientIntoReluBelowMatchesReference) {
+  SCOPED_TRACE(seed_note());
+  detail::linear_disable_small_gemm(true);  // fp32 through cuBLASLt as well (the small kernel never folds)
+  struct Case {
+    std::int64_t batch, in_below, hidden, out;
+  };
+  for (LinearMath math : {LinearMath::fp32, LinearMath::tf32, LinearMath::bf16}) {
+    const double tol = math == LinearMath::fp32   ? 1e-5
+                       : math == LinearMath::tf32 ? 3 * std::ldexp(1.0, -11)
+                                                  : 3 * std::ldexp(1.0, -8);
+    const char* m = math == LinearMath::fp32 ? "fp32" : math == LinearMath::tf32 ? "tf32" : "bf16";
+    for (const Case c : {Case{512, 64, 512, 256}, Case{1024, 64, 1024, 10}, Case{37, 9, 129, 65}})
+      for (const bool with_bias : {true, false}) {
+        SCOPED_TRACE(std::string(m) + " B=" + std::to_string(c.batch) + " hidden=" + std::to_string(c.hidden) +
+                     " out=" + std::to_string(c.out) + (with_bias ? " with bias grad" : " no bias grad"));
+        // The layer below: in_below -> hidden, ReLU, its mask in aux.
+        const Problem below = make_problem({c.batch, c.in_below, c.hidden}, true, rng());
+        DeviceProblem db(below, s());
+        DeviceBuffer<float> h(static_cast<std::size_t>(c.batch * c.hidden));
+        DeviceBuffer<std::byte> mask(linear_aux_bytes(c.batch, c.hidden, Activation::relu));
+        linear_forward(h.data(), mask.data(), db.x.data(), db.w.data(), db.bias(), c.batch, c.in_below, c.hidden,
+                       Activation::relu, lane());
+        // This layer: hidden -> out, its pre-activation gradient d_pre.
+        const float bound = 1.f / std::sqrt(static_cast<float>(c.hidden));
+        const auto w = test::random_uniform(static_cast<std::size_t>(c.out * c.hidden), -bound, bound, rng());
+        const auto d_pre = test::random_normal(static_cast<std::size_t>(c.batch * c.out), 0.f, 1.f, rng());
+        auto d_w = test::upload(w, s());
+        auto d_d_pre = test::upload(d_pre, s());
+        DeviceBuffer<float> got(static_cast<std::size_t>(c.batch * c.hidden)), got_b(static_cast<std::size_t>(c.hidden));
+        test::poison(got, s());
+        test::poison(got_b, s());
+        const bool folded =
+            linear_backward_input_drelu(got.data(), with_bias ? got_b.data() : nullptr, d_d_pre.data(), d_w.data(),
+                                        mask.data(), c.batch, c.hidden, c.out, math, lane());
+        const auto g = test::download(got, s());
+        const auto gb = test::download(got_b, s());
+        if (!folded) {
+          std::printf("  [drelu fold] %s B=%lld hidden=%lld out=%lld: no cuBLASLt kernel with the epilogue\n", m,
+                      static_cast<long long>(c.batch), static_cast<long long>(c.hidden),
+                      static_cast<long long>(c.out));
+          EXPECT_TRUE(std::all_of(g.begin(), g.end(), [](float v) { return std::isnan(v); })) << "written anyway";
+          EXPECT_TRUE(std::all_of(gb.begin(), gb.end(), [](float v) { return std::isnan(v); })) << "written anyway";
+          continue;
+        }
+        std::printf("  [drelu fold] %s B=%lld hidden=%lld out=%lld: folded\n", m, static_cast<long long>(c.batch),
+                    static_cast<long long>(c.hidden), static_cast<long long>(c.out));
+        const std::int64_t ld = (c.hidden + 127) / 128 * 128;
+        const auto words =
+            test::download(reinterpret_cast<const std::uint32_t*>(mask.data()), mask.size() / 4, s());
+        std::vector<double> ref(g.size(), 0.0), mag(g.size(), 0.0), ref_b(gb.size(), 0.0), mag_b(gb.size(), 0.0);
+        for (std::int64_t b = 0; b < c.batch; ++b)
+          for (std::int64_t j = 0; j < c.hidden; ++j) {
+            const std::int64_t bit = b * ld + j;
+            if (((words[bit / 32] >> (bit % 32)) & 1u) == 0u) continue;  // masked: 0
+            double acc = 0, mg = 0;
+            for (std::int64_t o = 0; o < c.out; ++o) {
+              const double t = static_cast<double>(d_pre[b * c.out + o]) * w[o * c.hidden + j];
+              acc += t;
+              mg += std::abs(t);
+            }
+            ref[b * c.hidden + j] = acc;
+            mag[b * c.hidden + j] = mg;
+            ref_b[j] += acc;
+            mag_b[j] += mg;
+          }
+        EXPECT_TRUE(close_by_magnitude(g, ref, mag, tol)) << "d_pre below";
+        if (with_bias) EXPECT_TRUE(close_by_magnitude(gb, ref_b, mag_b, tol)) << "d_bias below";
+        else EXPECT_TRUE(std::all_of(gb.begin(), gb.end(), [](float v) { return std::isnan(v); })) << "bias written";
       }
   }
 }

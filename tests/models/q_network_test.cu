@@ -16,6 +16,7 @@
 #include "gpu/arena.hpp"
 #include "gpu/check.hpp"
 #include "gpu/context.hpp"
+#include "gpu/linear.hpp"
 #include "gpu/stream.hpp"
 #include "models/mlp.hpp"
 #include "models/q_network.hpp"
@@ -257,6 +258,82 @@ TEST_F(QNetworkTest, MlpSideLaneBackwardIsBitwiseOneLane) {
         for (std::int64_t i = 0; i < e.numel; ++i)
           ASSERT_TRUE(std::isfinite(one[static_cast<std::size_t>(e.offset + i)])) << e.name << "[" << i << "]";
       for (std::size_t k = n; k < one.size(); ++k) ASSERT_TRUE(std::isfinite(one[k])) << "d_in[" << k - n << "]";
+    }
+  }
+  FH_CHECK(cudaStreamSynchronize(side_ctx.stream()));
+}
+
+// A ReLU trunk wide enough for cuBLASLt (64 -> 256 -> 256 -> 128, 96 rows): each layer's input
+// gradient may fold into the layer below's dReLU and bias gradient (gpu::linear_backward_input_drelu).
+// fp32 through cuBLASLt (the small kernel off): the folded backward against the unfolded one
+// (the fold off while the forced fallback is on; the forward is the same one) within 1e-5 relative
+// L2, the bias gradients summed in another order; and for fp32 and TF32 the side-lane backward,
+// from d_out and from the last pre-activation gradient, bitwise the one-lane one (both make the
+// same fold decisions).
+TEST_F(QNetworkTest, MlpFoldedReluBackwardMatchesUnfoldedAndSideLane) {
+  SCOPED_TRACE(seed_note());
+  struct SmallGemmOff {
+    SmallGemmOff() { gpu::detail::linear_disable_small_gemm(true); }
+    ~SmallGemmOff() {
+      gpu::detail::linear_disable_small_gemm(false);
+      gpu::detail::linear_force_unfused_epilogue(false);
+    }
+  } small_off;
+  gpu::DeviceContext side_ctx(0, 1);
+  gpu::Event fork, join;
+  const SideLane side{side_ctx.blas(0), fork, join};
+  const std::int64_t in_f = 64, out_f = 128, B = 96;
+  for (const gpu::LinearMath math : {gpu::LinearMath::fp32, gpu::LinearMath::tf32}) {
+    SCOPED_TRACE(math == gpu::LinearMath::fp32 ? "fp32" : "tf32");
+    Mlp mlp(MlpSpec{"m", in_f, {256, 256, out_f}, gpu::Activation::relu, false, 0.5f, math}, 7);
+    gpu::ParameterArena arena;
+    set_up(mlp, arena);
+    const OwnedWorkspace ws(mlp, B, true);
+    auto d_x = test::upload(test::random_uniform(static_cast<std::size_t>(B * in_f), -1.f, 1.f, rng()), s());
+    auto d_y = test::upload(test::random_uniform(static_cast<std::size_t>(B * out_f), -1.f, 1.f, rng()), s());
+    gpu::DeviceBuffer<float> d_in(static_cast<std::size_t>(B * in_f)), y(static_cast<std::size_t>(B * out_f));
+    const auto n = static_cast<std::size_t>(arena.padded_count());
+    mlp.forward(y.data(), d_x.data(), B, false, ws.view, lane());
+    // from_pre: backward_from_last_pre with d_y as the last layer's pre-activation gradient.
+    auto run = [&](const SideLane* sl, bool from_pre) {
+      FH_CHECK(cudaMemsetAsync(arena.grads(), 0xFF, n * 4, s()));
+      FH_CHECK(cudaMemsetAsync(d_in.data(), 0xFF, d_in.bytes(), s()));
+      if (from_pre) {
+        FH_CHECK(cudaMemsetAsync(mlp.last_bias_grad(), 0, static_cast<std::size_t>(out_f) * 4, s()));  // the caller's
+        mlp.backward_from_last_pre(d_in.data(), d_y.data(), d_x.data(), B, ws.view, lane(), sl);
+      } else {
+        mlp.backward(d_in.data(), d_y.data(), d_x.data(), B, ws.view, lane(), sl);
+      }
+      auto g = test::download(arena.grads(), n, s());
+      const auto di = test::download(d_in.data(), d_in.size(), s());
+      g.insert(g.end(), di.begin(), di.end());
+      return g;
+    };
+    for (const bool from_pre : {false, true}) {
+      SCOPED_TRACE(from_pre ? "from the last pre-activation gradient" : "from d_out");
+      const auto one = run(nullptr, from_pre), two = run(&side, from_pre);
+      ASSERT_EQ(one.size(), two.size());
+      for (std::size_t k = 0; k < one.size(); ++k) {
+        std::uint32_t a = 0, b = 0;
+        std::memcpy(&a, &one[k], 4);
+        std::memcpy(&b, &two[k], 4);
+        ASSERT_EQ(a, b) << "element " << k << " of the grads (padded " << n << ") then d_in: " << one[k] << " vs "
+                        << two[k];
+      }
+      for (const auto& e : arena.entries())
+        for (std::int64_t i = 0; i < e.numel; ++i)
+          ASSERT_TRUE(std::isfinite(one[static_cast<std::size_t>(e.offset + i)])) << e.name << "[" << i << "]";
+      if (math != gpu::LinearMath::fp32) continue;
+      gpu::detail::linear_force_unfused_epilogue(true);  // no fold (the forward is not rerun)
+      const auto unfolded = run(nullptr, from_pre);
+      gpu::detail::linear_force_unfused_epilogue(false);
+      std::vector<double> ref(unfolded.begin(), unfolded.end());
+      for (std::size_t k = 0; k < ref.size(); ++k)
+        if (!std::isfinite(ref[k])) ref[k] = 0.0;  // padding between tensors (never written)
+      std::vector<float> got(one);
+      for (std::size_t k = 0; k < got.size(); ++k)
+        if (!std::isfinite(unfolded[k])) got[k] = 0.f;
+      EXPECT_LT(test::rel_error(got, ref), 1e-5) << "folded against unfolded";
     }
   }
   FH_CHECK(cudaStreamSynchronize(side_ctx.stream()));

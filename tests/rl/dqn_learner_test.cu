@@ -330,3 +330,79 @@ TEST_F(DqnLearnerTest, EveryVariantFitsFixedTargets) {
 
 }  // namespace
 }  // namespace foxhunt::rl
+
+namespace foxhunt::rl {
+namespace {
+
+// The large learner's trunk (64 -> 1024 -> 1024, dueling, 9 actions) in TF32 and bf16 against the
+// same learner in fp32 (same seed: same initial weights) on one update of the same 256-row batch:
+// the gradients, priorities, loss and mean taken Q agree within the rounding of the GEMM inputs, and
+// differ from fp32 (the arithmetic reached the GEMMs). Plain (not double) DQN: its target max over
+// target(s') is continuous in the weights, where double DQN's online argmax can flip on near-ties
+// and move a sample's target by a whole action gap.
+// Tolerances, with u the unit roundoff of the GEMM inputs (TF32 2^-11 (up to 2^-10 where the
+// hardware truncates), bf16 2^-8): one GEMM with both operands rounded has a relative L2 error near
+// sqrt(2/3) u; the gradients pass through up to 4 reduced-precision GEMMs (two forward, the input
+// gradient, the weight gradient), about 2u to 3u: 8u for what only the forward feeds (priorities,
+// loss, q_mean), 12u for the gradients of the smooth (GELU) trunk. A ReLU trunk's gradient is not
+// continuous in the pre-activations: where rounding moves a pre-activation across 0 (a fraction f of
+// about u of them, the rounding error over the pre-activation's spread times the density at 0), that
+// unit's d_pre jumps by the whole incoming gradient. Spread over the ~128 active samples of a weight
+// gradient row, that is a relative L2 error near sqrt(2 f): the ReLU bound adds 2 sqrt(u) (f <= 2u).
+TEST_F(DqnLearnerTest, ReducedPrecisionUpdateStaysNearFp32) {
+  SCOPED_TRACE(seed_note());
+  for (const gpu::Activation act : {gpu::Activation::gelu, gpu::Activation::relu}) {
+    const bool relu = act == gpu::Activation::relu;
+    SCOPED_TRACE(relu ? "relu trunk" : "gelu trunk");
+    DqnLearnerConfig base;
+    base.net.obs_dim = 64;
+    base.net.hidden = {1024, 1024};
+    base.net.act = act;
+    base.net.actions = 9;
+    base.net.dueling = true;
+    base.batch = 256;
+    base.double_q = false;
+    base.schedule.lr_start = base.schedule.lr_end = 1e-4f;
+    base.max_grad_norm = 10.f;
+    base.tau = 0.005f;
+    base.seed = 77;
+    std::mt19937_64 r(rng()());
+    HostBatch batch(base, r, s());
+    DqnLearner ref(base, lane());
+    ref.update(batch.view);
+    const auto n = static_cast<std::size_t>(ref.online_arena().padded_count());
+    const auto g_ref = test::download(ref.online_arena().grads(), n, s());
+    const std::vector<double> g_ref_d(g_ref.begin(), g_ref.end());
+    const auto p_ref = test::download(ref.priorities(), static_cast<std::size_t>(base.batch), s());
+    const std::vector<double> p_ref_d(p_ref.begin(), p_ref.end());
+    const DqnState st_ref = state_of(ref, s());
+    ASSERT_EQ(st_ref.skip, 0u);
+    for (gpu::LinearMath math : {gpu::LinearMath::tf32, gpu::LinearMath::bf16}) {
+      const bool tf32 = math == gpu::LinearMath::tf32;
+      SCOPED_TRACE(tf32 ? "tf32" : "bf16");
+      const double u = std::ldexp(1.0, tf32 ? -11 : -8);
+      const double grad_tol = 12 * u + (relu ? 2 * std::sqrt(u) : 0.0);
+      DqnLearnerConfig c = base;
+      c.net.math = math;
+      DqnLearner l(c, lane());
+      l.update(batch.view);
+      const auto g = test::download(l.online_arena().grads(), n, s());
+      const double g_err = test::rel_error(g, g_ref_d);
+      EXPECT_LT(g_err, grad_tol);
+      EXPECT_NE(g, g_ref) << "the gradients are bitwise fp32's: the arithmetic did not reach the GEMMs";
+      const auto p = test::download(l.priorities(), static_cast<std::size_t>(c.batch), s());
+      const double p_err = test::rel_error(p, p_ref_d);
+      EXPECT_LT(p_err, 8 * u);
+      const DqnState st = state_of(l, s());
+      EXPECT_EQ(st.skip, 0u);
+      EXPECT_NEAR(st.loss, st_ref.loss, 8 * u * std::abs(st_ref.loss));
+      EXPECT_NEAR(st.q_mean, st_ref.q_mean, 8 * u * (std::abs(st_ref.q_mean) + 0.1));
+      EXPECT_NEAR(st.grad_norm, st_ref.grad_norm, grad_tol * st_ref.grad_norm);
+      std::printf("  %s %s: gradient rel. L2 error %.3g (bound %.3g), priorities %.3g (bound %.3g)\n",
+                  relu ? "relu" : "gelu", tf32 ? "tf32" : "bf16", g_err, grad_tol, p_err, 8 * u);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace foxhunt::rl
