@@ -90,8 +90,8 @@ void read_feature_relations(config::Reader& r, const RunConfig& c) {
   if (!on) return;
   if (c.features.mode == "finetune") {
     r.relation(ppo, "features.mode", "learner.kind",
-               "\"finetune\" is supported for PPO agents (learner.kind = \"ppo\", pipeline.mode = \"sync\"); not "
-               "supported yet for DQN agents: use mode = \"frozen\"");
+               "\"finetune\" is supported for PPO agents (learner.kind = \"ppo\"); not supported yet for DQN agents: "
+               "use mode = \"frozen\"");
     r.relation(!ppo || c.learner.lstm_hidden == 0, "features.mode", "learner.lstm_hidden",
                "\"finetune\" trains the extractor in front of a feed-forward policy; not supported yet with an LSTM "
                "policy (learner.lstm_hidden > 0): use mode = \"frozen\"");
@@ -101,9 +101,6 @@ void read_feature_relations(config::Reader& r, const RunConfig& c) {
   }
   r.relation(c.env.kind == "market", "features.checkpoint", "env.kind",
              "features are computed from a market observation's returns (env.kind = \"market\")");
-  r.relation(!ppo || c.pipeline.mode == "sync", "features.checkpoint", "pipeline.mode",
-             "a PPO agent's feature extractor runs with pipeline.mode = \"sync\"; not supported yet: PPO through the "
-             "actors (DQN agents run with one in their collector)");
   r.relation(c.env.observe.empty(), "features.checkpoint", "env.observe",
              "the extractor reads and writes the whole market observation; not supported yet with a column selection");
   r.relation(!ppo || c.features.shared || c.features.mode == "finetune", "features.shared", "features.mode",
