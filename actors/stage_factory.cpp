@@ -232,8 +232,13 @@ PpoStages make_ppo_stages(const RunConfig& config, const std::optional<std::file
                                                                config.env.num_envs, pc.minibatch_rows(), nullptr);
   auto learner = std::make_shared<PpoGpuLearnerStage>(pc, obs_dim, every, device, std::move(tuned),
                                                       static_cast<float>(config.features.lr_scale));
+  // A fine-tuned extractor keeps the learner on the GEMM path (rl/ppo/learner.hpp), and the
+  // synchronous loop acts with that learner: the acting copy acts on the GEMM path too, so lag 0
+  // gives the synchronous loop's numbers.
+  rl::ppo::PpoConfig acting = pc;
+  if (finetune) acting.fused_kernels = false;
   auto collector =
-      std::make_shared<PpoGpuCollectorStage>(std::move(env), pc, config.pipeline.policy_lag + 1, every, device);
+      std::make_shared<PpoGpuCollectorStage>(std::move(env), acting, config.pipeline.policy_lag + 1, every, device);
   if (finetune) {
     // The acting copy computes step() / peek() only: one training row is all it allocates.
     collector->set_features(std::make_unique<pretrain::WindowFeatureExtractor>(
