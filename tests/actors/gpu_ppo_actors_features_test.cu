@@ -8,8 +8,9 @@
 //     the copy published with the policy);
 //   PpoActorsFeatures.ResumeContinuesBitExactly: N -> stop -> 2N through the actors equals the
 //     uninterrupted 2N run (and two uninterrupted runs are equal), frozen and fine-tuned, policy_lag
-//     0 and 1 (lag 1's checkpoint carries the acting network and the acting extractor one update
-//     behind the learner's: policy.safetensors, policy.features.safetensors);
+//     0 and 1; the collector's acting network and acting extractor (policy.safetensors,
+//     policy.features.safetensors) equal the learner's weights at lag 0 and are one update behind
+//     them at lag 1;
 //   PpoActorsFeatures.ShippedRegimeConfigTrainsThroughTheActors: configs/ppo_features_regime.toml
 //     with pipeline.mode = "actors" (policy_lag 1) and an extractor of the shipped shape (LSTM 64 on
 //     64 returns, random weights) trains 2 iterations to a final checkpoint that checks as
@@ -17,6 +18,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -27,6 +29,7 @@
 #include "actors/pretrain_run.hpp"
 #include "actors/train_run.hpp"
 #include "gpu/arena.hpp"
+#include "gpu/safetensors.hpp"
 #include "models/dense.hpp"
 #include "pretrain/feature_source.hpp"
 #include "pretrain/model_factory.hpp"
@@ -44,6 +47,24 @@ namespace {
 using foxhunt::test::bytes_of;
 
 constexpr const char* kFinetune = "mode = \"finetune\"\nlr_scale = 0.5\n";
+
+// Whether every parameter of arena file `a` (Adam's moments aside) is in `b` with the same bytes.
+bool same_weights(const fs::path& a, const fs::path& b) {
+  const std::vector<std::byte> ab = gpu::read_file_bytes(a), bb = gpu::read_file_bytes(b);
+  const gpu::SafetensorsFile fa = gpu::parse_safetensors(ab, a.string()), fb = gpu::parse_safetensors(bb, b.string());
+  bool any = false;
+  for (const gpu::SafetensorsEntry& e : fa.entries) {
+    if (e.name.starts_with("adam_m.") || e.name.starts_with("adam_v.")) continue;
+    const gpu::SafetensorsEntry* o = fb.find(e.name);
+    EXPECT_NE(o, nullptr) << e.name << " of " << a << " is not in " << b;
+    if (o == nullptr) return false;
+    const auto x = fa.bytes(e), y = fb.bytes(*o);
+    if (x.size() != y.size() || !std::equal(x.begin(), x.end(), y.begin())) return false;
+    any = true;
+  }
+  EXPECT_TRUE(any) << a << " holds no parameters";
+  return any;
+}
 
 class PpoActorsFeatures : public test::GpuTest {
  protected:
@@ -176,6 +197,11 @@ TEST_F(PpoActorsFeatures, ResumeContinuesBitExactly) {
         EXPECT_TRUE(a == b) << "the resumed run differs from the uninterrupted one";
         if (f != "counters.json") EXPECT_FALSE(bytes_of(half / f) == b) << "nothing changed after the resume";
       }
+      // The collector ends holding the version due next: the learner's weights at lag 0, one update
+      // behind at lag 1, the extractor's copy swapped with the network's.
+      EXPECT_EQ(same_weights(whole / "policy.safetensors", whole / "learner.safetensors"), lag == 0);
+      if (finetune)
+        EXPECT_EQ(same_weights(whole / "policy.features.safetensors", whole / "features.safetensors"), lag == 0);
     }
   }
 }
