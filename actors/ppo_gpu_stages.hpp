@@ -91,8 +91,8 @@ class PpoGpuCollectorStage final : public PpoCollectorStage {
   // Setup only: continue from a checkpoint directory (ppo.state, env.state, and policy.safetensors
   // (with policy.features.safetensors when fine-tuned) when present; otherwise acting with
   // `policy`). rollouts_done = the updates learned.
-  void restore(const std::filesystem::path& dir, const float* policy, std::int64_t floats,
-               std::int64_t rollouts_done, std::int64_t policy_version);
+  void restore(const std::filesystem::path& dir, const float* policy, std::int64_t floats, std::int64_t rollouts_done,
+               std::int64_t policy_version);
   void attach_learner(std::shared_ptr<PpoGpuLearnerStage> learner) { learner_ = std::move(learner); }
 
   rl::ppo::Rollout& rollout(int slot) { return *rollouts_.at(static_cast<std::size_t>(slot)); }
@@ -133,9 +133,8 @@ class PpoGpuLearnerStage final : public PpoLearnerStage {
   // fine-tuned extractor, the first module of the learner's network (rl::ppo::PpoLearner), trained
   // at features_lr_scale times the agent's learning rate; its weights follow the network's in
   // every published policy.
-  PpoGpuLearnerStage(const rl::ppo::PpoConfig& config, std::int64_t obs_dim, std::int64_t metrics_every,
-                     int device = 0, std::unique_ptr<rl::TrainableObsFeatures> features = nullptr,
-                     float features_lr_scale = 1.f);
+  PpoGpuLearnerStage(const rl::ppo::PpoConfig& config, std::int64_t obs_dim, std::int64_t metrics_every, int device = 0,
+                     std::unique_ptr<rl::TrainableObsFeatures> features = nullptr, float features_lr_scale = 1.f);
 
   void wait(std::uint64_t event) override { lane_.wait(event); }
   void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
