@@ -10,6 +10,7 @@
 #include "actors/checkpoint_store.hpp"
 #include "actors/dqn_stages.hpp"
 #include "actors/env_shape.hpp"
+#include "actors/ppo_gpu_stages.hpp"
 #include "actors/ppo_run.hpp"
 #include "rl/ppo/actor_critic.hpp"
 #include "actors/env_state.hpp"
@@ -53,7 +54,15 @@ class Checker {
     if (config_.learner.kind == "ppo") {
       rl::ppo::ActorCritic(ppo_config(config_, shape_), shape_.obs_dim).declare(arena_);
       arena_file("learner.safetensors", true);
-      if (config_.features.mode == "finetune") tuned_features_file();
+      if (config_.features.mode == "finetune") {
+        tuned_features_file(kTunedFeaturesFile, true);
+        if (!config_.features.shared) tuned_features_file(kTunedCriticFeaturesFile, true);  // the critic's
+      }
+      // Through the actors: the collector's acting network (and acting extractor), no moments.
+      if (fs::exists(dir_ / kPpoPolicyFile)) {
+        arena_file(kPpoPolicyFile, false);
+        if (config_.features.mode == "finetune") tuned_features_file(kPpoPolicyFeaturesFile, false);
+      }
       spans_file("ppo.state", ppo_state_arrays(config_, shape_));
       spans_file("env.state", shape_.state_arrays);
       return problems_;
@@ -84,9 +93,9 @@ class Checker {
 
   // An arena file: every declared tensor as F32 with its declared shape; Adam moments present for
   // all (required) or none (optional: absent for a target arena); no other tensor.
-  // The fine-tuned extractor: the pretrain model (at the market's window) and its head, with Adam
-  // (shared = false: the critic's too, the same tensors).
-  void tuned_features_file() {
+  // A fine-tuned extractor file: the pretrain model (at the market's window) and its head (with
+  // Adam's moments when adam_required: the learner's; without: the actors' acting copy).
+  void tuned_features_file(const std::string& file, bool adam_required) {
     const auto src = feature_source(config_);
     if (!src) return;
     gpu::ParameterArena tuned;
@@ -98,8 +107,7 @@ class Checker {
     hs.in = src->embedding;
     hs.out = src->head_outputs;
     models::Dense(hs).declare(tuned);
-    arena_file(kTunedFeaturesFile, true, &tuned);
-    if (!config_.features.shared) arena_file(kTunedCriticFeaturesFile, true, &tuned);
+    arena_file(file, adam_required, &tuned);
   }
   void arena_file(const std::string& file, bool adam_required, const gpu::ParameterArena* which = nullptr) {
     const gpu::ParameterArena& arena = which != nullptr ? *which : arena_;

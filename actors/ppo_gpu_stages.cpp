@@ -1,11 +1,13 @@
 #include "actors/ppo_gpu_stages.hpp"
 
+#include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "actors/env_state.hpp"
 #include "actors/ppo_run.hpp"
 #include "gpu/check.hpp"
+#include "rl/envs/obs_features.hpp"
 
 namespace foxhunt::actors {
 namespace {
@@ -44,36 +46,68 @@ PpoGpuCollectorStage::PpoGpuCollectorStage(std::unique_ptr<rl::VecEnv> env, cons
   lane_.synchronize();
 }
 
-void PpoGpuCollectorStage::start(std::uint64_t seed, const float* params, std::int64_t floats) {
-  FH_EXPECT(floats == acting_->arena().padded_count(), "PpoGpuCollectorStage::start: policy size mismatch");
+void PpoGpuCollectorStage::set_features(std::unique_ptr<rl::ObsFeatures> features) {
+  FH_EXPECT(features != nullptr, "PpoGpuCollectorStage::set_features: the extractor must not be null");
+  lane_.make_current();
+  collector_->set_features(features.get());  // checks the extractor's shape against the environment's
+  features_ = std::move(features);
+  lane_.synchronize();
+}
+
+std::int64_t PpoGpuCollectorStage::policy_floats() const {
+  auto* t = dynamic_cast<rl::TrainableObsFeatures*>(features_.get());
+  return acting_->arena().padded_count() + (t != nullptr ? t->arena().padded_count() : 0);
+}
+
+void PpoGpuCollectorStage::load_policy(const float* policy, std::int64_t floats, cudaStream_t s) {
+  FH_EXPECT(floats == policy_floats(), "PpoGpuCollectorStage: a policy of " + std::to_string(floats) +
+                                           " floats, the acting network (and extractor) hold " +
+                                           std::to_string(policy_floats()));
+  const std::int64_t net = acting_->arena().padded_count();
+  copy_floats(acting_->arena().params(), policy, net, s);
+  if (rl::TrainableObsFeatures* t = tuned()) copy_floats(t->arena().params(), policy + net, floats - net, s);
+}
+
+void PpoGpuCollectorStage::start(std::uint64_t seed, const float* policy, std::int64_t floats) {
   lane_.make_current();
   const cudaStream_t s = lane_.stream();
-  copy_floats(acting_->arena().params(), params, floats, s);
+  load_policy(policy, floats, s);  // before the reset: a fine-tuned extractor writes its first features
   collector_->reset(seed, carry(), s);
   lane_.synchronize();
 }
 
 std::vector<DeviceSpan> PpoGpuCollectorStage::state_spans() {
   FH_EXPECT(learner_ != nullptr, "PpoGpuCollectorStage: attach_learner before a checkpoint or restore");
+  DeviceSpan f;
+  if (features_ != nullptr && features_->has_state())
+    f = {"features_state", features_->state_data(), features_->state_bytes()};
   return ppo_state_spans(carry(), learner_->learner().counters(), collector_->act_counter(),
-                         collector_->reward_normalizer());
+                         collector_->reward_normalizer(), features_ != nullptr ? &f : nullptr);
 }
 
-void PpoGpuCollectorStage::restore(const std::filesystem::path& dir, const float* params, std::int64_t floats,
+void PpoGpuCollectorStage::restore(const std::filesystem::path& dir, const float* policy, std::int64_t floats,
                                    std::int64_t rollouts_done, std::int64_t policy_version) {
-  FH_EXPECT(floats == acting_->arena().padded_count(), "PpoGpuCollectorStage::restore: policy size mismatch");
+  FH_EXPECT(floats == policy_floats(), "PpoGpuCollectorStage::restore: policy size mismatch");
   lane_.make_current();
   const cudaStream_t s = lane_.stream();
   // A reset first, as the synchronous loop's resume does: environments such as the market accept
-  // steps only after one; the spans read next overwrite everything it wrote.
+  // steps only after one; the spans read next overwrite everything it wrote (the extractor's
+  // per-environment state included).
   collector_->reset(config_.seed, carry(), s);
   read_spans(dir / "ppo.state", state_spans(), s);  // the learner's counters too (its stream is idle)
   read_spans(dir / "env.state", env_state_spans(*env_), s);
   if (std::filesystem::exists(dir / kPpoPolicyFile)) {
     acting_->arena().load(dir / kPpoPolicyFile, s);
+    if (rl::TrainableObsFeatures* t = tuned()) {
+      if (!std::filesystem::exists(dir / kPpoPolicyFeaturesFile))
+        throw std::runtime_error((dir / kPpoPolicyFeaturesFile).string() +
+                                 ": missing (the run fine-tunes its [features] extractor; the checkpoint's acting "
+                                 "policy has no extractor weights)");
+      t->arena().load(dir / kPpoPolicyFeaturesFile, s);
+    }
     restored_version_ = policy_version;
   } else {
-    copy_floats(acting_->arena().params(), params, floats, s);
+    load_policy(policy, floats, s);
   }
   collected_ = rollouts_done;
   lane_.synchronize();
@@ -114,13 +148,13 @@ LocalDeviceHandle PpoGpuCollectorStage::collect(int slot, std::uint64_t generati
 
 std::uint64_t PpoGpuCollectorStage::use_policy(const LocalDeviceHandle& policy) {
   FH_EXPECT(policy.slot == 0 || policy.slot == 1, "PpoGpuCollectorStage::use_policy: policy buffer must be 0 or 1");
-  const std::int64_t floats = acting_->arena().padded_count();
+  const std::int64_t floats = policy_floats();
   FH_EXPECT(policy.bytes == static_cast<std::uint64_t>(floats) * sizeof(float),
-            "PpoGpuCollectorStage::use_policy: policy buffer size differs from the acting network");
+            "PpoGpuCollectorStage::use_policy: policy buffer size differs from the acting network (and extractor)");
   lane_.make_current();
   lane_.wait(policy.event);
-  // The acting network keeps its own copy: the buffer is read once, here.
-  copy_floats(acting_->arena().params(), policy.as<const float>(), floats, lane_.stream());
+  // The acting network (and extractor) keep their own copy: the buffer is read once, here.
+  load_policy(policy.as<const float>(), floats, lane_.stream());
   const gpu::Event& released = released_[policy.slot];
   released.record(lane_.stream());
   return event_id(released.get());
@@ -134,6 +168,7 @@ std::function<void(const std::filesystem::path& dir)> PpoGpuCollectorStage::chec
     write_spans(dir / "ppo.state", state_spans(), s);
     write_spans(dir / "env.state", env_state_spans(*env_), s);
     acting_->arena().save(dir / kPpoPolicyFile, s);
+    if (rl::TrainableObsFeatures* t = tuned()) t->arena().save(dir / kPpoPolicyFeaturesFile, s);
   };
 }
 
@@ -152,15 +187,35 @@ bool PpoGpuCollectorStage::poll_metrics(Scalars& out) {
 
 // --------------------------------------------------------------------------------- learner
 PpoGpuLearnerStage::PpoGpuLearnerStage(const rl::ppo::PpoConfig& config, std::int64_t obs_dim,
-                                       std::int64_t metrics_every, int device)
-    : lane_(device), metrics_every_(metrics_every) {
+                                       std::int64_t metrics_every, int device,
+                                       std::unique_ptr<rl::TrainableObsFeatures> features, float features_lr_scale)
+    : lane_(device), features_(std::move(features)), metrics_every_(metrics_every) {
   FH_EXPECT(metrics_every >= 1, "PpoGpuLearnerStage: metrics_every must be >= 1");
   lane_.make_current();
   blas_ = std::make_unique<gpu::DeviceContext>(device, 1);
-  learner_ = std::make_unique<rl::ppo::PpoLearner>(config, obs_dim, blas_on(*blas_, lane_.stream()));
-  const auto floats = static_cast<std::size_t>(learner_->arena().padded_count());
+  learner_ = std::make_unique<rl::ppo::PpoLearner>(config, obs_dim, blas_on(*blas_, lane_.stream()), features_.get(),
+                                                   features_lr_scale);
+  const auto floats = static_cast<std::size_t>(policy_floats());
   for (auto& p : policy_) p = gpu::DeviceBuffer<float>(floats);
   lane_.synchronize();
+}
+
+std::int64_t PpoGpuLearnerStage::policy_floats() const {
+  return learner_->arena().padded_count() + (features_ != nullptr ? features_->arena().padded_count() : 0);
+}
+
+void PpoGpuLearnerStage::copy_policy(int buffer, cudaStream_t s) {
+  const std::int64_t net = learner_->arena().padded_count();
+  copy_floats(policy_[buffer].data(), learner_->arena().params(), net, s);
+  if (features_ != nullptr)
+    copy_floats(policy_[buffer].data() + net, features_->arena().params(), features_->arena().padded_count(), s);
+}
+
+const float* PpoGpuLearnerStage::policy_now() {
+  lane_.make_current();
+  copy_policy(0, lane_.stream());
+  lane_.synchronize();
+  return policy_[0].data();
 }
 
 void PpoGpuLearnerStage::attach_rollouts(std::vector<rl::ppo::Rollout*> rollouts) {
@@ -172,6 +227,7 @@ void PpoGpuLearnerStage::attach_rollouts(std::vector<rl::ppo::Rollout*> rollouts
 void PpoGpuLearnerStage::load(const std::filesystem::path& dir) {
   lane_.make_current();
   learner_->arena().load(dir / "learner.safetensors", lane_.stream());
+  if (features_ != nullptr) features_->arena().load(dir / kTunedFeaturesFile, lane_.stream());
   lane_.synchronize();
 }
 
@@ -202,8 +258,8 @@ LocalDeviceHandle PpoGpuLearnerStage::publish(int buffer, std::uint64_t version,
   lane_.wait(reuse_after);
   const cudaStream_t s = lane_.stream();
   const int token = lane_.begin("publish");
-  const std::int64_t floats = learner_->arena().padded_count();
-  copy_floats(policy_[buffer].data(), learner_->arena().params(), floats, s);
+  const std::int64_t floats = policy_floats();
+  copy_policy(buffer, s);
   lane_.end(token);
   const gpu::Event& ready = ready_[buffer];
   ready.record(s);
@@ -224,6 +280,7 @@ std::function<void(const std::filesystem::path& dir)> PpoGpuLearnerStage::checkp
   return [this](const std::filesystem::path& dir) {
     lane_.make_current();
     learner_->arena().save(dir / "learner.safetensors", lane_.stream(), true);
+    if (features_ != nullptr) features_->arena().save(dir / kTunedFeaturesFile, lane_.stream(), true);
   };
 }
 

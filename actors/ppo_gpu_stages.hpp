@@ -13,10 +13,19 @@
 //                         publication of its weights into one of two policy buffers.
 // Device-to-host traffic: none but the metrics exits and the final checkpoint.
 //
+// [features] (docs/features.md): a frozen extractor (rl::ObsFeatures) belongs to the collector,
+// which runs it inside its collection graph exactly as the synchronous loop does
+// (rl/ppo/collector.hpp); its per-environment state goes into ppo.state. A fine-tuned extractor
+// (rl::TrainableObsFeatures) is the first module of the learner's network and trains there; the
+// collector acts with its own copy, whose weights travel in the published policy buffer after the
+// network's (one copy, one event: the extractor and the network of a version are swapped together,
+// and the collector never reads the arena the learner writes).
+//
 // A checkpoint directory holds what the synchronous loop's does (actors/ppo_run.hpp:
-// learner.safetensors, ppo.state, env.state), so either loop resumes the other's, plus
-// policy.safetensors: the collector's acting weights (version counters.json's policy_version),
-// which with policy_lag 1 are one update behind the learner's.
+// learner.safetensors, ppo.state, env.state, features.safetensors when fine-tuned), so either loop
+// resumes the other's, plus policy.safetensors: the collector's acting weights (version
+// counters.json's policy_version), which with policy_lag 1 are one update behind the learner's,
+// and, fine-tuned, policy.features.safetensors: its acting copy of the extractor (same version).
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -31,6 +40,7 @@
 #include "gpu/exit.hpp"
 #include "gpu/stream.hpp"
 #include "rl/envs/episode_stats.hpp"
+#include "rl/envs/obs_features.hpp"
 #include "rl/envs/vec_env.hpp"
 #include "rl/ppo/collector.hpp"
 #include "rl/ppo/learner.hpp"
@@ -39,6 +49,7 @@
 namespace foxhunt::actors {
 
 inline constexpr const char* kPpoPolicyFile = "policy.safetensors";
+inline constexpr const char* kPpoPolicyFeaturesFile = "policy.features.safetensors";
 
 class PpoGpuLearnerStage;
 
@@ -65,13 +76,23 @@ class PpoGpuCollectorStage final : public PpoCollectorStage {
   // ppo.state (with the attached learner's counters), env.state and policy.safetensors.
   std::function<void(const std::filesystem::path& dir)> checkpoint_job() override;
 
-  // Setup only (synchronize): a fresh start (environments reset from `seed`), acting with
-  // `params` (the learner's arena).
-  void start(std::uint64_t seed, const float* params, std::int64_t floats);
+  // Setup only (synchronizes), before start() or restore(): the feature extractor of the
+  // observations ([features]). A trainable one is the acting copy of the learner's (its weights
+  // come with every published policy); any other is frozen.
+  void set_features(std::unique_ptr<rl::ObsFeatures> features);
+  rl::ObsFeatures* features() noexcept { return features_.get(); }
+  cudaStream_t stream() const noexcept { return lane_.stream(); }
+  // Floats of a published policy: the network's arena, then a trainable extractor's.
+  std::int64_t policy_floats() const;
+
+  // Setup only (synchronizes): a fresh start (environments reset from `seed`), acting with
+  // `policy` (the learner's weights, laid out as a published policy: PpoGpuLearnerStage::policy_now).
+  void start(std::uint64_t seed, const float* policy, std::int64_t floats);
   // Setup only: continue from a checkpoint directory (ppo.state, env.state, and policy.safetensors
-  // when present; otherwise acting with `params`). rollouts_done = the updates learned.
-  void restore(const std::filesystem::path& dir, const float* params, std::int64_t floats,
-               std::int64_t rollouts_done, std::int64_t policy_version);
+  // (with policy.features.safetensors when fine-tuned) when present; otherwise acting with
+  // `policy`). rollouts_done = the updates learned.
+  void restore(const std::filesystem::path& dir, const float* policy, std::int64_t floats, std::int64_t rollouts_done,
+               std::int64_t policy_version);
   void attach_learner(std::shared_ptr<PpoGpuLearnerStage> learner) { learner_ = std::move(learner); }
 
   rl::ppo::Rollout& rollout(int slot) { return *rollouts_.at(static_cast<std::size_t>(slot)); }
@@ -82,6 +103,10 @@ class PpoGpuCollectorStage final : public PpoCollectorStage {
 
  private:
   std::vector<DeviceSpan> state_spans();
+  // The acting copy of a fine-tuned extractor (null: none, or frozen).
+  rl::TrainableObsFeatures* tuned() noexcept { return dynamic_cast<rl::TrainableObsFeatures*>(features_.get()); }
+  // Copies a policy laid out as published into the acting network (and acting extractor).
+  void load_policy(const float* policy, std::int64_t floats, cudaStream_t stream);
 
   CudaLane lane_;
   std::unique_ptr<gpu::DeviceContext> blas_;
@@ -89,6 +114,7 @@ class PpoGpuCollectorStage final : public PpoCollectorStage {
   rl::ppo::PpoConfig config_;
   std::unique_ptr<rl::ppo::PpoLearner> acting_;  // only its network acts
   std::vector<std::unique_ptr<rl::ppo::Rollout>> rollouts_;
+  std::unique_ptr<rl::ObsFeatures> features_;  // [features]: null without
   std::unique_ptr<rl::ppo::RolloutCollector> collector_;
   std::vector<gpu::Event> filled_;
   gpu::Event released_[2];
@@ -103,9 +129,12 @@ class PpoGpuCollectorStage final : public PpoCollectorStage {
 
 class PpoGpuLearnerStage final : public PpoLearnerStage {
  public:
-  // Update statistics are published every `metrics_every` updates.
-  PpoGpuLearnerStage(const rl::ppo::PpoConfig& config, std::int64_t obs_dim, std::int64_t metrics_every,
-                     int device = 0);
+  // Update statistics are published every `metrics_every` updates. features (nullable): a
+  // fine-tuned extractor, the first module of the learner's network (rl::ppo::PpoLearner), trained
+  // at features_lr_scale times the agent's learning rate; its weights follow the network's in
+  // every published policy.
+  PpoGpuLearnerStage(const rl::ppo::PpoConfig& config, std::int64_t obs_dim, std::int64_t metrics_every, int device = 0,
+                     std::unique_ptr<rl::TrainableObsFeatures> features = nullptr, float features_lr_scale = 1.f);
 
   void wait(std::uint64_t event) override { lane_.wait(event); }
   void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
@@ -119,19 +148,29 @@ class PpoGpuLearnerStage final : public PpoLearnerStage {
 
   std::uint64_t update(const LocalDeviceHandle& rollout) override;
   LocalDeviceHandle publish(int buffer, std::uint64_t version, std::uint64_t reuse_after) override;
-  // learner.safetensors (parameters and Adam's moments).
+  // learner.safetensors (parameters and Adam's moments), and features.safetensors (the fine-tuned
+  // extractor's, with its moments).
   std::function<void(const std::filesystem::path& dir)> checkpoint_job() override;
 
   // Setup only: the rollout slots the updates read (the collector's).
   void attach_rollouts(std::vector<rl::ppo::Rollout*> rollouts);
-  // Setup only (synchronizes): parameters and moments from learner.safetensors.
+  // Setup only (synchronizes): parameters and moments from learner.safetensors (and
+  // features.safetensors with a fine-tuned extractor).
   void load(const std::filesystem::path& dir);
+  // Setup only (synchronizes): the current weights laid out as a published policy (in policy
+  // buffer 0, which the first publication rewrites with the same weights); its floats.
+  const float* policy_now();
+  std::int64_t policy_floats() const;
+  rl::TrainableObsFeatures* features() noexcept { return features_.get(); }
   rl::ppo::PpoLearner& learner() { return *learner_; }
   cudaStream_t stream() const { return lane_.stream(); }
 
  private:
   CudaLane lane_;
+  void copy_policy(int buffer, cudaStream_t stream);
+
   std::unique_ptr<gpu::DeviceContext> blas_;
+  std::unique_ptr<rl::TrainableObsFeatures> features_;  // before learner_, which refers to it
   std::unique_ptr<rl::ppo::PpoLearner> learner_;
   std::vector<rl::ppo::Rollout*> rollouts_;
   std::vector<gpu::Event> read_done_;  // per rollout slot

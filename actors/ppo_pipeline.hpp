@@ -10,8 +10,9 @@
 //                                          that update (the next collect into the slot waits on it
 //                                          on the device).
 //   policy buffers  learner -> collector   2 (double buffer); each update is enqueued together with
-//                                          the publication of its result (a copy of the weights
-//                                          into a free buffer), so version v is exactly the weights
+//                                          the publication of its result (a copy of the weights,
+//                                          and of a fine-tuned feature extractor's, into a free
+//                                          buffer), so version v is exactly the weights
 //                                          after v updates; the collector copies a due version into
 //                                          its acting network and returns the buffer with the event
 //                                          after that copy. An update waits for a free buffer.

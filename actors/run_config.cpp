@@ -90,17 +90,22 @@ void read_feature_relations(config::Reader& r, const RunConfig& c) {
   if (!on) return;
   if (c.features.mode == "finetune") {
     r.relation(ppo, "features.mode", "learner.kind",
-               "\"finetune\" is supported for PPO agents (learner.kind = \"ppo\", pipeline.mode = \"sync\"); not "
-               "supported yet for DQN agents: use mode = \"frozen\"");
+               "\"finetune\" is supported for PPO agents (learner.kind = \"ppo\"); not supported yet for DQN agents: "
+               "use mode = \"frozen\"");
     r.relation(!ppo || c.features.shared || !c.learner.shared_trunk, "features.shared", "learner.shared_trunk",
                "separate fine-tuned extractors (shared = false) feed separate actor and critic networks: set "
                "learner.shared_trunk = false, or shared = true");
+    const bool actors = c.pipeline.mode == "actors";
+    r.relation(!ppo || !actors || c.learner.lstm_hidden == 0, "features.mode", "learner.lstm_hidden",
+               "\"finetune\" through the actors (pipeline.mode = \"actors\") trains the extractor in front of a "
+               "feed-forward policy; not supported yet with an LSTM policy (learner.lstm_hidden > 0): use "
+               "pipeline.mode = \"sync\" or mode = \"frozen\"");
+    r.relation(!ppo || !actors || c.features.shared, "features.shared", "pipeline.mode",
+               "separate fine-tuned extractors (shared = false) run with pipeline.mode = \"sync\"; not supported yet "
+               "through the actors");
   }
   r.relation(c.env.kind == "market", "features.checkpoint", "env.kind",
              "features are computed from a market observation's returns (env.kind = \"market\")");
-  r.relation(!ppo || c.pipeline.mode == "sync", "features.checkpoint", "pipeline.mode",
-             "a PPO agent's feature extractor runs with pipeline.mode = \"sync\"; not supported yet: PPO through the "
-             "actors (DQN agents run with one in their collector)");
   r.relation(c.env.observe.empty(), "features.checkpoint", "env.observe",
              "the extractor reads and writes the whole market observation; not supported yet with a column selection");
   r.relation(!ppo || c.features.shared || c.features.mode == "finetune", "features.shared", "features.mode",

@@ -18,6 +18,7 @@
 #include "gpu/check.hpp"
 #include "gpu/device.hpp"
 #include "pretrain/frozen_features.hpp"
+#include "pretrain/window_feature_extractor.hpp"
 #include "rl/envs/cartpole.hpp"
 #include "rl/envs/market.hpp"
 #include "rl/envs/obs_filter.hpp"
@@ -230,9 +231,40 @@ PpoStages make_ppo_stages(const RunConfig& config, const std::optional<std::file
   std::unique_ptr<rl::VecEnv> env = make_env(config, config.env.num_envs);
   const std::int64_t obs_dim = env->obs_dim();
   const std::int64_t every = ppo_stats_every(config, options);
-  auto learner = std::make_shared<PpoGpuLearnerStage>(pc, obs_dim, every, device);
+  // [features]: finetune: the learner trains the window-form extractor as its network's first
+  // module and the collector acts with a copy published with the policy; frozen: the collector's
+  // alone, stepped on every observation it writes.
+  const auto source = feature_source(config);
+  const bool finetune = source && config.features.mode == "finetune";
+  const pretrain::FeatureOutput output =
+      source ? pretrain::parse_feature_output(config.features.output) : pretrain::FeatureOutput::embedding;
+  std::unique_ptr<rl::TrainableObsFeatures> tuned;
+  if (finetune)
+    tuned = std::make_unique<pretrain::WindowFeatureExtractor>(*source, output, market_config(config),
+                                                               config.env.num_envs, pc.minibatch_rows(), nullptr);
+  auto learner = std::make_shared<PpoGpuLearnerStage>(pc, obs_dim, every, device, std::move(tuned),
+                                                      static_cast<float>(config.features.lr_scale));
+  // A fine-tuned extractor keeps the learner on the GEMM path (rl/ppo/learner.hpp), and the
+  // synchronous loop acts with that learner: the acting copy acts on the GEMM path too, so lag 0
+  // gives the synchronous loop's numbers.
+  rl::ppo::PpoConfig acting = pc;
+  if (finetune) acting.fused_kernels = false;
   auto collector =
-      std::make_shared<PpoGpuCollectorStage>(std::move(env), pc, config.pipeline.policy_lag + 1, every, device);
+      std::make_shared<PpoGpuCollectorStage>(std::move(env), acting, config.pipeline.policy_lag + 1, every, device);
+  if (finetune) {
+    // The acting copy computes step() / peek() only: one training row is all it allocates.
+    collector->set_features(std::make_unique<pretrain::WindowFeatureExtractor>(
+        *source, output, market_config(config), config.env.num_envs, 1, collector->stream()));
+    spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), fine-tuned at {} x the learning rate",
+                 source->dir.string(), source->config.model.kind, source->config.model.hidden, config.features.output,
+                 collector->features()->features(), config.features.lr_scale);
+  } else if (source) {
+    collector->set_features(pretrain::make_frozen_features(*source, output, market_config(config), config.env.num_envs,
+                                                           config.features.noise_step, collector->stream()));
+    spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), frozen", source->dir.string(),
+                 source->config.model.kind, source->config.model.hidden, config.features.output,
+                 collector->features()->features());
+  }
   std::vector<rl::ppo::Rollout*> slots;
   for (int k = 0; k < collector->rollout_slots(); ++k) slots.push_back(&collector->rollout(k));
   learner->attach_rollouts(std::move(slots));
@@ -243,10 +275,9 @@ PpoStages make_ppo_stages(const RunConfig& config, const std::optional<std::file
   l.join(options.data_parallel);
   if (resume) {
     const Counters start = CheckpointStore::read_counters(*resume);
-    collector->restore(*resume, l.arena().params(), l.arena().padded_count(), start.updates,
-                       start.policy_version);
+    collector->restore(*resume, learner->policy_now(), learner->policy_floats(), start.updates, start.policy_version);
   } else {
-    collector->start(config.run.seed, l.arena().params(), l.arena().padded_count());
+    collector->start(config.run.seed, learner->policy_now(), learner->policy_floats());
   }
   PpoStages stages;
   stages.collector = collector;

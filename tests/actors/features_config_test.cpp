@@ -162,6 +162,24 @@ TEST_F(FeaturesConfigTest, PpoSyncAcceptsFinetune) {
   }
 }
 
+// PPO through the actors (pipeline.mode = "actors", either policy lag) runs the extractor frozen in
+// its collector or fine-tuned in its learner, as the synchronous loop does.
+TEST_F(FeaturesConfigTest, PpoActorsAcceptFrozenAndFinetune) {
+  for (const std::string mode : {"frozen", "finetune"}) {
+    for (const int lag : {0, 1}) {
+      SCOPED_TRACE(mode + " lag " + std::to_string(lag));
+      const RunConfig c = load("checkpoint = \"runs/pre\"\nmode = \"" + mode + "\"\n[pipeline]\nmode = \"actors\"\n" +
+                               "policy_lag = " + std::to_string(lag) + "\n");
+      EXPECT_EQ(c.pipeline.mode, "actors");
+      EXPECT_EQ(c.pipeline.policy_lag, lag);
+      EXPECT_EQ(c.features.mode, mode);
+      EXPECT_EQ(fs::path(c.features.checkpoint), ckpt_);
+      EXPECT_EQ(market_config(c).extra_features, 24);
+      EXPECT_EQ(resolved_toml(parse_run_config(resolved_toml(c), "resolved")), resolved_toml(c));
+    }
+  }
+}
+
 TEST_F(FeaturesConfigTest, RefusesWhatItCannotRunNamingTheKeys) {
   struct Case {
     const char* name;
@@ -178,8 +196,11 @@ TEST_F(FeaturesConfigTest, RefusesWhatItCannotRunNamingTheKeys) {
       {"other return scale", "checkpoint = \"runs/pre\"\n", ppo, "m_scale.toml", {"features.checkpoint", "normalized"}},
       {"separate extractors, shared trunk", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\nshared = false\n",
        ppo + "shared_trunk = true\n", "m.toml", {"features.shared", "learner.shared_trunk"}},
-      {"finetune through the actors", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\n",
-       ppo + "[pipeline]\nmode = \"actors\"\n", "m.toml", {"features.checkpoint", "pipeline.mode", "not supported yet"}},
+      {"finetune lstm policy through the actors", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\n",
+       ppo + "lstm_hidden = 16\n[pipeline]\nmode = \"actors\"\n", "m.toml",
+       {"features.mode", "learner.lstm_hidden", "not supported yet"}},
+      {"separate extractors through the actors", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\nshared = false\n",
+       ppo + "[pipeline]\nmode = \"actors\"\n", "m.toml", {"features.shared", "pipeline.mode", "not supported yet"}},
       {"lr_scale when frozen", "checkpoint = \"runs/pre\"\nlr_scale = 0.5\n", ppo, "m.toml",
        {"features.lr_scale", "features.mode"}},
       {"lr_scale zero", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\nlr_scale = 0.0\n", ppo, "m.toml",
@@ -195,8 +216,9 @@ TEST_F(FeaturesConfigTest, RefusesWhatItCannotRunNamingTheKeys) {
        {"features.shared", "learner.kind"}},
       {"dqn other assets", "checkpoint = \"runs/pre\"\n", "kind = \"dqn\"\n", "m2.toml",
        {"features.checkpoint", "1 asset", "has 2"}},
-      {"ppo through the actors", "checkpoint = \"runs/pre\"\n", ppo + "[pipeline]\nmode = \"actors\"\n", "m.toml",
-       {"features.checkpoint", "pipeline.mode", "not supported yet"}},
+      {"finetune lstm policy through the actors", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\n",
+       ppo + "lstm_hidden = 16\n[pipeline]\nmode = \"actors\"\n", "m.toml",
+       {"features.mode", "learner.lstm_hidden", "not supported yet"}},
       {"options without a checkpoint", "mode = \"frozen\"\n", ppo, "m.toml", {"features.mode", "features.checkpoint"}},
       {"market with its own extra block", "checkpoint = \"runs/pre\"\n", ppo, "m_extra.toml",
        {"env.market", "extra_features"}},
