@@ -19,7 +19,6 @@ add_library(foxhunt_nccl INTERFACE)
 target_include_directories(foxhunt_nccl INTERFACE $<BUILD_INTERFACE:${NCCL_INCLUDE_DIR}>)
 target_link_libraries(foxhunt_nccl INTERFACE $<BUILD_INTERFACE:${NCCL_LIBRARY}> $<INSTALL_INTERFACE:NCCL::nccl>)
 set_target_properties(foxhunt_nccl PROPERTIES EXPORT_NAME nccl)
-add_library(NCCL::nccl ALIAS foxhunt_nccl)
 
 if(FOXHUNT_BUILD_TESTS)
   find_package(GTest REQUIRED)                 # libgtest-dev
