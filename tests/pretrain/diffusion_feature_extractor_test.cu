@@ -92,7 +92,11 @@ class DiffusionFeatureExtractorTest : public test::GpuTest {
     std::normal_distribution<float> weight(0.f, 0.3f);
     for (const auto& e : arena.entries())
       for (std::int64_t k = 0; k < e.numel; ++k) w[static_cast<std::size_t>(e.offset + k)] = weight(rng());
-    FH_CHECK(cudaMemcpy(arena.params(), w.data(), w.size() * sizeof(float), cudaMemcpyHostToDevice));
+    // On the trainer's stream, then waited for: a pageable cudaMemcpy may return before its DMA lands,
+    // and the save below reads on the trainer's (non-blocking) stream.
+    FH_CHECK(cudaMemcpyAsync(arena.params(), w.data(), w.size() * sizeof(float), cudaMemcpyHostToDevice,
+                             trainer_->stream()));
+    FH_CHECK(cudaStreamSynchronize(trainer_->stream()));
     arena.save(root_ / kFeatureModelFile, trainer_->stream());
     return src;
   }
