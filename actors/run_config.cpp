@@ -89,13 +89,10 @@ void read_feature_relations(config::Reader& r, const RunConfig& c) {
               "whether PPO's actor and critic share the extractor");
   if (!on) return;
   if (c.features.mode == "finetune") {
-    r.relation(ppo, "features.mode", "learner.kind",
-               "\"finetune\" is supported for PPO agents (learner.kind = \"ppo\", pipeline.mode = \"sync\"); not "
-               "supported yet for DQN agents: use mode = \"frozen\"");
     r.relation(!ppo || c.learner.lstm_hidden == 0, "features.mode", "learner.lstm_hidden",
                "\"finetune\" trains the extractor in front of a feed-forward policy; not supported yet with an LSTM "
                "policy (learner.lstm_hidden > 0): use mode = \"frozen\"");
-    r.relation(c.features.shared, "features.shared", "features.mode",
+    r.relation(!ppo || c.features.shared, "features.shared", "features.mode",
                "a fine-tuned extractor is one module that actor and critic share; separate extractors "
                "(shared = false) are not supported yet");
   }
