@@ -62,7 +62,8 @@ class Checker {
     models::QNetwork(lc.net).declare(arena_);
     learner_files("learner");
     // A fine-tuned extractor: the learner's with its Adam moments; each policy carries its weights.
-    if (finetune()) policy_floats_ += tuned_features_file(std::string("learner") + rl::DqnLearner::kFeaturesSuffix, true);
+    if (finetune())
+      policy_floats_ += tuned_features_file(std::string("learner") + rl::DqnLearner::kFeaturesSuffix, true);
     collector();
     replay();
     return problems_;

@@ -40,7 +40,8 @@ DqnGreedyPolicy::DqnGreedyPolicy(const RunConfig& config, const fs::path& config
     const pretrain::FeatureOutput output = pretrain::parse_feature_output(config.features.output);
     if (config.features.mode == "finetune") {
       // The checkpoint's fine-tuned extractor (the learner's, beside its online weights).
-      auto tuned = std::make_unique<pretrain::WindowFeatureExtractor>(*src, output, market->config(), n, 1, lane.stream);
+      auto tuned =
+          std::make_unique<pretrain::WindowFeatureExtractor>(*src, output, market->config(), n, 1, lane.stream);
       const fs::path file = weights.parent_path() / (std::string("learner") + rl::DqnLearner::kFeaturesSuffix);
       try {
         tuned->arena().load(file, lane.stream);
@@ -50,8 +51,8 @@ DqnGreedyPolicy::DqnGreedyPolicy(const RunConfig& config, const fs::path& config
       }
       features_ = std::move(tuned);
     } else {
-      features_ = pretrain::make_frozen_features(*src, output, market->config(), n, config.features.noise_step,
-                                                 lane.stream);
+      features_ =
+          pretrain::make_frozen_features(*src, output, market->config(), n, config.features.noise_step, lane.stream);
     }
     obs_ = gpu::DeviceBuffer<float>(static_cast<std::size_t>(n * env.obs_dim()));
     no_done_ = gpu::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(n));

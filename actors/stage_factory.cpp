@@ -169,9 +169,9 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
           std::make_unique<pretrain::WindowFeatureExtractor>(src, output, market, 1, rows, stream));
     };
   }
-  auto learner = std::make_shared<DqnLearnerStage>(lc, *replay, options.metrics_every, resume, device,
-                                                   options.data_parallel, make_features,
-                                                   static_cast<float>(config.features.lr_scale));
+  auto learner =
+      std::make_shared<DqnLearnerStage>(lc, *replay, options.metrics_every, resume, device, options.data_parallel,
+                                        make_features, static_cast<float>(config.features.lr_scale));
   learner->synchronize();
   const Counters start = resume ? CheckpointStore::read_counters(*resume) : Counters{};
   learner->set_update_base(start.updates);

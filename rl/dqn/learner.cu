@@ -111,8 +111,7 @@ DqnLearner::DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane, Train
     d_obs_ = gpu::DeviceBuffer<float>(rows);
     features_scalars_ = gpu::DeviceBuffer<float>(2);
     features_scalars_.zero(s);
-    features_norm_ws_ =
-        gpu::DeviceBuffer<std::byte>(gpu::grad_norm_workspace_bytes(features_->arena().padded_count()));
+    features_norm_ws_ = gpu::DeviceBuffer<std::byte>(gpu::grad_norm_workspace_bytes(features_->arena().padded_count()));
   }
   td_ws_ = gpu::DeviceBuffer<std::byte>(std::max<std::size_t>(dqn_td_fused_workspace_bytes(B), 16));
   FH_CHECK(cudaMemsetAsync(td_ws_.data(), 0, td_ws_.bytes(), s));  // and dqn_td_fused's (several blocks)
@@ -236,8 +235,7 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s, const std:
   if (dp_.active()) {
     dp_.comm->all_reduce_mean(online_arena_.grads(), online_arena_.padded_count(), s, dp_.bucket_floats());
     if (features_ != nullptr)
-      dp_.comm->all_reduce_mean(features_->arena().grads(), features_->arena().padded_count(), s,
-                                dp_.bucket_floats());
+      dp_.comm->all_reduce_mean(features_->arena().grads(), features_->arena().padded_count(), s, dp_.bucket_floats());
     dp_.comm->max_u32(&st->skip, 1, s);
   }
   // The extractor's gradients join the guard: a non-finite one skips both arenas' steps (flagged
@@ -370,9 +368,10 @@ void DqnLearner::copy_state_to(DqnLearner& dst, cudaStream_t stream) {
   FH_EXPECT(dst.online_arena_.padded_count() == online_arena_.padded_count() &&
                 dst.target_arena_.padded_count() == target_arena_.padded_count(),
             "DqnLearner::copy_state_to: dst must be built from the same network spec");
-  FH_EXPECT((features_ == nullptr) == (dst.features_ == nullptr) &&
-                (features_ == nullptr || features_->arena().padded_count() == dst.features_->arena().padded_count()),
-            "DqnLearner::copy_state_to: dst must have a trainable extractor of the same shape exactly when this has one");
+  FH_EXPECT(
+      (features_ == nullptr) == (dst.features_ == nullptr) &&
+          (features_ == nullptr || features_->arena().padded_count() == dst.features_->arena().padded_count()),
+      "DqnLearner::copy_state_to: dst must have a trainable extractor of the same shape exactly when this has one");
   const auto bytes = [](const gpu::ParameterArena& a) {
     return static_cast<std::size_t>(a.padded_count()) * sizeof(float);
   };

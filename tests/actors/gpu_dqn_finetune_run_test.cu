@@ -126,8 +126,8 @@ class DqnFinetuneRun : public test::GpuTest, public ::testing::WithParamInterfac
     t << "[run]\nseed = 4\ndeterministic = true\ntotal_env_steps = " << total
       << "\n[env]\nkind = \"market\"\nnum_envs = 16\nmarket = \"market.toml\"\n"
       << "[replay]\ncapacity = 16384\nbatch_size = 64\nn_step = 3\nprioritized = true\nbeta = 0.5\nbeta_final = 0.5\n"
-      << "[learner]\nkind = \"dqn\"\nhidden = [32, 32]\nlr = 0.0005\n" << GetParam().learner
-      << "target = \"polyak\"\ntau = 0.01\nepsilon_decay_steps = 4000\n"
+      << "[learner]\nkind = \"dqn\"\nhidden = [32, 32]\nlr = 0.0005\n"
+      << GetParam().learner << "target = \"polyak\"\ntau = 0.01\nepsilon_decay_steps = 4000\n"
       << "[features]\ncheckpoint = \"pre\"\nmode = \"finetune\"\nlr_scale = 0.5\n"
       << "[pipeline]\nreplay_ratio = 0.125\nlearning_starts = 1024\nsync_every = 2\nslots = 2\nbatches = 2\n"
       << "[checkpoint]\nevery_env_steps = 0\nreplay = \"final\"\n"
@@ -166,10 +166,10 @@ TEST_P(DqnFinetuneRun, TrainsTheExtractorResumesBitwiseAndEvaluates) {
   const TrainOutcome whole = train("whole", 2 * kN);
   ASSERT_TRUE(resumed.result.final_checkpoint && whole.result.final_checkpoint);
   EXPECT_EQ(resumed.result.counters.updates, whole.result.counters.updates);
-  for (const std::string f : {std::string("learner.online.safetensors"), std::string("learner.state.bin"),
-                              learner_features, std::string(DqnCollectorStage::kTunedFeaturesFile),
-                              std::string("collector.env.bin"), std::string("collector.obs.bin"),
-                              std::string(GpuReplayStage::kCheckpointFile)}) {
+  for (const std::string f :
+       {std::string("learner.online.safetensors"), std::string("learner.state.bin"), learner_features,
+        std::string(DqnCollectorStage::kTunedFeaturesFile), std::string("collector.env.bin"),
+        std::string("collector.obs.bin"), std::string(GpuReplayStage::kCheckpointFile)}) {
     EXPECT_EQ(test::differing_bytes(*resumed.result.final_checkpoint / f, *whole.result.final_checkpoint / f), 0)
         << f << " differs between the resumed and the uninterrupted run";
     EXPECT_GT(test::differing_bytes(ckpt / f, *whole.result.final_checkpoint / f), 0) << f << ": nothing changed";

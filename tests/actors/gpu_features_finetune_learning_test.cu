@@ -53,9 +53,9 @@ using namespace foxhunt::actors::features_learning;
 namespace {
 
 constexpr std::uint64_t kSeeds[] = {1, 2, 3};
-constexpr int kWindow = 32;             // returns in the observation (see above)
-constexpr double kLrScale = 0.1;        // features.lr_scale of the fine-tuned runs
-constexpr double kNoiseMargin = 0.1;    // of the frozen agent's mean Sharpe
+constexpr int kWindow = 32;           // returns in the observation (see above)
+constexpr double kLrScale = 0.1;      // features.lr_scale of the fine-tuned runs
+constexpr double kNoiseMargin = 0.1;  // of the frozen agent's mean Sharpe
 
 class FeaturesFinetuneLearning : public FeaturesLearningFixture {
  protected:
@@ -105,8 +105,8 @@ class FeaturesFinetuneLearning : public FeaturesLearningFixture {
       EXPECT_GT(frozen_s, 0.0) << "the frozen agent's Sharpe " << frozen_s
                                << " is not positive: no margin to compare the fine-tuned one against";
       EXPECT_GT(d.low, floor) << "fine-tuned (" << tuned_s << ") loses to frozen (" << frozen_s
-                              << ") beyond noise: the paired difference's 95% interval is [" << d.low << ", "
-                              << d.high << "], its lower end below " << floor;
+                              << ") beyond noise: the paired difference's 95% interval is [" << d.low << ", " << d.high
+                              << "], its lower end below " << floor;
     }
   }
 };

@@ -45,11 +45,16 @@ enum class Variant { plain, double_q, dueling, rainbow, bdq };
 
 const char* variant_name(Variant v) {
   switch (v) {
-    case Variant::plain: return "Plain";
-    case Variant::double_q: return "Double";
-    case Variant::dueling: return "Dueling";
-    case Variant::rainbow: return "Rainbow";
-    case Variant::bdq: return "Bdq";
+    case Variant::plain:
+      return "Plain";
+    case Variant::double_q:
+      return "Double";
+    case Variant::dueling:
+      return "Dueling";
+    case Variant::rainbow:
+      return "Rainbow";
+    case Variant::bdq:
+      return "Bdq";
   }
   return "?";
 }
@@ -201,12 +206,13 @@ class DqnFinetuneVariants : public DqnFinetuneTest, public ::testing::WithParamI
 TEST_P(DqnFinetuneVariants, CapturedUpdateTrainsTheExtractorFromItsOwnCopy) {
   SCOPED_TRACE(seed_note());
   const pretrain::FeatureSource src = checkpoint();
-  const auto output = GetParam() == Variant::rainbow ? pretrain::FeatureOutput::head : pretrain::FeatureOutput::embedding;
+  const auto output =
+      GetParam() == Variant::rainbow ? pretrain::FeatureOutput::head : pretrain::FeatureOutput::embedding;
   auto fx = extractor(src, output);
   const std::int64_t O = fx->obs_dim(), P = fx->arena().padded_count();
   const DqnLearnerConfig cfg = config_for(GetParam(), O, seed_);
-  Batch b = make_batch(rng_, O, fx->feature_column(), fx->features(), cfg.net.branches, cfg.net.actions, 0.97f,
-                       stream());
+  Batch b =
+      make_batch(rng_, O, fx->feature_column(), fx->features(), cfg.net.branches, cfg.net.actions, 0.97f, stream());
   const auto params0 = host(fx->arena().params(), P, stream());
   DqnLearner learner(cfg, lane(), fx.get(), 0.5f);
   const auto online0 = host(learner.online_arena().params(), learner.online_arena().padded_count(), stream());
@@ -235,8 +241,8 @@ TEST_P(DqnFinetuneVariants, FrozenFeaturesLeaveTheExtractorBitwise) {
   auto fx = extractor(src, pretrain::FeatureOutput::embedding);
   const std::int64_t O = fx->obs_dim(), P = fx->arena().padded_count();
   const DqnLearnerConfig cfg = config_for(GetParam(), O, seed_);
-  Batch b = make_batch(rng_, O, fx->feature_column(), fx->features(), cfg.net.branches, cfg.net.actions, 0.97f,
-                       stream());
+  Batch b =
+      make_batch(rng_, O, fx->feature_column(), fx->features(), cfg.net.branches, cfg.net.actions, 0.97f, stream());
   // Frozen: the features are written once, as a collector stores them, and the learner reads them.
   fx->train_forward(b.obs.data(), kBatch, lane());
   fx->train_forward(b.next_obs.data(), kBatch, lane());
@@ -261,8 +267,8 @@ TEST_P(DqnFinetuneVariants, SkippedUpdateLeavesTheExtractorBitwise) {
   auto fx = extractor(src, pretrain::FeatureOutput::embedding);
   const std::int64_t O = fx->obs_dim(), P = fx->arena().padded_count();
   const DqnLearnerConfig cfg = config_for(GetParam(), O, seed_);
-  Batch b = make_batch(rng_, O, fx->feature_column(), fx->features(), cfg.net.branches, cfg.net.actions, 0.97f,
-                       stream());
+  Batch b =
+      make_batch(rng_, O, fx->feature_column(), fx->features(), cfg.net.branches, cfg.net.actions, 0.97f, stream());
   DqnLearner learner(cfg, lane(), fx.get(), 1.f);
   learner.update(b.view());  // one applied step: the moments are not zero
   FH_CHECK(cudaStreamSynchronize(stream()));
@@ -282,8 +288,8 @@ TEST_P(DqnFinetuneVariants, SkippedUpdateLeavesTheExtractorBitwise) {
   EXPECT_TRUE(same_bits(p0, host(fa.params(), P, stream())));
   EXPECT_TRUE(same_bits(m0, host(fa.adam_m(), P, stream())));
   EXPECT_TRUE(same_bits(v0, host(fa.adam_v(), P, stream())));
-  EXPECT_TRUE(same_bits(online0, host(learner.online_arena().params(), learner.online_arena().padded_count(),
-                                      stream())));
+  EXPECT_TRUE(
+      same_bits(online0, host(learner.online_arena().params(), learner.online_arena().padded_count(), stream())));
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, DqnFinetuneVariants,
@@ -307,8 +313,7 @@ TEST_P(DqnFinetuneGradient, ExtractorGradientMatchesFiniteDifferencesOfTheLoss) 
   cfg.net.noisy = false;  // a deterministic loss
   cfg.loss = TdLoss::mse;
   cfg.max_grad_norm = 0.f;
-  Batch b = make_batch(rng_, O, fx->feature_column(), fx->features(), cfg.net.branches, cfg.net.actions, 0.f,
-                       stream());
+  Batch b = make_batch(rng_, O, fx->feature_column(), fx->features(), cfg.net.branches, cfg.net.actions, 0.f, stream());
   DqnLearner learner(cfg, lane(), fx.get(), 1.f);
   gpu::ParameterArena& fa = fx->arena();
   const std::int64_t N = learner.online_arena().padded_count();
@@ -372,8 +377,8 @@ TEST_P(DqnFinetuneResume, SaveAndLoadContinueBitwise) {
   const DqnLearnerConfig cfg = config_for(GetParam(), O, seed_);
   std::vector<Batch> batches;
   for (int k = 0; k < 2; ++k)
-    batches.push_back(make_batch(rng_, O, fa_x->feature_column(), fa_x->features(), cfg.net.branches,
-                                 cfg.net.actions, 0.97f, stream()));
+    batches.push_back(make_batch(rng_, O, fa_x->feature_column(), fa_x->features(), cfg.net.branches, cfg.net.actions,
+                                 0.97f, stream()));
   DqnLearner a(cfg, lane(), fa_x.get(), 0.5f);
   a.update(batches[0].view());
   a.update(batches[1].view());
