@@ -1,8 +1,8 @@
 // DQN with a fine-tuned feature extractor (pretrain/window_feature_extractor.hpp as the trainable
 // first module of DqnLearner's online network, [features] mode = "finetune"), on random batches
 // whose stored feature columns are NaN (the learner must recompute them in its own copy):
-//   - the update (as a captured graph) moves the extractor's parameters and leaves the batch's
-//     storage as it was, for plain and double DQN, dueling, Rainbow (C51 + noisy + dueling) and
+//   - the update (as a captured graph, no device-to-host copy) moves the extractor's parameters
+//     and leaves the batch's storage as it was, for plain and double DQN, dueling, Rainbow (C51 + noisy + dueling) and
 //     BDQ (branches); a learner without the extractor (frozen features) leaves it bitwise alone;
 //   - a skipped update (non-finite loss) leaves the extractor's parameters and Adam moments
 //     bitwise unchanged;
@@ -27,6 +27,7 @@
 
 #include "gpu/arena.hpp"
 #include "gpu/context.hpp"
+#include "gpu/transfer_audit.hpp"
 #include "pretrain/model_factory.hpp"
 #include "pretrain/window_feature_extractor.hpp"
 #include "rl/dqn/learner.hpp"
@@ -217,8 +218,19 @@ TEST_P(DqnFinetuneVariants, CapturedUpdateTrainsTheExtractorFromItsOwnCopy) {
   DqnLearner learner(cfg, lane(), fx.get(), 0.5f);
   const auto online0 = host(learner.online_arena().params(), learner.online_arena().padded_count(), stream());
   learner.capture(b.view());
-  for (int k = 0; k < 3; ++k) learner.replay();
-  FH_CHECK(cudaStreamSynchronize(stream()));
+  learner.replay();
+  FH_CHECK(cudaDeviceSynchronize());
+  // Steady state: the updates copy nothing to the host.
+  std::string why;
+  const bool audited = gpu::TransferAudit::available(&why);
+  gpu::TransferAudit audit;
+  if (audited) audit.start();
+  for (int k = 0; k < 2; ++k) learner.replay();
+  FH_CHECK(cudaDeviceSynchronize());
+  if (audited) {
+    const gpu::TransferCounts counts = audit.stop();
+    EXPECT_EQ(counts.device_to_host, 0) << counts.str();
+  }
 
   const DqnState st = read_state(learner, stream());
   EXPECT_EQ(st.skips_total, 0u) << "an update was skipped: the stored NaN features reached the network?";
