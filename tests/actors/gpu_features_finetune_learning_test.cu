@@ -34,13 +34,15 @@
 // evaluations seconds: about 10-15 minutes for the three seeds on an H100. DQN (estimated, no run
 // yet): a frozen run a few minutes (FeaturesLearning's DQN runs), the fine-tuned one longer (the
 // window form over 32 steps on the 2 x 256 rows of every update, forward and backward): about
-// 20-30 minutes for the three seeds; filter 'FeaturesFinetuneLearning.Dqn*' to run it alone.
+// 20-30 minutes for the three seeds, one test each ('FeaturesFinetuneLearning.Dqn*'; the suite
+// shares each seed's pretrained model between its tests).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -60,8 +62,8 @@ constexpr double kNoiseMargin = 0.1;  // of the frozen agent's mean Sharpe
 class FeaturesFinetuneLearning : public FeaturesLearningFixture {
  protected:
   // The comparison above for one agent kind ("ppo" or "dqn"), per seed.
-  void expect_finetune_keeps_up(const std::string& learner) {
-    for (const std::uint64_t seed : kSeeds) {
+  void expect_finetune_keeps_up(const std::string& learner, const std::vector<std::uint64_t>& seeds) {
+    for (const std::uint64_t seed : seeds) {
       SCOPED_TRACE(learner + " seed " + std::to_string(seed));
       const auto t0 = std::chrono::steady_clock::now();
       const fs::path pre = pretrain("lstm", seed);
@@ -111,8 +113,19 @@ class FeaturesFinetuneLearning : public FeaturesLearningFixture {
   }
 };
 
-TEST_F(FeaturesFinetuneLearning, PpoFinetunedFeaturesDoNotLoseToFrozenBeyondNoise) { expect_finetune_keeps_up("ppo"); }
+TEST_F(FeaturesFinetuneLearning, PpoFinetunedFeaturesDoNotLoseToFrozenBeyondNoise) {
+  expect_finetune_keeps_up("ppo", {std::begin(kSeeds), std::end(kSeeds)});
+}
 
-TEST_F(FeaturesFinetuneLearning, DqnFinetunedFeaturesDoNotLoseToFrozenBeyondNoise) { expect_finetune_keeps_up("dqn"); }
+// DQN: one test per seed, so that each fits a device call of its own.
+TEST_F(FeaturesFinetuneLearning, DqnFinetunedFeaturesDoNotLoseToFrozenBeyondNoiseSeed1) {
+  expect_finetune_keeps_up("dqn", {kSeeds[0]});
+}
+TEST_F(FeaturesFinetuneLearning, DqnFinetunedFeaturesDoNotLoseToFrozenBeyondNoiseSeed2) {
+  expect_finetune_keeps_up("dqn", {kSeeds[1]});
+}
+TEST_F(FeaturesFinetuneLearning, DqnFinetunedFeaturesDoNotLoseToFrozenBeyondNoiseSeed3) {
+  expect_finetune_keeps_up("dqn", {kSeeds[2]});
+}
 
 }  // namespace
