@@ -54,14 +54,14 @@ class Checker {
     if (config_.learner.kind == "ppo") {
       rl::ppo::ActorCritic(ppo_config(config_, shape_), shape_.obs_dim).declare(arena_);
       arena_file("learner.safetensors", true);
-      if (config_.features.mode == "finetune") {
+      if (finetune()) {
         tuned_features_file(kTunedFeaturesFile, true);
         if (!config_.features.shared) tuned_features_file(kTunedCriticFeaturesFile, true);  // the critic's
       }
       // Through the actors: the collector's acting network (and acting extractor), no moments.
       if (fs::exists(dir_ / kPpoPolicyFile)) {
         arena_file(kPpoPolicyFile, false);
-        if (config_.features.mode == "finetune") tuned_features_file(kPpoPolicyFeaturesFile, false);
+        if (finetune()) tuned_features_file(kPpoPolicyFeaturesFile, false);
       }
       spans_file("ppo.state", ppo_state_arrays(config_, shape_));
       spans_file("env.state", shape_.state_arrays);
@@ -70,6 +70,9 @@ class Checker {
     const rl::DqnLearnerConfig lc = dqn_learner_config(config_, shape_.obs_dim, shape_.branches, shape_.actions);
     models::QNetwork(lc.net).declare(arena_);
     learner_files("learner");
+    // A fine-tuned extractor: the learner's with its Adam moments; each policy carries its weights.
+    if (finetune())
+      policy_floats_ += tuned_features_file(std::string("learner") + rl::DqnLearner::kFeaturesSuffix, true);
     collector();
     replay();
     return problems_;
@@ -93,11 +96,12 @@ class Checker {
 
   // An arena file: every declared tensor as F32 with its declared shape; Adam moments present for
   // all (required) or none (optional: absent for a target arena); no other tensor.
-  // A fine-tuned extractor file: the pretrain model (at the market's window) and its head (with
-  // Adam's moments when adam_required: the learner's; without: the actors' acting copy).
-  void tuned_features_file(const std::string& file, bool adam_required) {
+  bool finetune() const { return config_.features.enabled() && config_.features.mode == "finetune"; }
+  // A fine-tuned extractor's file: the pretrain model (at the market's window) and its head, with
+  // or without Adam moments. Returns its arena's padded parameter count (0 without [features]).
+  std::int64_t tuned_features_file(const std::string& file, bool adam_required) {
     const auto src = feature_source(config_);
-    if (!src) return;
+    if (!src) return 0;
     gpu::ParameterArena tuned;
     pretrain::ModelSpec spec = src->model;
     spec.sequence_length = market_config(config_).window;
@@ -108,6 +112,7 @@ class Checker {
     hs.out = src->head_outputs;
     models::Dense(hs).declare(tuned);
     arena_file(file, adam_required, &tuned);
+    return tuned.padded_count();
   }
   void arena_file(const std::string& file, bool adam_required, const gpu::ParameterArena* which = nullptr) {
     const gpu::ParameterArena& arena = which != nullptr ? *which : arena_;
@@ -226,18 +231,20 @@ class Checker {
         return;
       }
       policy_files("collector.policy");
+      if (finetune()) tuned_features_file(DqnCollectorStage::kTunedFeaturesFile, false);  // the acting copy
       if (j.at("env_state").get<bool>()) {
         spans_file("collector.env.bin", shape_.state_arrays);
         const std::size_t obs = static_cast<std::size_t>(n * o) * sizeof(float);
         spans_file("collector.obs.bin", {{"obs", obs}, {"final_obs", obs}});
-        if (const auto src = feature_source(config_); src && !src->diffusion()) {  // [features]: the extractor's state
+        // [features] frozen: the extractor's per-environment state (a fine-tuned one keeps none).
+        if (const auto src = feature_source(config_); src && !src->diffusion() && !finetune()) {
           const std::int64_t S = pretrain::make_model(src->model)->state_features();  // host-only construction
           if (S > 0)
             spans_file(DqnCollectorStage::kFeaturesFile, {{"features_state", static_cast<std::size_t>(n * S) * sizeof(float)}});
         }
       }
       if (j.contains("pending_policies") && j.at("pending_policies").is_array()) {
-        const std::size_t floats = static_cast<std::size_t>(arena_.padded_count()) * sizeof(float);
+        const std::size_t floats = static_cast<std::size_t>(arena_.padded_count() + policy_floats_) * sizeof(float);
         std::vector<std::pair<std::string, std::size_t>> want;
         for (const auto& v : j.at("pending_policies")) want.emplace_back("policy_v" + v.dump(), floats);
         if (!want.empty()) spans_file(DqnCollectorStage::kPoliciesFile, want);
@@ -292,6 +299,7 @@ class Checker {
   fs::path dir_;
   EnvShape shape_;
   gpu::ParameterArena arena_;
+  std::int64_t policy_floats_ = 0;  // a policy's floats beyond the Q-network's (a fine-tuned extractor)
   std::vector<std::string> problems_;
 };
 

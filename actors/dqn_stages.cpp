@@ -97,10 +97,30 @@ void DqnCollectorStage::set_features(std::unique_ptr<rl::ObsFeatures> features) 
   lane_.synchronize();
 }
 
+void DqnCollectorStage::set_tuned_features(std::unique_ptr<rl::TrainableObsFeatures> features) {
+  rl::TrainableObsFeatures* tuned = features.get();
+  set_features(std::move(features));
+  tuned_ = tuned;
+}
+
+std::int64_t DqnCollectorStage::policy_floats() const {
+  return policy_->floats() + (tuned_ != nullptr ? tuned_->arena().padded_count() : 0);
+}
+
+void DqnCollectorStage::load_acting(const float* params) {
+  const std::int64_t net = policy_->floats();
+  policy_->load_weights(params, net);  // on the lane's stream
+  if (tuned_ != nullptr) {
+    gpu::ParameterArena& fa = tuned_->arena();
+    FH_CHECK(cudaMemcpyAsync(fa.params(), params + net, static_cast<std::size_t>(fa.padded_count()) * sizeof(float),
+                             cudaMemcpyDeviceToDevice, lane_.stream()));
+  }
+}
+
 void DqnCollectorStage::load_policy(const float* params, std::int64_t floats) {
-  FH_EXPECT(floats == policy_->floats(), "DqnCollectorStage::load_policy: size mismatch");
+  FH_EXPECT(floats == policy_floats(), "DqnCollectorStage::load_policy: size mismatch");
   lane_.make_current();
-  policy_->load_weights(params, floats);  // on the lane's stream
+  load_acting(params);
   lane_.synchronize();
 }
 
@@ -138,6 +158,7 @@ std::function<void(const std::filesystem::path& dir)> DqnCollectorStage::checkpo
       if (const auto f = feature_spans(features_.get()); !f.empty()) write_spans(dir / kFeaturesFile, f, lane_.stream());
     }
     policy_->save(dir / "collector.policy");
+    if (tuned_ != nullptr) tuned_->arena().save(dir / kTunedFeaturesFile, lane_.stream(), false);
     nlohmann::json j = {
         {"env_steps", steps_},        {"next_stats", next_stats_},       {"num_envs", env_->num_envs()},
         {"obs_dim", env_->obs_dim()}, {"env_state", !env_spans.empty()}, {"policy_version", acting_version_},
@@ -146,7 +167,7 @@ std::function<void(const std::filesystem::path& dir)> DqnCollectorStage::checkpo
       // Every version the learner has produced (or, at a multiple of sync_every, is about to) that
       // the acting network does not hold yet: the resumed run never publishes them again.
       const std::int64_t last = learner_->updates_total() / sync_every_;
-      const std::size_t bytes = static_cast<std::size_t>(policy_->floats()) * sizeof(float);
+      const std::size_t bytes = static_cast<std::size_t>(policy_floats()) * sizeof(float);
       std::vector<DeviceSpan> spans;
       std::vector<std::int64_t> versions;
       bool complete = true;
@@ -210,12 +231,18 @@ bool DqnCollectorStage::restore(const std::filesystem::path& dir, bool* env_rest
     }
   }
   policy_->load(dir / "collector.policy");  // acting weights, epsilon step, act/noise counters
+  if (tuned_ != nullptr) {
+    if (!std::filesystem::exists(dir / kTunedFeaturesFile))
+      throw std::runtime_error((dir / kTunedFeaturesFile).string() +
+                               ": missing (the run fine-tunes its extractor; the collector acts with its weights)");
+    tuned_->arena().load(dir / kTunedFeaturesFile, lane_.stream());
+  }
   restored_version_ = -1;
   restored_policies_.clear();
   if (j.contains("policy_version")) {
     acting_version_ = restored_version_ = j.at("policy_version").get<std::int64_t>();
     if (const auto& pending = j.at("pending_policies"); pending.is_array()) {
-      const auto floats = static_cast<std::size_t>(policy_->floats());
+      const auto floats = static_cast<std::size_t>(policy_floats());
       std::vector<DeviceSpan> spans;
       for (const auto& v : pending) {
         const std::int64_t version = v.get<std::int64_t>();
@@ -303,14 +330,14 @@ LocalDeviceHandle DqnCollectorStage::collect(int slot, std::uint64_t generation,
 
 std::uint64_t DqnCollectorStage::use_policy(const LocalDeviceHandle& policy) {
   FH_EXPECT(policy.slot == 0 || policy.slot == 1, "DqnCollectorStage::use_policy: policy buffer must be 0 or 1");
-  const std::int64_t floats = policy_->floats();
+  const std::int64_t floats = policy_floats();
   FH_EXPECT(policy.bytes == static_cast<std::uint64_t>(floats) * sizeof(float),
             "DqnCollectorStage::use_policy: policy buffer size differs from the acting network");
   lane_.make_current();
   lane_.wait(policy.event);
-  // The acting network keeps its own copy, so the published buffer is read once, here; the event
-  // after this copy releases it (later collects never touch it).
-  policy_->load_weights(policy.as<const float>(), floats);  // on the lane's stream
+  // The acting network (and a tuned extractor) keep their own copy, so the published buffer is
+  // read once, here; the event after this copy releases it (later collects never touch it).
+  load_acting(policy.as<const float>());
   acting_version_ = static_cast<std::int64_t>(policy.count);
   const gpu::Event& released = released_[policy.slot];
   released.record(lane_.stream());
@@ -320,7 +347,7 @@ std::uint64_t DqnCollectorStage::use_policy(const LocalDeviceHandle& policy) {
 void DqnCollectorStage::attach_learner(std::shared_ptr<DqnLearnerStage> learner, std::int64_t sync_every) {
   FH_EXPECT(learner != nullptr && sync_every >= 1,
             "DqnCollectorStage::attach_learner: needs a learner and sync_every >= 1");
-  FH_EXPECT(learner->learner().online_arena().padded_count() == policy_->floats(),
+  FH_EXPECT(learner->policy_floats() == policy_floats(),
             "DqnCollectorStage::attach_learner: the learner's network differs from the acting network");
   learner_ = std::move(learner);
   sync_every_ = sync_every;
@@ -344,7 +371,7 @@ void DqnCollectorStage::use_restored_policy(std::int64_t version) {
             "DqnCollectorStage::use_restored_policy: version " + std::to_string(version) + " was not restored");
   lane_.make_current();
   // Stream order: collects enqueued before keep the previous weights, later ones read these.
-  policy_->load_weights(src, policy_->floats());
+  load_acting(src);
   acting_version_ = version;
 }
 
@@ -367,7 +394,8 @@ bool DqnCollectorStage::poll_metrics(Scalars& out) {
 // --------------------------------------------------------------------------------- learner
 DqnLearnerStage::DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplayStage& replay, std::int64_t metrics_every,
                                  const std::optional<std::filesystem::path>& resume, int device,
-                                 const gpu::DataParallel& dp)
+                                 const gpu::DataParallel& dp, const FeaturesFactory& make_features,
+                                 float features_lr_scale)
     : lane_(device), replay_(&replay), metrics_every_(metrics_every) {
   FH_EXPECT(metrics_every >= 1, "DqnLearnerStage: metrics_every must be >= 1");
   FH_EXPECT(config.batch == replay.batch_size(), "DqnLearnerStage: learner batch (" + std::to_string(config.batch) +
@@ -376,9 +404,15 @@ DqnLearnerStage::DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplaySt
   lane_.make_current();
   const cudaStream_t s = lane_.stream();
   blas_ = std::make_unique<gpu::DeviceContext>(device, 1);
-  learner_ = std::make_unique<rl::DqnLearner>(config, blas_on(*blas_, s));
+  if (make_features) {
+    features_ = make_features(s);
+    shadow_features_ = make_features(s);
+    FH_EXPECT(features_ != nullptr && shadow_features_ != nullptr,
+              "DqnLearnerStage: the features factory returned no extractor");
+  }
+  learner_ = std::make_unique<rl::DqnLearner>(config, blas_on(*blas_, s), features_.get(), features_lr_scale);
   // The shadow runs no GEMM: it only holds copies and writes files (on the context's own stream).
-  shadow_ = std::make_unique<rl::DqnLearner>(config, blas_->blas(0));
+  shadow_ = std::make_unique<rl::DqnLearner>(config, blas_->blas(0), shadow_features_.get(), features_lr_scale);
   if (resume) learner_->load(*resume / "learner");
   learner_->join(dp);  // a replica takes rank 0's weights before its graphs are captured
   const std::int64_t B = config.batch;
@@ -396,9 +430,32 @@ DqnLearnerStage::DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplaySt
                                                  cudaMemcpyDeviceToDevice, cs));
                       });
   }
-  for (auto& snap : snapshot_)
-    snap = gpu::DeviceBuffer<float>(static_cast<std::size_t>(learner_->online_arena().padded_count()));
+  for (auto& snap : snapshot_) snap = gpu::DeviceBuffer<float>(static_cast<std::size_t>(policy_floats()));
+  if (features_) current_ = gpu::DeviceBuffer<float>(static_cast<std::size_t>(policy_floats()));
   lane_.synchronize();
+}
+
+std::int64_t DqnLearnerStage::policy_floats() const {
+  return learner_->online_arena().padded_count() + (features_ ? features_->arena().padded_count() : 0);
+}
+
+void DqnLearnerStage::copy_policy(float* dst, cudaStream_t stream) {
+  const std::int64_t net = learner_->online_arena().padded_count();
+  FH_CHECK(cudaMemcpyAsync(dst, learner_->online_arena().params(), static_cast<std::size_t>(net) * sizeof(float),
+                           cudaMemcpyDeviceToDevice, stream));
+  if (features_) {
+    gpu::ParameterArena& fa = features_->arena();
+    FH_CHECK(cudaMemcpyAsync(dst + net, fa.params(), static_cast<std::size_t>(fa.padded_count()) * sizeof(float),
+                             cudaMemcpyDeviceToDevice, stream));
+  }
+}
+
+const float* DqnLearnerStage::current_policy() {
+  if (!features_) return learner_->online_arena().params();
+  lane_.make_current();
+  copy_policy(current_.data(), lane_.stream());
+  lane_.synchronize();
+  return current_.data();
 }
 
 LocalDeviceHandle DqnLearnerStage::update(const LocalDeviceHandle& batch) {
@@ -427,8 +484,7 @@ LocalDeviceHandle DqnLearnerStage::snapshot(std::uint64_t version, std::uint64_t
   lane_.wait(reuse_after);  // the sync of the previous version read it (syncs run in order)
   const auto r = static_cast<std::size_t>(version % kSnapshotRing);
   gpu::DeviceBuffer<float>& snap = snapshot_[r];
-  FH_CHECK(cudaMemcpyAsync(snap.data(), learner_->online_arena().params(), snap.bytes(), cudaMemcpyDeviceToDevice,
-                           lane_.stream()));
+  copy_policy(snap.data(), lane_.stream());
   snapshot_version_[r] = static_cast<std::int64_t>(version);
   snapshot_ready_.record(lane_.stream());
   LocalDeviceHandle h = f32_handle(lane_.device(), snap.data(), static_cast<std::int64_t>(snap.size()), 0,
@@ -454,7 +510,7 @@ std::function<void(const std::filesystem::path& dir)> DqnLearnerStage::checkpoin
 
 const float* DqnLearnerStage::policy_weights(std::int64_t version, std::int64_t sync_every) {
   if (version < 0 || sync_every < 1) return nullptr;
-  if (version * sync_every == updates_total()) return learner_->online_arena().params();
+  if (version * sync_every == updates_total()) return current_policy();
   const auto r = static_cast<std::size_t>(version % kSnapshotRing);
   return snapshot_version_[r] == version ? snapshot_[r].data() : nullptr;
 }

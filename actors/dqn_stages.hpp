@@ -6,6 +6,10 @@
 //                       its own device state) -> env step -> [features] (a frozen extractor
 //                       fills the feature block of the final and the next observations) ->
 //                       bootstrap observation, written straight into a TransitionSlotLayout slot.
+//                       [features] mode = "finetune": the collector's extractor is a copy of the
+//                       learner's trainable one, and every published policy carries its weights
+//                       after the online network's (policy_floats()), so acting always uses the
+//                       latest published extractor.
 //   DqnLearnerStage     rl::DqnLearner's update graph, one graph per replay batch buffer (the
 //                       graph bakes the batch pointers); the graph also copies the priorities
 //                       into the TD buffer of that batch. The target network lives in the learner
@@ -72,9 +76,19 @@ class DqnCollectorStage final : public CollectorStage {
   // replay and n-step see the features like any other observation column. Its per-environment
   // state joins the environments' in a final checkpoint (collector.features.bin).
   void set_features(std::unique_ptr<rl::ObsFeatures> features);
+  // The same for [features] mode = "finetune": a trainable extractor whose weights follow the
+  // learner's fine-tuned one. Every policy (load_policy, use_policy, a restored version) is then
+  // the online network's weights followed by the extractor's parameters (its arena's padded
+  // count), and a final checkpoint carries the acting extractor's weights (kTunedFeaturesFile).
+  void set_tuned_features(std::unique_ptr<rl::TrainableObsFeatures> features);
   rl::ObsFeatures* features() noexcept { return features_.get(); }
+  rl::TrainableObsFeatures* tuned_features() noexcept { return tuned_; }
   static constexpr const char* kFeaturesFile = "collector.features.bin";
-  // Setup only (synchronizes): the acting network's weights from `params` (the learner's arena).
+  static constexpr const char* kTunedFeaturesFile = "collector.features.safetensors";
+  // Floats of one policy: the acting network's, plus the tuned extractor's parameters.
+  std::int64_t policy_floats() const;
+  // Setup only (synchronizes): the acting weights from `params` (policy_floats(): the learner
+  // stage's current_policy()).
   void load_policy(const float* params, std::int64_t floats);
   // Setup only (synchronizes): continue the epsilon schedule and the statistics windows from a
   // resumed run's env-step count (a checkpoint without collector state: the exploration counters
@@ -124,6 +138,9 @@ class DqnCollectorStage final : public CollectorStage {
   std::unique_ptr<rl::VecEnv> env_;
   std::unique_ptr<rl::DqnPolicy> policy_;
   std::unique_ptr<rl::ObsFeatures> features_;  // [features]: null without
+  rl::TrainableObsFeatures* tuned_ = nullptr;    // features_ when mode = "finetune"
+  // Enqueues the copy of a policy (policy_floats()) into the acting network and the tuned extractor.
+  void load_acting(const float* params);
   TransitionSlotLayout layout_;
   std::vector<gpu::DeviceBuffer<std::byte>> slots_;
   std::vector<gpu::Event> filled_;
@@ -149,9 +166,14 @@ class DqnLearnerStage final : public LearnerStage {
   // `resume`: a checkpoint directory whose learner/ files are loaded. DqnState metrics are
   // published every `metrics_every` updates.
   // dp: a data-parallel run's replica (joined after the resume's load, before the capture).
+  // make_features (may be empty): [features] mode = "finetune", a trainable extractor on the given
+  // stream with at least config.batch training rows, trained at features_lr_scale x the learning
+  // rate (called twice: the learner's and the checkpoint shadow's).
+  using FeaturesFactory = std::function<std::unique_ptr<rl::TrainableObsFeatures>(cudaStream_t)>;
   DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplayStage& replay, std::int64_t metrics_every,
                   const std::optional<std::filesystem::path>& resume, int device = 0,
-                  const gpu::DataParallel& dp = {});
+                  const gpu::DataParallel& dp = {}, const FeaturesFactory& make_features = {},
+                  float features_lr_scale = 1.f);
 
   void wait(std::uint64_t event) override { lane_.wait(event); }
   void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
@@ -164,6 +186,12 @@ class DqnLearnerStage final : public LearnerStage {
   std::function<void(const std::filesystem::path& dir)> checkpoint_job() override;
 
   rl::DqnLearner& learner() noexcept { return *learner_; }
+  // Floats of a published policy: the online network's, then the fine-tuned extractor's
+  // parameters (none without one). Snapshots have this size.
+  std::int64_t policy_floats() const;
+  // Idle stream only (setup, a final checkpoint): the policy of the current weights (the online
+  // arena itself without an extractor; else a copy of both, made here, synchronizing).
+  const float* current_policy();
   cudaStream_t stream() const noexcept { return lane_.stream(); }
   bool record_timeline(StreamTimeline* t) override {
     lane_.set_timeline(t, "learner");
@@ -188,7 +216,12 @@ class DqnLearnerStage final : public LearnerStage {
   CudaLane lane_;
   GpuReplayStage* replay_;  // outlives this stage (constructor contract)
   std::unique_ptr<gpu::DeviceContext> blas_;
+  // Declared before the learners that point to them (destroyed after).
+  std::unique_ptr<rl::TrainableObsFeatures> features_, shadow_features_;
   std::unique_ptr<rl::DqnLearner> learner_, shadow_;  // shadow: the consistent copy a checkpoint writes
+  gpu::DeviceBuffer<float> current_;                  // current_policy()'s copy (with an extractor)
+  // Enqueues online weights ++ extractor weights into dst (policy_floats()).
+  void copy_policy(float* dst, cudaStream_t stream);
   std::vector<gpu::CudaGraph> graphs_;
   std::vector<gpu::DeviceBuffer<float>> td_;
   std::vector<gpu::Event> td_ready_;

@@ -8,6 +8,7 @@
 #include "gpu/check.hpp"
 #include "pretrain/frozen_features.hpp"
 #include "pretrain/window_feature_extractor.hpp"
+#include "rl/dqn/learner.hpp"
 #include "rl/ppo/actor_critic.hpp"
 #include "rl/ppo/distributions.hpp"
 
@@ -36,8 +37,23 @@ DqnGreedyPolicy::DqnGreedyPolicy(const RunConfig& config, const fs::path& config
     if (market == nullptr)
       throw std::runtime_error("[features] needs a market environment (config " + config_file.string() + ")");
     const std::int64_t n = env.num_envs();
-    features_ = pretrain::make_frozen_features(*src, pretrain::parse_feature_output(config.features.output),
-                                               market->config(), n, config.features.noise_step, lane.stream);
+    const pretrain::FeatureOutput output = pretrain::parse_feature_output(config.features.output);
+    if (config.features.mode == "finetune") {
+      // The checkpoint's fine-tuned extractor (the learner's, beside its online weights).
+      auto tuned =
+          std::make_unique<pretrain::WindowFeatureExtractor>(*src, output, market->config(), n, 1, lane.stream);
+      const fs::path file = weights.parent_path() / (std::string("learner") + rl::DqnLearner::kFeaturesSuffix);
+      try {
+        tuned->arena().load(file, lane.stream);
+      } catch (const std::exception& e) {
+        throw std::runtime_error("checkpoint " + weights.parent_path().string() + ": its fine-tuned extractor " +
+                                 file.filename().string() + " does not load: " + e.what());
+      }
+      features_ = std::move(tuned);
+    } else {
+      features_ =
+          pretrain::make_frozen_features(*src, output, market->config(), n, config.features.noise_step, lane.stream);
+    }
     obs_ = gpu::DeviceBuffer<float>(static_cast<std::size_t>(n * env.obs_dim()));
     no_done_ = gpu::DeviceBuffer<std::uint8_t>(static_cast<std::size_t>(n));
     no_done_.zero(lane.stream);

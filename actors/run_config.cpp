@@ -89,9 +89,6 @@ void read_feature_relations(config::Reader& r, const RunConfig& c) {
               "whether PPO's actor and critic share the extractor");
   if (!on) return;
   if (c.features.mode == "finetune") {
-    r.relation(ppo, "features.mode", "learner.kind",
-               "\"finetune\" is supported for PPO agents (learner.kind = \"ppo\"); not supported yet for DQN agents: "
-               "use mode = \"frozen\"");
     r.relation(!ppo || c.features.shared || !c.learner.shared_trunk, "features.shared", "learner.shared_trunk",
                "separate fine-tuned extractors (shared = false) feed separate actor and critic networks: set "
                "learner.shared_trunk = false, or shared = true");

@@ -166,25 +166,47 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   // A final checkpoint carries the replay buffer (contents, priorities, sampler and slot state):
   // restored here, before any insert.
   const bool replay_restored = resume && replay->restore(*resume);
+  // [features] mode = "finetune": the learner trains a window-form extractor (its batch of rows);
+  // the collector acts with a copy that each published policy refreshes.
+  const std::optional<pretrain::FeatureSource> source = feature_source(config);
+  const bool finetune = source && config.features.mode == "finetune";
+  const pretrain::FeatureOutput output =
+      source ? pretrain::parse_feature_output(config.features.output) : pretrain::FeatureOutput{};
+  DqnLearnerStage::FeaturesFactory make_features;
+  if (finetune) {
+    const rl::MarketConfig market = market_config(config);
+    const std::int64_t rows = lc.batch;
+    make_features = [src = *source, output, market, rows](cudaStream_t stream) {
+      return std::unique_ptr<rl::TrainableObsFeatures>(
+          std::make_unique<pretrain::WindowFeatureExtractor>(src, output, market, 1, rows, stream));
+    };
+  }
   auto learner =
-      std::make_shared<DqnLearnerStage>(lc, *replay, options.metrics_every, resume, device, options.data_parallel);
+      std::make_shared<DqnLearnerStage>(lc, *replay, options.metrics_every, resume, device, options.data_parallel,
+                                        make_features, static_cast<float>(config.features.lr_scale));
   learner->synchronize();
   const Counters start = resume ? CheckpointStore::read_counters(*resume) : Counters{};
   learner->set_update_base(start.updates);
   const std::int64_t stats_every = std::max(options.stats_every, config.env.num_envs * config.env.steps_per_slot);
   auto collector = std::make_shared<DqnCollectorStage>(std::move(env), lc, layout, config.pipeline.slots,
                                                        config.run.seed, stats_every, device);
-  // [features]: the frozen extractor fills every observation's feature block as the collector
-  // writes it (before a restore, which continues its state with the environments').
-  if (const auto src = feature_source(config)) {
-    const pretrain::FeatureOutput output = pretrain::parse_feature_output(config.features.output);
+  // [features]: the extractor fills every observation's feature block as the collector writes it
+  // (before a restore, which continues its state with the environments').
+  if (const auto& src = source; src && finetune) {
+    collector->set_tuned_features(std::make_unique<pretrain::WindowFeatureExtractor>(
+        *src, output, market_config(config), config.env.num_envs, 1, collector->stream()));
+    spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), fine-tuned at {} x the learning rate",
+                 src->dir.string(), src->config.model.kind, src->config.model.hidden, config.features.output,
+                 collector->features()->features(), config.features.lr_scale);
+  } else if (src) {
     collector->set_features(pretrain::make_frozen_features(*src, output, market_config(config), config.env.num_envs,
                                                            config.features.noise_step, collector->stream()));
     spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), frozen", src->dir.string(),
                  src->config.model.kind, src->config.model.hidden, config.features.output,
                  collector->features()->features());
   }
-  const std::int64_t floats = learner->learner().online_arena().padded_count();
+  // A policy: the online weights, then a fine-tuned extractor's.
+  const std::int64_t floats = learner->policy_floats();
   // A final checkpoint carries the collector's state (acting network, exploration counters, and
   // for markets the environments): continue from it; otherwise restart the envs and act with the
   // learner's weights from the resumed step count.
@@ -194,7 +216,7 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
     collector->resume_at(start.env_steps);
     collector->set_policy_version(start.policy_version);
   }
-  if (!restored) collector->load_policy(learner->learner().online_arena().params(), floats);
+  if (!restored) collector->load_policy(learner->current_policy(), floats);
   // The final checkpoint writes replay with the collector's state (checkpoint.replay "final" or
   // "always"; "never": no replay buffer in any checkpoint).
   if (config.checkpoint.replay != "never") collector->attach_replay(replay);
@@ -205,7 +227,7 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   if (resume && !env_restored)
     spdlog::warn("resume: the environments restart from env seed {} (the checkpoint has no {} state){}",
                  config.run.seed, config.env.kind, restored ? "" : "; exploration continues from the step count");
-  auto sync = std::make_shared<PolicyPublishStage>(learner->learner().online_arena().params(), floats, device);
+  auto sync = std::make_shared<PolicyPublishStage>(learner->current_policy(), floats, device);
 
   PipelineStages stages;
   stages.collector = collector;

@@ -87,7 +87,15 @@ void check_moment_config(const AdamConfig& config, const std::string& who) {
             who + ": weight_decay must be >= 0, got " + std::to_string(config.weight_decay));
 }
 
+__global__ void scale_lr_kernel(float* out, const float* lr, float scale) { *out = scale * *lr; }
+
 }  // namespace
+
+void scale_lr(float* out, const float* lr, float scale, cudaStream_t stream) {
+  FH_EXPECT(out != nullptr && lr != nullptr, "scale_lr: out and lr (device scalars) must not be null");
+  scale_lr_kernel<<<1, 1, 0, stream>>>(out, lr, scale);
+  FH_CHECK_LAUNCH();
+}
 
 void adam_step_device(float* params, float* m, float* v, const float* grads, std::int64_t n, const AdamConfig& config,
                       const float* lr, const std::int64_t* step, const float* grad_scale,

@@ -40,4 +40,8 @@ void adam_step_device(float* params, float* m, float* v, const float* grads, std
                       const float* lr, const std::int64_t* step, const float* grad_scale,
                       const std::uint32_t* skip_flag, cudaStream_t stream);
 
+// *out = scale * *lr (device scalars, one thread): a second optimizer's rate that follows the
+// first's schedule (a fine-tuned feature extractor at features.lr_scale times the agent's rate).
+void scale_lr(float* out, const float* lr, float scale, cudaStream_t stream);
+
 }  // namespace foxhunt::gpu

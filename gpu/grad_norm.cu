@@ -44,6 +44,10 @@ __global__ void clip_scale_kernel(float* scale, const float* norm, float max_nor
   *scale = clip_coefficient(*norm, max_norm);
 }
 
+__global__ void combine_norms_kernel(float* norm, const float* other) {
+  *norm = sqrtf(*norm * *norm + *other * *other);
+}
+
 __global__ void clip_grad_kernel(float* __restrict__ grad, const float* __restrict__ norm, float max_norm,
                                  std::int64_t n, bool vec4) {
   const float c = clip_coefficient(*norm, max_norm);
@@ -92,6 +96,12 @@ void clip_scale(float* scale, const float* norm, float max_norm, cudaStream_t st
   FH_EXPECT(scale != nullptr && norm != nullptr, "clip_scale: scale and norm (device scalars) must not be null");
   FH_EXPECT(max_norm > 0.f, "clip_scale: max_norm must be > 0, got " + std::to_string(max_norm));
   clip_scale_kernel<<<1, 1, 0, stream>>>(scale, norm, max_norm);
+  FH_CHECK_LAUNCH();
+}
+
+void combine_norms(float* norm, const float* other, cudaStream_t stream) {
+  FH_EXPECT(norm != nullptr && other != nullptr, "combine_norms: norm and other (device scalars) must not be null");
+  combine_norms_kernel<<<1, 1, 0, stream>>>(norm, other);
   FH_CHECK_LAUNCH();
 }
 

@@ -18,6 +18,10 @@ void global_grad_norm(float* norm, const float* grad, std::int64_t n, void* work
 // gives a NaN scale (as torch.clamp does), so non-finite gradients stay visible. max_norm > 0.
 void clip_scale(float* scale, const float* norm, float max_norm, cudaStream_t stream);
 
+// *norm = sqrt(*norm^2 + *other^2): the global norm over two gradient buffers (e.g. an agent's
+// arena and its fine-tuned feature extractor's) from their own norms. One thread.
+void combine_norms(float* norm, const float* other, cudaStream_t stream);
+
 // grad_i *= min(1, max_norm / (*norm + 1e-6)) in place (n). Reads nothing back to the host; when
 // the coefficient is 1 the kernel returns before touching grad.
 void clip_grad_norm(float* grad, const float* norm, float max_norm, std::int64_t n, cudaStream_t stream);

@@ -186,7 +186,7 @@ void QNetwork::forward(Workspace& ws, const float* obs, std::int64_t batch, bool
 }
 
 void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, std::int64_t batch, gpu::BlasLane lane,
-                        const SideLane* side) {
+                        const SideLane* side, float* d_obs) {
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "QNetwork::backward: batch out of range");
   FH_EXPECT(side == nullptr || (side->lane.stream != nullptr && side->lane.stream != lane.stream && side->lane.lt &&
                                 side->fork && side->join && ws.encoder.side_lane),
@@ -221,7 +221,7 @@ void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, 
                             pre ? ws.d_h : nullptr, batch, hw, spec_.branches, spec_.actions, ws.head_grad_ws,
                             param_stream);
     if (pre) {
-      fold->backward_from_last_pre(nullptr, ws.d_h, obs, batch, ws.encoder, lane, side);
+      fold->backward_from_last_pre(d_obs, ws.d_h, obs, batch, ws.encoder, lane, side);
       return;
     }
   } else if (spec_.dueling) {
@@ -232,7 +232,7 @@ void QNetwork::backward(Workspace& ws, const float* d_logits, const float* obs, 
   } else {
     heads_[0].backward_aux(ws.d_h, ws.d_pre, d_logits, nullptr, h, batch, lane);
   }
-  encoder_->backward(nullptr, ws.d_h, obs, batch, ws.encoder, lane, side);
+  encoder_->backward(d_obs, ws.d_h, obs, batch, ws.encoder, lane, side);
 }
 
 }  // namespace foxhunt::models

@@ -97,9 +97,10 @@ class QNetwork {
   // encoder's in its arena). side (nullable; a side-lane workspace): the parameter-gradient work that
   // is off the input-gradient chain (the fused heads' parameter gradients, the encoder's
   // weight-gradient GEMMs) runs there, joined back before this returns; the gradients are bitwise
-  // the same.
+  // the same. d_obs (nullable): also the loss's gradient with respect to obs (B, obs_dim), the
+  // first layer's input gradient (a trainable module in front of the network continues from it).
   void backward(Workspace& ws, const float* d_logits, const float* obs, std::int64_t batch, gpu::BlasLane lane,
-                const SideLane* side = nullptr);
+                const SideLane* side = nullptr, float* d_obs = nullptr);
 
   std::int64_t relu_units() const { return encoder_->relu_units(); }
   void count_dead_units(std::uint32_t* dead, const Workspace& ws, std::int64_t batch, cudaStream_t stream) const {

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "gpu/adam.hpp"
 #include "gpu/atomic_file.hpp"
 #include "gpu/check.hpp"
 #include "gpu/checkpoint_io.hpp"
@@ -54,9 +55,20 @@ DqnPolicyConfig dqn_policy_config(const DqnLearnerConfig& c) {
   return DqnPolicyConfig{c.net, c.schedule, c.seed, c.act_rows};
 }
 
-DqnLearner::DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane) : config_(config), lane_(lane) {
+DqnLearner::DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane, TrainableObsFeatures* features,
+                       float features_lr_scale)
+    : config_(config), lane_(lane), features_(features), features_lr_scale_(features_lr_scale) {
   validate(config_);
   FH_EXPECT(lane_.stream != nullptr, "DqnLearner: needs a created stream (graph capture), not the default stream");
+  if (features_ != nullptr) {
+    FH_EXPECT(features_->obs_dim() == config_.net.obs_dim && features_->max_train_rows() >= config_.batch,
+              "DqnLearner: the trainable extractor is for " + std::to_string(features_->obs_dim()) +
+                  "-column observations and batches of up to " + std::to_string(features_->max_train_rows()) +
+                  " rows; the learner has " + std::to_string(config_.net.obs_dim) + " and " +
+                  std::to_string(config_.batch));
+    FH_EXPECT(std::isfinite(features_lr_scale_) && features_lr_scale_ > 0.f,
+              "DqnLearner: features_lr_scale must be finite and > 0, got " + std::to_string(features_lr_scale_));
+  }
   const cudaStream_t s = lane_.stream;
   online_ = std::make_unique<models::QNetwork>(config_.net, "", kOnlineNoiseStreams);
   target_ = std::make_unique<models::QNetwork>(config_.net, "", kTargetNoiseStreams);
@@ -93,6 +105,14 @@ DqnLearner::DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane) : con
   FH_CHECK(cudaMemsetAsync(norm_ws_.data(), 0, norm_ws_.bytes(), s));  // dqn_grad_guard's counter starts at 0
   end_ws_ = gpu::DeviceBuffer<std::byte>(kDqnEndWorkspaceBytes);
   FH_CHECK(cudaMemsetAsync(end_ws_.data(), 0, end_ws_.bytes(), s));  // and dqn_adam_end_and_target_update's
+  if (features_ != nullptr) {
+    const auto rows = static_cast<std::size_t>(B * config_.net.obs_dim);
+    features_obs_ = gpu::DeviceBuffer<float>(2 * rows);
+    d_obs_ = gpu::DeviceBuffer<float>(rows);
+    features_scalars_ = gpu::DeviceBuffer<float>(2);
+    features_scalars_.zero(s);
+    features_norm_ws_ = gpu::DeviceBuffer<std::byte>(gpu::grad_norm_workspace_bytes(features_->arena().padded_count()));
+  }
   td_ws_ = gpu::DeviceBuffer<std::byte>(std::max<std::size_t>(dqn_td_fused_workspace_bytes(B), 16));
   FH_CHECK(cudaMemsetAsync(td_ws_.data(), 0, td_ws_.bytes(), s));  // and dqn_td_fused's (several blocks)
 
@@ -136,25 +156,40 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s, const std:
   // of ws_ are exactly what a B-row forward of s leaves (row-major activations and ReLU masks), so
   // the backward, the dead-unit count and the loss read them unchanged. The target forward reads
   // only its own weights and workspace: it runs beside the online forward on the side stream.
+  const float* obs = batch.obs;
+  const float* next_obs = batch.next_obs;
+  if (features_ != nullptr) {
+    // The extractor's features with its current weights, in a copy (replay's storage keeps what
+    // the collector wrote). s' first: the target network has no extractor of its own, so the
+    // bootstrap reads the online extractor's features of s', without gradient (cheaper than a
+    // target copy, and at lr_scale the extractor moves slowly). s last: train_backward reads the
+    // activations of the last train_forward.
+    float* rows = features_obs_.data();
+    dqn_stack_rows(rows, batch.obs, batch.next_obs, B * c.net.obs_dim, s);
+    features_->train_forward(rows + B * c.net.obs_dim, B, lane);
+    features_->train_forward(rows, B, lane);
+    obs = rows;
+    next_obs = rows + B * c.net.obs_dim;
+  }
   gpu::BlasLane side_lane = lane;
   side_lane.stream = side_;
   side_lane.workspace = side_workspace_.data();
   side_lane.workspace_bytes = side_workspace_.bytes();
   forked_.record(s);
   side_.wait(forked_);
-  target_->forward(ws_target_, batch.next_obs, B, false, side_lane);
+  target_->forward(ws_target_, next_obs, B, false, side_lane);
   target_done_.record(side_);
   const float* q_select = target_->q(ws_target_);
   if (c.double_q) {
-    const float* rows = batch.obs;  // [s; s'] as they lie in a SampledBatch, else stacked here
-    if (batch.next_obs != batch.obs + B * c.net.obs_dim) {
-      dqn_stack_rows(obs2_.data(), batch.obs, batch.next_obs, B * c.net.obs_dim, s);
+    const float* rows = obs;  // [s; s'] as they lie in a SampledBatch (or the features' copy), else stacked here
+    if (next_obs != obs + B * c.net.obs_dim) {
+      dqn_stack_rows(obs2_.data(), obs, next_obs, B * c.net.obs_dim, s);
       rows = obs2_.data();
     }
     online_->forward(ws_, rows, 2 * B, false, lane);
     q_select = online_->q(ws_) + B * D * A;  // Q(s') (B, D, A): the second half of the 2B rows
   } else {
-    online_->forward(ws_, batch.obs, B, false, lane);
+    online_->forward(ws_, obs, B, false, lane);
   }
   // The dead-unit count reads the online forward's ReLU masks and writes only state->dead_units:
   // it runs on the side stream beside the loss and the backward.
@@ -188,7 +223,9 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s, const std:
   // gradients before the guard below. side_lane's workspace is free again: the target forward that
   // used it is earlier on the same stream.
   const models::SideLane backward_side{side_lane, backward_fork_, backward_join_};
-  online_->backward(ws_, d_logits_.data(), batch.obs, B, lane, &backward_side);
+  online_->backward(ws_, d_logits_.data(), obs, B, lane, &backward_side,
+                    features_ != nullptr ? d_obs_.data() : nullptr);
+  if (features_ != nullptr) features_->train_backward(d_obs_.data(), B, lane);
   FH_CHECK(cudaStreamWaitEvent(s, side_done_, 0));  // the side stream rejoins (a capture must end joined)
 
   // Data-parallel: the mean gradient of every replica, and one skip decision. After the mean,
@@ -197,7 +234,18 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s, const std:
   // folds the gradient flag into it.
   if (dp_.active()) {
     dp_.comm->all_reduce_mean(online_arena_.grads(), online_arena_.padded_count(), s, dp_.bucket_floats());
+    if (features_ != nullptr)
+      dp_.comm->all_reduce_mean(features_->arena().grads(), features_->arena().padded_count(), s, dp_.bucket_floats());
     dp_.comm->max_u32(&st->skip, 1, s);
+  }
+  // The extractor's gradients join the guard: a non-finite one skips both arenas' steps (flagged
+  // before the guard, which then writes the skip priorities), and its norm joins the online norm.
+  float* features_lr = features_scalars_.data();
+  float* features_norm = features_lr + 1;
+  if (features_ != nullptr) {
+    gpu::ParameterArena& fa = features_->arena();
+    gpu::flag_nonfinite(&st->skip, fa.grads(), fa.padded_count(), s);
+    gpu::global_grad_norm(features_norm, fa.grads(), fa.padded_count(), features_norm_ws_.data(), s);
   }
 
   // Guard: a non-finite loss or gradient skips Adam and the target update (bit-exact).
@@ -206,11 +254,24 @@ void DqnLearner::record_update(const DqnBatch& batch, cudaStream_t s, const std:
   const std::int64_t n = online_arena_.padded_count();
   dqn_grad_guard(st, priorities_.data(), online_arena_.grads(), n, c.max_grad_norm, B, c.skip_priority, norm_ws_.data(),
                  s);
+  if (features_ != nullptr) {
+    // The global norm over both arenas, and the clip scale from it (the guard's was the online one's).
+    gpu::combine_norms(&st->grad_norm, features_norm, s);
+    if (c.max_grad_norm > 0.f) gpu::clip_scale(&st->clip_scale, &st->grad_norm, c.max_grad_norm, s);
+  }
   if (after) {  // the priority update, beside Adam and the target update
     after_fork_.record(s);
     side_.wait(after_fork_);
     after(side_);
     after_done_.record(side_);
+  }
+  // The extractor's Adam first: it reads the online step count (updates_applied) before the end of
+  // the update advances it, so both arenas take step number updates_applied + 1.
+  if (features_ != nullptr) {
+    gpu::ParameterArena& fa = features_->arena();
+    gpu::scale_lr(features_lr, &st->lr, features_lr_scale_, s);
+    gpu::adam_step_device(fa.params(), fa.adam_m(), fa.adam_v(), fa.grads(), fa.padded_count(), c.adam, features_lr,
+                          &st->updates_applied, c.max_grad_norm > 0.f ? &st->clip_scale : nullptr, &st->skip, s);
   }
   // Adam (lr and step from the state, skipped bit-exactly on skip), the end of the update
   // (counters), the target update (hard every K / Polyak) and the non-finite-parameter check in
@@ -230,6 +291,10 @@ void DqnLearner::join(const gpu::DataParallel& dp) {
   for (float* a : {online_arena_.params(), online_arena_.adam_m(), online_arena_.adam_v()})
     dp_.comm->broadcast(a, n, 0, s);
   dp_.comm->broadcast(target_arena_.params(), nt, 0, s);
+  if (features_ != nullptr) {
+    gpu::ParameterArena& fa = features_->arena();
+    for (float* a : {fa.params(), fa.adam_m(), fa.adam_v()}) dp_.comm->broadcast(a, fa.padded_count(), 0, s);
+  }
   FH_CHECK(cudaStreamSynchronize(s));  // set-up: every replica starts from the same weights
 }
 
@@ -270,6 +335,7 @@ void DqnLearner::save(const std::filesystem::path& stem) {
   const cudaStream_t s = lane_.stream;
   online_arena_.save(stem.string() + ".online.safetensors", s, true);
   target_arena_.save(stem.string() + ".target.safetensors", s, false);
+  if (features_ != nullptr) features_->arena().save(stem.string() + kFeaturesSuffix, s, true);
   // Checkpoint I/O: the one sanctioned device-to-host copy besides the exit.
   DqnState host{};
   FH_CHECK(cudaStreamSynchronize(s));
@@ -290,6 +356,9 @@ void DqnLearner::load(const std::filesystem::path& stem) {
   if (!online_arena_.load(stem.string() + ".online.safetensors", s))
     throw std::runtime_error("DqnLearner::load: " + stem.string() + ".online.safetensors has no optimizer state");
   target_arena_.load(stem.string() + ".target.safetensors", s);
+  if (features_ != nullptr && !features_->arena().load(stem.string() + kFeaturesSuffix, s))
+    throw std::runtime_error("DqnLearner::load: " + stem.string() + kFeaturesSuffix +
+                             " has no optimizer state (a fine-tuned extractor's checkpoint carries its Adam moments)");
   state_.upload(std::span<const DqnState>(&host, 1), s);
   FH_CHECK(cudaStreamSynchronize(s));
 }
@@ -299,6 +368,10 @@ void DqnLearner::copy_state_to(DqnLearner& dst, cudaStream_t stream) {
   FH_EXPECT(dst.online_arena_.padded_count() == online_arena_.padded_count() &&
                 dst.target_arena_.padded_count() == target_arena_.padded_count(),
             "DqnLearner::copy_state_to: dst must be built from the same network spec");
+  FH_EXPECT(
+      (features_ == nullptr) == (dst.features_ == nullptr) &&
+          (features_ == nullptr || features_->arena().padded_count() == dst.features_->arena().padded_count()),
+      "DqnLearner::copy_state_to: dst must have a trainable extractor of the same shape exactly when this has one");
   const auto bytes = [](const gpu::ParameterArena& a) {
     return static_cast<std::size_t>(a.padded_count()) * sizeof(float);
   };
@@ -311,6 +384,15 @@ void DqnLearner::copy_state_to(DqnLearner& dst, cudaStream_t stream) {
   if (tb > 0)
     FH_CHECK(cudaMemcpyAsync(dst.target_arena_.params(), target_arena_.params(), tb, cudaMemcpyDeviceToDevice, stream));
   FH_CHECK(cudaMemcpyAsync(dst.state_.data(), state_.data(), sizeof(DqnState), cudaMemcpyDeviceToDevice, stream));
+  if (features_ != nullptr) {
+    gpu::ParameterArena &from = features_->arena(), &to = dst.features_->arena();
+    const std::size_t fb = bytes(from);
+    if (fb > 0) {
+      FH_CHECK(cudaMemcpyAsync(to.params(), from.params(), fb, cudaMemcpyDeviceToDevice, stream));
+      FH_CHECK(cudaMemcpyAsync(to.adam_m(), from.adam_m(), fb, cudaMemcpyDeviceToDevice, stream));
+      FH_CHECK(cudaMemcpyAsync(to.adam_v(), from.adam_v(), fb, cudaMemcpyDeviceToDevice, stream));
+    }
+  }
 }
 
 }  // namespace foxhunt::rl

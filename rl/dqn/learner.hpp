@@ -17,6 +17,15 @@
 //   priority update beside Adam, as one CUDA graph; replay() launches it. Nothing on the host changes
 //   between updates: per-step scalars live in DqnState (device memory).
 //   Metrics leave through publish_metrics() (an ExitSlot<DqnState>), never by a copy.
+//
+// A trainable feature extractor (rl::TrainableObsFeatures, [features] mode = "finetune") is the
+// online network's first module: each update copies the batch's s and s' into the learner's own
+// buffer, recomputes their feature columns with the extractor's current weights (s' first, then
+// s, whose activations the extractor keeps for its backward), and the online backward continues
+// through d_obs of its first layer into the extractor's arena. The non-finite guard covers both
+// arenas (a skip leaves the extractor bitwise unchanged), the gradient-norm clip takes the norm
+// over both together, and the extractor's Adam (its own moments, the online step count) runs at
+// features_lr_scale times the scheduled learning rate.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -37,6 +46,7 @@
 #include "rl/dqn/policy.hpp"
 #include "rl/dqn/state.hpp"
 #include "rl/dqn/targets.hpp"
+#include "rl/envs/obs_features.hpp"
 
 namespace foxhunt::rl {
 
@@ -65,7 +75,10 @@ DqnPolicyConfig dqn_policy_config(const DqnLearnerConfig& config);
 
 class DqnLearner {
  public:
-  DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane);
+  // features (nullable; must outlive the learner): the trainable extractor in front of the online
+  // network, for obs_dim observations and at least config.batch training rows.
+  DqnLearner(const DqnLearnerConfig& config, gpu::BlasLane lane, TrainableObsFeatures* features = nullptr,
+             float features_lr_scale = 1.f);
 
   // Eager update (tests, first steps). batch.size must equal config.batch.
   void update(const DqnBatch& batch);
@@ -114,14 +127,20 @@ class DqnLearner {
   models::QNetwork& online() noexcept { return *online_; }
   models::QNetwork& target() noexcept { return *target_; }
   const DqnLearnerConfig& config() const noexcept { return config_; }
+  TrainableObsFeatures* features() const noexcept { return features_; }
+  float features_lr_scale() const noexcept { return features_lr_scale_; }
   cudaStream_t stream() const noexcept { return lane_.stream; }
 
   // Networks, Adam moments and the state (counters, schedules) as safetensors files
-  // "<stem>.online.safetensors", "<stem>.target.safetensors", "<stem>.state.bin". Synchronizes.
+  // "<stem>.online.safetensors", "<stem>.target.safetensors", "<stem>.state.bin", and with a
+  // trainable extractor its parameters and Adam moments in "<stem>.features.safetensors"
+  // (kFeaturesSuffix). Synchronizes.
   void save(const std::filesystem::path& stem);
   void load(const std::filesystem::path& stem);
+  static constexpr const char* kFeaturesSuffix = ".features.safetensors";
   // Enqueues on `stream` device-to-device copies of everything save() writes (online weights and
-  // Adam moments, target weights, the state) into `dst`, a learner built from the same config:
+  // Adam moments, target weights, the state, a trainable extractor's weights and moments) into
+  // `dst`, a learner built from the same config (and an extractor of the same shape when this has one):
   // a consistent snapshot that dst.save() can write later while this learner keeps training.
   void copy_state_to(DqnLearner& dst, cudaStream_t stream);
 
@@ -141,6 +160,12 @@ class DqnLearner {
   gpu::DeviceBuffer<std::byte> reduce_ws_, norm_ws_, end_ws_,
       td_ws_;  // norm_ws_, end_ws_, td_ws_: fused-kernel counters
   gpu::ExitSlot<DqnState> metrics_;
+  TrainableObsFeatures* features_ = nullptr;
+  float features_lr_scale_ = 1.f;
+  gpu::DeviceBuffer<float> features_obs_;     // (2B, obs_dim): the batch's [s; s'], features recomputed
+  gpu::DeviceBuffer<float> d_obs_;            // (B, obs_dim): the online network's input gradient
+  gpu::DeviceBuffer<float> features_scalars_;  // the extractor's learning rate and gradient norm
+  gpu::DeviceBuffer<std::byte> features_norm_ws_;
   gpu::CudaGraph graph_;
   // A second stream for the work that does not depend on the online forward (the target forward,
   // the dead-unit count): forked from and joined back into the update's stream, so a captured update

@@ -25,11 +25,6 @@ __global__ void lr_kernel(float* lr, const std::uint64_t* updates, float lr0, fl
   *lr = static_cast<float>(lr0 + (static_cast<double>(lr_end) - lr0) * frac);
 }
 
-__global__ void scale_lr_kernel(float* out, const float* lr, float scale) { *out = scale * *lr; }
-
-// The norm over two arenas together: sqrt(a^2 + b^2), into *a.
-__global__ void combine_norms_kernel(float* a, const float* b) { *a = sqrtf(*a * *a + *b * *b); }
-
 __global__ void kl_check_kernel(std::uint32_t* stop, const LossStats* stats, float target) {
   if (stats->last_approx_kl > target) *stop = 1u;
 }
@@ -288,8 +283,7 @@ void PpoLearner::optimizer_step(cudaStream_t s) {
       gpu::ParameterArena& fa = f->arena();
       gpu::global_grad_norm(scalars_.data() + kFeaturesNorm, fa.grads(), fa.padded_count(), features_norm_ws_.data(),
                             s);
-      combine_norms_kernel<<<1, 1, 0, s>>>(scalars_.data() + kNorm, scalars_.data() + kFeaturesNorm);
-      FH_CHECK_LAUNCH();
+      gpu::combine_norms(scalars_.data() + kNorm, scalars_.data() + kFeaturesNorm, s);
     }
     gpu::clip_scale(scalars_.data() + kScale, scalars_.data() + kNorm, config_.max_grad_norm, s);
     scale = scalars_.data() + kScale;
@@ -314,8 +308,7 @@ void PpoLearner::enqueue_update(Rollout& r, cudaStream_t s) {
                             std::max<std::int64_t>(config_.anneal_iterations, 1));
   FH_CHECK_LAUNCH();
   if (features_ != nullptr) {
-    scale_lr_kernel<<<1, 1, 0, s>>>(scalars_.data() + kFeaturesLr, scalars_.data() + kLr, features_lr_scale_);
-    FH_CHECK_LAUNCH();
+    gpu::scale_lr(scalars_.data() + kFeaturesLr, scalars_.data() + kLr, features_lr_scale_, s);
   }
   begin_update_kernel<<<1, 1, 0, s>>>(kl_stop_.data(), counters_.data() + kCounterCount, adam_steps);
   FH_CHECK_LAUNCH();

@@ -131,6 +131,28 @@ TEST_F(FeaturesConfigTest, DqnAgentsTakeFrozenFeatures) {
   EXPECT_NE(files["config.resolved.toml"].find("checkpoint = \"features\""), std::string::npos);
 }
 
+// DQN agents fine-tune the extractor through the actors, every variant of the family: plain and
+// double DQN, dueling, Rainbow (C51 + noisy + dueling + n-step). The market's extra block is the
+// output's width, as when frozen.
+TEST_F(FeaturesConfigTest, DqnAgentsAcceptFinetune) {
+  const std::vector<std::pair<const char*, std::string>> learners = {
+      {"plain", "kind = \"dqn\"\ndouble_dqn = false\n"},
+      {"double", "kind = \"dqn\"\n"},
+      {"dueling", "kind = \"dqn\"\ndueling = true\n"},
+      {"rainbow", "kind = \"dqn\"\ndueling = true\nnoisy = true\natoms = 51\n"},
+  };
+  for (const auto& [name, learner] : learners) {
+    SCOPED_TRACE(name);
+    const RunConfig c = load("checkpoint = \"runs/pre\"\nmode = \"finetune\"\nlr_scale = 0.25\n", learner);
+    EXPECT_EQ(c.learner.kind, "dqn");
+    EXPECT_EQ(c.features.mode, "finetune");
+    EXPECT_DOUBLE_EQ(c.features.lr_scale, 0.25);
+    EXPECT_EQ(c.pipeline.mode, "actors");
+    EXPECT_EQ(market_config(c).extra_features, 24);
+    EXPECT_EQ(resolved_toml(parse_run_config(resolved_toml(c), "resolved")), resolved_toml(c));
+  }
+}
+
 // PPO with pipeline.mode = "sync" fine-tunes the extractor at lr_scale times its learning rate
 // (one shared by actor and critic, or one each).
 TEST_F(FeaturesConfigTest, PpoSyncAcceptsFinetune) {
@@ -210,8 +232,10 @@ TEST_F(FeaturesConfigTest, RefusesWhatItCannotRunNamingTheKeys) {
        {"features.output", "embedding", "head"}},
       {"separate extractors frozen", "checkpoint = \"runs/pre\"\nshared = false\n", ppo, "m.toml",
        {"features.shared", "features.mode"}},
-      {"dqn finetune", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\n", "kind = \"dqn\"\n", "m.toml",
-       {"features.mode", "learner.kind", "not supported yet", "frozen"}},
+      {"dqn finetune shared", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\nshared = false\n", "kind = \"dqn\"\n",
+       "m.toml", {"features.shared", "learner.kind"}},
+      {"dqn finetune lr_scale zero", "checkpoint = \"runs/pre\"\nmode = \"finetune\"\nlr_scale = 0.0\n",
+       "kind = \"dqn\"\n", "m.toml", {"features.lr_scale"}},
       {"dqn shared", "checkpoint = \"runs/pre\"\nshared = false\n", "kind = \"dqn\"\n", "m.toml",
        {"features.shared", "learner.kind"}},
       {"dqn other assets", "checkpoint = \"runs/pre\"\n", "kind = \"dqn\"\n", "m2.toml",
@@ -311,6 +335,8 @@ TEST_F(DiffusionFeaturesConfigTest, RefusesMismatchesNamingBothSides) {
       {"noise step negative", "checkpoint = \"runs/diff\"\nnoise_step = -2\n", ppo, "m.toml",
        {"features.noise_step"}},
       {"finetune a diffusion model", d + "mode = \"finetune\"\n", ppo, "m.toml",
+       {"features.mode", "frozen"}},
+      {"dqn finetune a diffusion model", d + "mode = \"finetune\"\n", dqn, "m.toml",
        {"features.mode", "frozen"}},
       {"unknown output", d + "output = \"forecast\"\n", ppo, "m.toml",
        {"features.output", "embedding", "head", "score", "both"}},

@@ -1,9 +1,11 @@
 // Fine-tuning the pretrained extractor does not lose to keeping it frozen beyond noise (issue 20;
 // suite FeaturesFinetuneLearning, minutes: --gtest_filter='FeaturesFinetuneLearning.*'), PPO with
-// pipeline.mode = "sync", 3 seeds, through the calls `foxhunt pretrain`, `foxhunt train` and
-// `foxhunt eval` make:
+// pipeline.mode = "sync", and DQN agents (through the actors), 3 seeds each, through the calls
+// `foxhunt pretrain`, `foxhunt train` and `foxhunt eval` make:
 //   FeaturesLearning's LSTM regime classifier (width 32) is pretrained in-process; then
-//   configs/ppo_features_regime.toml's PPO agent (4M env steps) is trained twice on the same seed,
+//   configs/ppo_features_regime.toml's PPO agent (4M env steps), and
+//   configs/dqn_features_regime.toml's dueling double DQN agent (2M env steps, 3-step returns),
+//   is trained twice on the same seed,
 //   with its 32 features (output = "embedding") as [features] mode = "frozen" and as mode =
 //   "finetune" with lr_scale = 0.1; both greedy policies are evaluated on the same 4096 fresh
 //   episodes. The bar: the mean of the per-episode Sharpe differences finetune - frozen has a 95%
@@ -23,18 +25,24 @@
 // than 32 steps mostly belong to an earlier regime. Both agents see the same window (the frozen
 // one's per-step features follow the whole episode); the model pretrained on 64-return windows
 // reads 32-return ones unchanged ([features] checks assets and return normalization only).
-// lr_scale = 0.1: the PPO loss's first gradients come from a random policy and value and would
-// overwrite what pretraining learned at the agent's full rate; at a tenth the extractor adapts.
+// lr_scale = 0.1: the PPO loss's first gradients come from a random policy and value (DQN's from
+// a random Q-network's bootstrap targets) and would overwrite what pretraining learned at the
+// agent's full rate; at a tenth the extractor adapts.
 //
 // Wall time, estimated (no run yet): per seed ~20 s pretraining, a frozen PPO run ~1-2 min, the
 // fine-tuned one ~2-3 min (the window form over 32 steps in every collector step and minibatch),
-// evaluations seconds: about 10-15 minutes for the three seeds on an H100.
+// evaluations seconds: about 10-15 minutes for the three seeds on an H100. DQN (estimated, no run
+// yet): a frozen run a few minutes (FeaturesLearning's DQN runs), the fine-tuned one longer (the
+// window form over 32 steps on the 2 x 256 rows of every update, forward and backward): about
+// 20-30 minutes for the three seeds, one test each ('FeaturesFinetuneLearning.Dqn*'; the suite
+// shares each seed's pretrained model between its tests).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -47,60 +55,77 @@ using namespace foxhunt::actors::features_learning;
 namespace {
 
 constexpr std::uint64_t kSeeds[] = {1, 2, 3};
-constexpr int kWindow = 32;             // returns in the observation (see above)
-constexpr double kLrScale = 0.1;        // features.lr_scale of the fine-tuned runs
-constexpr double kNoiseMargin = 0.1;    // of the frozen agent's mean Sharpe
+constexpr int kWindow = 32;           // returns in the observation (see above)
+constexpr double kLrScale = 0.1;      // features.lr_scale of the fine-tuned runs
+constexpr double kNoiseMargin = 0.1;  // of the frozen agent's mean Sharpe
 
-class FeaturesFinetuneLearning : public FeaturesLearningFixture {};
+class FeaturesFinetuneLearning : public FeaturesLearningFixture {
+ protected:
+  // The comparison above for one agent kind ("ppo" or "dqn"), per seed.
+  void expect_finetune_keeps_up(const std::string& learner, const std::vector<std::uint64_t>& seeds) {
+    for (const std::uint64_t seed : seeds) {
+      SCOPED_TRACE(learner + " seed " + std::to_string(seed));
+      const auto t0 = std::chrono::steady_clock::now();
+      const fs::path pre = pretrain("lstm", seed);
+      ASSERT_FALSE(pre.empty());
+      TrainSpec spec;
+      spec.learner = learner;
+      spec.seed = seed;
+      spec.window = kWindow;
+      spec.features = pre;
+      spec.mode = "frozen";
+      const fs::path frozen = train(learner + "_frozen" + std::to_string(seed), spec);
+      spec.mode = "finetune";
+      spec.lr_scale = kLrScale;
+      const fs::path tuned = train(learner + "_finetune" + std::to_string(seed), spec);
+      ASSERT_FALSE(frozen.empty());
+      ASSERT_FALSE(tuned.empty());
+
+      // Paths never used in training; prices do not depend on actions or on the extra block, so
+      // both evaluations replay the same paths (checked on buy-and-hold).
+      const std::uint64_t paths = eval_seed(seed);
+      const report::Report rf = evaluate_on(frozen, paths);
+      const report::Report rt = evaluate_on(tuned, paths);
+      const std::vector<double> hold_f = sharpe_of(rf, "buy_and_hold"), hold_t = sharpe_of(rt, "buy_and_hold");
+      ASSERT_EQ(hold_f.size(), static_cast<std::size_t>(kEvalEpisodes));
+      ASSERT_EQ(hold_f, hold_t) << "the two evaluations did not replay the same paths";
+      const std::vector<double> gf = sharpe_of(rf, "greedy"), gt = sharpe_of(rt, "greedy");
+      const std::vector<double> oracle = sharpe_of(rf, "regime_oracle");
+      ASSERT_EQ(gf.size(), hold_f.size());
+      ASSERT_EQ(gt.size(), hold_f.size());
+      ASSERT_EQ(oracle.size(), hold_f.size());
+      const report::Interval d = paired_difference(gt, gf);
+      const double frozen_s = mean(gf), tuned_s = mean(gt), oracle_s = mean(oracle), hold_s = mean(hold_f);
+      const double floor = -kNoiseMargin * std::max(frozen_s, 0.0);
+      std::printf(
+          "%s seed %llu: Sharpe fine-tuned %.3f, frozen %.3f, difference %.3f [95%% CI %.3f, %.3f] (floor %.3f = "
+          "-%.2f x frozen); regime oracle %.3f, buy-and-hold %.3f; %.1f s\n",
+          learner.c_str(), static_cast<unsigned long long>(seed), tuned_s, frozen_s, d.mean, d.low, d.high, floor,
+          kNoiseMargin, oracle_s, hold_s, seconds_since(t0));
+      std::fflush(stdout);
+      ASSERT_TRUE(std::isfinite(frozen_s) && std::isfinite(tuned_s) && std::isfinite(oracle_s));
+      EXPECT_GT(frozen_s, 0.0) << "the frozen agent's Sharpe " << frozen_s
+                               << " is not positive: no margin to compare the fine-tuned one against";
+      EXPECT_GT(d.low, floor) << "fine-tuned (" << tuned_s << ") loses to frozen (" << frozen_s
+                              << ") beyond noise: the paired difference's 95% interval is [" << d.low << ", " << d.high
+                              << "], its lower end below " << floor;
+    }
+  }
+};
 
 TEST_F(FeaturesFinetuneLearning, PpoFinetunedFeaturesDoNotLoseToFrozenBeyondNoise) {
-  for (const std::uint64_t seed : kSeeds) {
-    SCOPED_TRACE("ppo seed " + std::to_string(seed));
-    const auto t0 = std::chrono::steady_clock::now();
-    const fs::path pre = pretrain("lstm", seed);
-    ASSERT_FALSE(pre.empty());
-    TrainSpec spec;
-    spec.learner = "ppo";
-    spec.seed = seed;
-    spec.window = kWindow;
-    spec.features = pre;
-    spec.mode = "frozen";
-    const fs::path frozen = train("ppo_frozen" + std::to_string(seed), spec);
-    spec.mode = "finetune";
-    spec.lr_scale = kLrScale;
-    const fs::path tuned = train("ppo_finetune" + std::to_string(seed), spec);
-    ASSERT_FALSE(frozen.empty());
-    ASSERT_FALSE(tuned.empty());
+  expect_finetune_keeps_up("ppo", {std::begin(kSeeds), std::end(kSeeds)});
+}
 
-    // Paths never used in training; prices do not depend on actions or on the extra block, so both
-    // evaluations replay the same paths (checked on buy-and-hold).
-    const std::uint64_t paths = eval_seed(seed);
-    const report::Report rf = evaluate_on(frozen, paths);
-    const report::Report rt = evaluate_on(tuned, paths);
-    const std::vector<double> hold_f = sharpe_of(rf, "buy_and_hold"), hold_t = sharpe_of(rt, "buy_and_hold");
-    ASSERT_EQ(hold_f.size(), static_cast<std::size_t>(kEvalEpisodes));
-    ASSERT_EQ(hold_f, hold_t) << "the two evaluations did not replay the same paths";
-    const std::vector<double> gf = sharpe_of(rf, "greedy"), gt = sharpe_of(rt, "greedy");
-    const std::vector<double> oracle = sharpe_of(rf, "regime_oracle");
-    ASSERT_EQ(gf.size(), hold_f.size());
-    ASSERT_EQ(gt.size(), hold_f.size());
-    ASSERT_EQ(oracle.size(), hold_f.size());
-    const report::Interval d = paired_difference(gt, gf);
-    const double frozen_s = mean(gf), tuned_s = mean(gt), oracle_s = mean(oracle), hold_s = mean(hold_f);
-    const double floor = -kNoiseMargin * std::max(frozen_s, 0.0);
-    std::printf(
-        "ppo seed %llu: Sharpe fine-tuned %.3f, frozen %.3f, difference %.3f [95%% CI %.3f, %.3f] (floor %.3f = "
-        "-%.2f x frozen); regime oracle %.3f, buy-and-hold %.3f; %.1f s\n",
-        static_cast<unsigned long long>(seed), tuned_s, frozen_s, d.mean, d.low, d.high, floor, kNoiseMargin,
-        oracle_s, hold_s, seconds_since(t0));
-    std::fflush(stdout);
-    ASSERT_TRUE(std::isfinite(frozen_s) && std::isfinite(tuned_s) && std::isfinite(oracle_s));
-    EXPECT_GT(frozen_s, 0.0) << "the frozen agent's Sharpe " << frozen_s
-                             << " is not positive: no margin to compare the fine-tuned one against";
-    EXPECT_GT(d.low, floor) << "fine-tuned (" << tuned_s << ") loses to frozen (" << frozen_s
-                            << ") beyond noise: the paired difference's 95% interval is [" << d.low << ", " << d.high
-                            << "], its lower end below " << floor;
-  }
+// DQN: one test per seed, so that each fits a device call of its own.
+TEST_F(FeaturesFinetuneLearning, DqnFinetunedFeaturesDoNotLoseToFrozenBeyondNoiseSeed1) {
+  expect_finetune_keeps_up("dqn", {kSeeds[0]});
+}
+TEST_F(FeaturesFinetuneLearning, DqnFinetunedFeaturesDoNotLoseToFrozenBeyondNoiseSeed2) {
+  expect_finetune_keeps_up("dqn", {kSeeds[1]});
+}
+TEST_F(FeaturesFinetuneLearning, DqnFinetunedFeaturesDoNotLoseToFrozenBeyondNoiseSeed3) {
+  expect_finetune_keeps_up("dqn", {kSeeds[2]});
 }
 
 }  // namespace
