@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "gpu/cast.hpp"
 #include "gpu/check.hpp"
 #include "gpu/device.hpp"
 #include "gpu/launch.cuh"
@@ -29,6 +31,15 @@ std::int64_t aux_ld(std::int64_t out_features, Activation act) {
   if (act == Activation::relu) return round_up(out_features, 128);
   if (act == Activation::gelu || act == Activation::tanh) return round_up(out_features, 8);
   return 0;
+}
+
+// aux of batch rows [row, ...): relu masks are ld bits a row (ld % 128 == 0: whole 16-byte words),
+// gelu/tanh pre-activations ld floats a row.
+void* aux_rows(void* aux, std::int64_t row, std::int64_t out_features, Activation act) {
+  if (aux == nullptr || row == 0) return aux;
+  const std::int64_t ld = aux_ld(out_features, act);
+  const std::int64_t bytes = act == Activation::relu ? row * ld / 8 : row * ld * static_cast<std::int64_t>(sizeof(float));
+  return static_cast<std::byte*>(aux) + bytes;
 }
 
 void expect_supported(Activation act, const char* op) {
@@ -67,8 +78,8 @@ class MatmulDesc {
 
 class MatrixLayout {
  public:
-  MatrixLayout(std::int64_t rows, std::int64_t cols, std::int64_t ld) {
-    FH_CHECK(cublasLtMatrixLayoutCreate(&layout_, CUDA_R_32F, static_cast<std::uint64_t>(rows),
+  MatrixLayout(std::int64_t rows, std::int64_t cols, std::int64_t ld, cudaDataType_t type = CUDA_R_32F) {
+    FH_CHECK(cublasLtMatrixLayoutCreate(&layout_, type, static_cast<std::uint64_t>(rows),
                                         static_cast<std::uint64_t>(cols), ld));
   }
   ~MatrixLayout() { cublasLtMatrixLayoutDestroy(layout_); }
@@ -127,19 +138,21 @@ bool epilogue_native(const cublasLtMatmulAlgo_t& algo, cublasLtEpilogue_t epilog
   return (mask & want) == want;
 }
 
-// One column-major GEMM D (m, n) = op(A) op(B) + beta D, with an epilogue.
+// One column-major GEMM D (m, n) = op(A) op(B) + beta D, with an epilogue. A and B are of ab_type
+// (f32, or bf16 copies for LinearMath::bf16); C = D, bias and aux are f32 always.
 struct GemmSpec {
   cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
   std::int64_t m = 0, n = 0, k = 0;
-  const float* a = nullptr;
+  const void* a = nullptr;
   std::int64_t lda = 0;
-  const float* b = nullptr;
+  const void* b = nullptr;
   std::int64_t ldb = 0;
   float* d = nullptr;
   std::int64_t ldd = 0;
   float beta = 0.f;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  cudaDataType_t ab_type = CUDA_R_32F;
   const float* bias = nullptr;
   void* aux = nullptr;
   std::int64_t aux_ld = 0;
@@ -195,7 +208,7 @@ std::optional<cublasLtMatmulAlgo_t> pick_algo(const cublasLtMatmulHeuristicResul
   return algo;
 }
 
-using AlgoKey = std::array<std::int64_t, 19>;
+using AlgoKey = std::array<std::int64_t, 20>;
 struct AlgoEntry {
   bool supported = false;  // false: cuBLASLt has no algorithm for this configuration
   cublasLtMatmulAlgo_t algo{};
@@ -216,8 +229,8 @@ bool run_gemm(const GemmSpec& g, const BlasLane& lane) {
     desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.aux_ld);
   }
   const bool na = g.trans_a == CUBLAS_OP_N, nb = g.trans_b == CUBLAS_OP_N;
-  MatrixLayout a_layout(na ? g.m : g.k, na ? g.k : g.m, g.lda);
-  MatrixLayout b_layout(nb ? g.k : g.n, nb ? g.n : g.k, g.ldb);
+  MatrixLayout a_layout(na ? g.m : g.k, na ? g.k : g.m, g.lda, g.ab_type);
+  MatrixLayout b_layout(nb ? g.k : g.n, nb ? g.n : g.k, g.ldb, g.ab_type);
   MatrixLayout d_layout(g.m, g.n, g.ldd);
 
   int device = 0;
@@ -240,7 +253,8 @@ bool run_gemm(const GemmSpec& g, const BlasLane& lane) {
                     g.aux ? alignment_of(g.aux) : 0,
                     g.aux_ld,
                     static_cast<std::int64_t>(lane.workspace ? lane.workspace_bytes : 0),
-                    static_cast<std::int64_t>(g.compute)};
+                    static_cast<std::int64_t>(g.compute),
+                    static_cast<std::int64_t>(g.ab_type)};
   AlgoEntry entry;
   bool cached = false;
   {
@@ -296,9 +310,7 @@ cublasComputeType_t compute_type(LinearMath math) {
   switch (math) {
     case LinearMath::tf32:
       return CUBLAS_COMPUTE_32F_FAST_TF32;
-    case LinearMath::bf16:
-      return CUBLAS_COMPUTE_32F_FAST_16BF;
-    default:
+    default:  // fp32, and bf16 (bf16 A/B, f32 products and accumulation: see run_bf16_chunks)
       return CUBLAS_COMPUTE_32F;
   }
 }
@@ -307,6 +319,91 @@ void run_gemm_or_throw(const GemmSpec& g, const BlasLane& lane, const char* what
   if (!run_gemm(g, lane))
     throw Error(std::string("cuBLASLt has no algorithm for the ") + what + " GEMM (m=" + std::to_string(g.m) +
                 ", n=" + std::to_string(g.n) + ", k=" + std::to_string(g.k) + ")");
+}
+
+// ---- bf16 operands ---------------------------------------------------------------------------
+// LinearMath::bf16 runs cuBLASLt with A and B in CUDA_R_16BF and C/D, bias, aux in f32 (compute
+// CUBLAS_COMPUTE_32F, scale f32): right before each GEMM its f32 operands are rounded (to nearest
+// even) into bf16 copies by gpu/cast's vectorized kernel on the lane's stream. The copies live in the
+// lane's workspace: it belongs to the stream already (GEMMs of one stream run one after another, and
+// a graph captured on the lane replays with the lane's buffers), so nothing is allocated and the path
+// is capturable. The workspace's first part holds the copies; its last quarter (at most
+// kBf16LtWorkspace) stays cuBLASLt's workspace. Operands larger than the copy area are processed in
+// column chunks of the GEMM: over n (forward and d_in: batch rows; the A operand, the weight, is
+// copied once) or over k (d_weight: the batch, accumulated with beta = 1 after the first chunk).
+constexpr std::size_t kBf16LtWorkspace = std::size_t{4} << 20;
+constexpr std::size_t kScratchAlign = 256;
+
+std::size_t scratch_align(std::size_t bytes) { return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
+
+enum class ChunkDim : std::uint8_t { n, k };
+
+// Converts g's f32 A and B (contiguous: lda / ldb = their stored rows) to bf16 chunk by chunk and
+// calls run_chunk(GemmSpec& chunk, std::int64_t first_column, const BlasLane& lt_lane) for each,
+// chunk.d (and chunk.beta for k) set, chunk.aux left for run_chunk to offset. Returns false (after
+// running nothing but conversions) when one_chunk_only and the operands need more than one chunk, or
+// when run_chunk returns false.
+template <class RunChunk>
+bool run_bf16_chunks(const GemmSpec& g, ChunkDim dim, bool one_chunk_only, const BlasLane& lane, const char* what,
+                     RunChunk&& run_chunk) {
+  const std::string name(what);
+  FH_EXPECT(lane.workspace != nullptr && lane.workspace_bytes >= 4 * kScratchAlign,
+            name + ": bf16 GEMMs keep their bf16 operands in the BlasLane's workspace; this lane has " +
+                std::to_string(lane.workspace ? lane.workspace_bytes : 0) + " bytes (use DeviceContext::blas)");
+  const std::size_t lt_bytes = std::min(lane.workspace_bytes / 4, kBf16LtWorkspace) / kScratchAlign * kScratchAlign;
+  const std::size_t scratch = (lane.workspace_bytes - lt_bytes) / kScratchAlign * kScratchAlign;
+  auto* const base = static_cast<std::byte*>(lane.workspace);
+  BlasLane lt_lane = lane;
+  lt_lane.workspace = base + scratch;
+  lt_lane.workspace_bytes = lane.workspace_bytes - scratch;
+
+  const bool na = g.trans_a == CUBLAS_OP_N, nb = g.trans_b == CUBLAS_OP_N;
+  const std::int64_t a_cols = na ? g.k : g.m;  // stored A: lda x a_cols
+  constexpr std::size_t kB = sizeof(__nv_bfloat16);
+  // chunk columns: over n, stored B is k x n (column j at b + j ldb); over k, stored A is m x k and
+  // stored B is n x k (op T), column j of each at + j ld.
+  FH_EXPECT(dim == ChunkDim::n ? nb : (na && !nb), name + ": internal: bf16 chunk dimension does not fit the GEMM");
+  const std::int64_t total = dim == ChunkDim::n ? g.n : g.k;
+  const std::size_t a_bytes = scratch_align(static_cast<std::size_t>(g.lda * a_cols) * kB);
+  std::int64_t cols = 0;
+  if (dim == ChunkDim::n) {
+    if (a_bytes < scratch) cols = static_cast<std::int64_t>((scratch - a_bytes) / (static_cast<std::size_t>(g.ldb) * kB));
+  } else if (scratch > 2 * kScratchAlign) {
+    cols = static_cast<std::int64_t>((scratch - 2 * kScratchAlign) / (static_cast<std::size_t>(g.lda + g.ldb) * kB));
+  }
+  FH_EXPECT(cols >= 1, name + ": the bf16 copies of its operands (m=" + std::to_string(g.m) + ", n=" +
+                           std::to_string(g.n) + ", k=" + std::to_string(g.k) + ") do not fit the " +
+                           std::to_string(scratch) + " bytes of the lane workspace kept for them; give the "
+                           "DeviceContext a larger workspace");
+  cols = std::min(cols, total);
+  if (one_chunk_only && cols < total) return false;
+
+  const auto* const a32 = static_cast<const float*>(g.a);
+  const auto* const b32 = static_cast<const float*>(g.b);
+  auto* const a16 = reinterpret_cast<__nv_bfloat16*>(base);
+  auto* const b16 = reinterpret_cast<__nv_bfloat16*>(
+      base + (dim == ChunkDim::n ? a_bytes : scratch_align(static_cast<std::size_t>(cols * g.lda) * kB)));
+  if (dim == ChunkDim::n) cast_f32_to_bf16(a16, a32, g.lda * a_cols, lane.stream);
+  for (std::int64_t c0 = 0; c0 < total; c0 += cols) {
+    const std::int64_t nc = std::min(cols, total - c0);
+    GemmSpec c = g;
+    c.ab_type = CUDA_R_16BF;
+    c.compute = CUBLAS_COMPUTE_32F;
+    c.a = a16;
+    c.b = b16;
+    if (dim == ChunkDim::n) {
+      cast_f32_to_bf16(b16, b32 + c0 * g.ldb, nc * g.ldb, lane.stream);
+      c.n = nc;
+      c.d = g.d + c0 * g.ldd;
+    } else {
+      cast_f32_to_bf16(a16, a32 + c0 * g.lda, nc * g.lda, lane.stream);
+      cast_f32_to_bf16(b16, b32 + c0 * g.ldb, nc * g.ldb, lane.stream);
+      c.k = nc;
+      c.beta = c0 == 0 ? g.beta : 1.f;
+    }
+    if (!run_chunk(c, c0, static_cast<const BlasLane&>(lt_lane))) return false;
+  }
+  return true;
 }
 
 // ---- activation math (tanh-approximate GELU, as cuBLASLt and PyTorch approximate="tanh") -------
@@ -881,6 +978,25 @@ void linear_forward(float* out, void* aux, const float* in, const float* weight,
   g.aux_ld = aux ? aux_ld(out_features, act) : 0;
   g.epilogue = fused_epilogue(act, bias != nullptr, aux != nullptr);
   g.compute = compute_type(math);
+  const bool try_fused = act != Activation::tanh && !g_force_unfused.load(std::memory_order_relaxed);
+  if (math == LinearMath::bf16) {  // per chunk of batch rows: fused epilogue, else plain GEMM + our pass
+    run_bf16_chunks(g, ChunkDim::n, false, lane, "linear forward",
+                    [&](GemmSpec& c, std::int64_t row, const BlasLane& lt_lane) {
+                      void* const chunk_aux = aux_rows(aux, row, out_features, act);
+                      c.aux = chunk_aux;
+                      if (try_fused && run_gemm(c, lt_lane)) return true;
+                      GemmSpec plain = c;
+                      plain.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+                      plain.bias = nullptr;
+                      plain.aux = nullptr;
+                      plain.aux_ld = 0;
+                      run_gemm_or_throw(plain, lt_lane, "linear forward");
+                      if (act != Activation::identity || bias != nullptr)
+                        launch_epilogue(c.d, chunk_aux, bias, c.n, out_features, act, lane.stream);
+                      return true;
+                    });
+    return;
+  }
   // cuBLASLt has no tanh epilogue: tanh always takes the two-pass path below.
   if (act != Activation::tanh && !g_force_unfused.load(std::memory_order_relaxed) && run_gemm(g, lane)) return;
 
@@ -996,7 +1112,14 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
     g.ldd = in_features;
     g.beta = accumulate_param_grads ? 1.f : 0.f;
     g.compute = compute_type(math);
-    run_gemm_or_throw(g, lane, "linear weight-gradient");
+    if (math == LinearMath::bf16)
+      run_bf16_chunks(g, ChunkDim::k, false, lane, "linear weight-gradient",
+                      [](GemmSpec& c, std::int64_t, const BlasLane& lt_lane) {
+                        run_gemm_or_throw(c, lt_lane, "linear weight-gradient");
+                        return true;
+                      });
+    else
+      run_gemm_or_throw(g, lane, "linear weight-gradient");
   }
   if (d_in != nullptr && use_small_gemm(batch, in_features, out_features, math)) {
     // d_in[b, i] = sum_o d_pre[b, o] W[o, i]: A(b, o) = d_pre[b out_f + o], B(i, o) = W[o in_f + i]
@@ -1017,7 +1140,14 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
     g.d = d_in;
     g.ldd = in_features;
     g.compute = compute_type(math);
-    run_gemm_or_throw(g, lane, "linear input-gradient");
+    if (math == LinearMath::bf16)
+      run_bf16_chunks(g, ChunkDim::n, false, lane, "linear input-gradient",
+                      [](GemmSpec& c, std::int64_t, const BlasLane& lt_lane) {
+                        run_gemm_or_throw(c, lt_lane, "linear input-gradient");
+                        return true;
+                      });
+    else
+      run_gemm_or_throw(g, lane, "linear input-gradient");
   }
 }
 
@@ -1052,6 +1182,10 @@ bool linear_backward_input_drelu(float* d_pre_below, float* d_bias_below, const 
   g.aux_ld = aux_ld(in_features, Activation::relu);
   g.compute = compute_type(math);
   g.native_epilogue_only = true;
+  // bf16: in one chunk only (a bias gradient cannot be summed over chunks), else the two-step path.
+  if (math == LinearMath::bf16)
+    return run_bf16_chunks(g, ChunkDim::n, true, lane, "linear_backward_input_drelu",
+                           [](GemmSpec& c, std::int64_t, const BlasLane& lt_lane) { return run_gemm(c, lt_lane); });
   return run_gemm(g, lane);
 }
 
