@@ -410,7 +410,8 @@ int main() {
   std::printf("  cuBLASLt ceiling (4096x1024x1024, f32 accumulate): fp32 %.1f TFLOP/s, TF32 %.1f TFLOP/s, "
               "bf16 operands %.1f TFLOP/s\n",
               ceil_fp32, ceil_tf32, ceil_bf16);
-  std::printf("  gpu/linear bf16 (f32 operands, CUBLAS_COMPUTE_32F_FAST_16BF, the learner's GEMMs): %.1f TFLOP/s\n",
+  std::printf("  gpu/linear bf16 (f32 operands rounded to bf16 copies, conversion included; the learner's GEMMs): "
+              "%.1f TFLOP/s\n",
               linear_bf16);
   const auto ceiling_of = [&](gpu::LinearMath m) {
     return m == gpu::LinearMath::tf32 ? ceil_tf32 : m == gpu::LinearMath::bf16 ? ceil_bf16 : ceil_fp32;
