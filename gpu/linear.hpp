@@ -30,17 +30,12 @@
 
 namespace foxhunt::gpu {
 
-// GEMM arithmetic. fp32: CUBLAS_COMPUTE_32F (the default everywhere; matches float64 to ~1e-5).
-// tf32: CUBLAS_COMPUTE_32F_FAST_TF32, tensor cores with 10-bit-mantissa inputs and f32 accumulation
-// (~1e-3 relative): opt-in per call, e.g. from a learner's config. bf16: bf16 tensor-core GEMMs
-// (A and B in CUDA_R_16BF, C/D f32, CUBLAS_COMPUTE_32F): right before each GEMM a conversion kernel
-// on the lane's stream rounds the f32 operands to nearest-even bf16 (8-bit mantissa, 2^-8 relative)
-// into the BlasLane's workspace (forward: weight and input; d_in: d_pre and weight; d_weight: d_pre
-// and input), products and accumulation in f32. The copies take the workspace's first three quarters
-// (cuBLASLt keeps the rest, at most 4 MiB); operands larger than that run in chunks of batch rows, so
-// nothing is allocated and the path is capturable. The small-GEMM kernel is fp32 only: tf32 and bf16
-// always go through cuBLASLt. Storage (weights, activations, gradients, optimizer state) stays f32 in
-// every mode: the f32 weights are the master copy.
+// GEMM arithmetic (storage: weights, activations, gradients, optimizer state stay f32 in every mode, the master copy).
+// fp32: CUBLAS_COMPUTE_32F (the default; matches float64 to ~1e-5). tf32: CUBLAS_COMPUTE_32F_FAST_TF32 on the f32
+// operands (10-bit mantissas, f32 accumulation, ~1e-3 relative), opt-in. bf16: before each GEMM a kernel on the lane's
+// stream rounds both f32 operands to nearest-even bf16 copies in the lane's workspace (its last quarter, at most 4 MiB,
+// stays cuBLASLt's; larger operands run in chunks of batch rows; no allocation: capturable), then A/B CUDA_R_16BF, C/D
+// f32, CUBLAS_COMPUTE_32F (2^-8 relative per operand). tf32, bf16: always cuBLASLt. A lane's workspace: one stream.
 enum class LinearMath : std::uint8_t { fp32, tf32, bf16 };
 
 // Bytes of the aux buffer linear_forward writes for `act` (0 for identity).
