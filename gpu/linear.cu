@@ -38,7 +38,8 @@ std::int64_t aux_ld(std::int64_t out_features, Activation act) {
 void* aux_rows(void* aux, std::int64_t row, std::int64_t out_features, Activation act) {
   if (aux == nullptr || row == 0) return aux;
   const std::int64_t ld = aux_ld(out_features, act);
-  const std::int64_t bytes = act == Activation::relu ? row * ld / 8 : row * ld * static_cast<std::int64_t>(sizeof(float));
+  const std::int64_t bytes =
+      act == Activation::relu ? row * ld / 8 : row * ld * static_cast<std::int64_t>(sizeof(float));
   return static_cast<std::byte*>(aux) + bytes;
 }
 
@@ -367,7 +368,8 @@ bool run_bf16_chunks(const GemmSpec& g, ChunkDim dim, bool one_chunk_only, const
   const std::size_t a_bytes = scratch_align(static_cast<std::size_t>(g.lda * a_cols) * kB);
   std::int64_t cols = 0;
   if (dim == ChunkDim::n) {
-    if (a_bytes < scratch) cols = static_cast<std::int64_t>((scratch - a_bytes) / (static_cast<std::size_t>(g.ldb) * kB));
+    if (a_bytes < scratch)
+      cols = static_cast<std::int64_t>((scratch - a_bytes) / (static_cast<std::size_t>(g.ldb) * kB));
   } else if (scratch > 2 * kScratchAlign) {
     cols = static_cast<std::int64_t>((scratch - 2 * kScratchAlign) / (static_cast<std::size_t>(g.lda + g.ldb) * kB));
   }

@@ -44,7 +44,7 @@ class LinearBf16Test : public test::GpuTest {
   std::unique_ptr<DeviceContext> ctx_;
 };
 
-constexpr double kTight = 1e-5;                  // f32 accumulation, relative to sum |terms|
+constexpr double kTight = 1e-5;                    // f32 accumulation, relative to sum |terms|
 const double kLoose = std::ldexp(1.0, -7) + 2e-5;  // two bf16 roundings per product, plus f32 accumulation
 
 // Round to nearest, ties to even, as __float2bfloat16_rn (finite inputs).
@@ -157,7 +157,8 @@ void check_layer(Shape3 sh, Activation act, bool bias, bool unfused, std::mt1993
   const float bound = 1.f / std::sqrt(static_cast<float>(sh.in));
   const auto x = test::random_uniform(static_cast<std::size_t>(sh.batch * sh.in), -1.f, 1.f, rng);
   const auto w = test::random_uniform(static_cast<std::size_t>(sh.out * sh.in), -bound, bound, rng);
-  const auto b = bias ? test::random_uniform(static_cast<std::size_t>(sh.out), -bound, bound, rng) : std::vector<float>{};
+  const auto b =
+      bias ? test::random_uniform(static_cast<std::size_t>(sh.out), -bound, bound, rng) : std::vector<float>{};
   const auto up = test::random_normal(static_cast<std::size_t>(sh.batch * sh.out), 0.f, 1.f, rng);
   auto dx = test::upload(x, s);
   auto dw = test::upload(w, s);
@@ -240,7 +241,8 @@ void check_layer(Shape3 sh, Activation act, bool bias, bool unfused, std::mt1993
   const auto d_pre_r = bf16_round(d_pre);
   const Ref din_r = d_in_ref(d_pre_r, bf16_round(w), sh), din_e = d_in_ref(d_pre, w, sh);
   const Ref dw_r = d_w_ref(d_pre_r, bf16_round(x), sh), dw_e = d_w_ref(d_pre, x, sh);
-  Ref db_e{std::vector<double>(static_cast<std::size_t>(sh.out)), std::vector<double>(static_cast<std::size_t>(sh.out))};
+  Ref db_e{std::vector<double>(static_cast<std::size_t>(sh.out)),
+           std::vector<double>(static_cast<std::size_t>(sh.out))};
   for (std::int64_t r = 0; r < sh.batch; ++r)
     for (std::int64_t j = 0; j < sh.out; ++j) {
       db_e.v[j] += d_pre[r * sh.out + j];
