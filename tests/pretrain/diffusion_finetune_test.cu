@@ -1,11 +1,12 @@
-// DiffusionFeatureExtractor fine-tuned (rl::TrainableObsFeatures, [features] mode = "finetune")
+// TunedDiffusionFeatureExtractor ([features] mode = "finetune")
 // on the device: train_forward writes the same features as peek bitwise (the same kernels on the
 // same rows) and leaves the acting buffers alone; train_backward's parameter gradient of
 // L = sum(u * features) matches central finite differences for embedding, score and both
 // (unconditioned and conditioned models), reads only the feature columns of d_obs and overwrites
 // every gradient; through PPO (rl::ppo::PpoTrainer with the extractor as its trainable first
 // module) the updates move the denoiser and the rollouts store the features of the latest weights,
-// while the same extractor attached frozen stays bitwise unchanged. The weights come from a
+// while the same extractor attached frozen stays bitwise unchanged; declare_tuned_parameters
+// (`foxhunt check`) declares the extractor's tensors. The weights come from a
 // checkpoint directory written like `foxhunt pretrain`'s, every weight random (the output layer too).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -208,6 +209,28 @@ TEST_F(DiffusionFinetuneTest, EmbeddingGradientMatchesCentralDifferences) {
 TEST_F(DiffusionFinetuneTest, ScoreGradientMatchesCentralDifferences) { check_gradient(0, FeatureOutput::score); }
 TEST_F(DiffusionFinetuneTest, BothGradientOfAConditionedModelMatchesCentralDifferences) {
   check_gradient(4, FeatureOutput::both);
+}
+
+// `foxhunt check` validates a fine-tuned extractor's file against declare_tuned_parameters: the
+// same tensors (names, shapes, offsets) as the extractor's arena, unconditioned and conditioned.
+TEST_F(DiffusionFinetuneTest, DeclaredParametersAreTheExtractors) {
+  for (const std::int64_t context : {0, 4}) {
+    SCOPED_TRACE("context " + std::to_string(context));
+    const FeatureSource src = checkpoint(context);
+    const rl::MarketConfig market = market_for(src, FeatureOutput::embedding);
+    auto tuned = make_tuned_features(src, FeatureOutput::embedding, market, 2, 2, kNoiseStep, stream());
+    gpu::ParameterArena declared;
+    declare_tuned_parameters(src, market, declared);
+    const auto& want = tuned->arena().entries();
+    const auto& got = declared.entries();
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].name, want[i].name);
+      EXPECT_EQ(got[i].numel, want[i].numel) << want[i].name;
+      EXPECT_EQ(got[i].offset, want[i].offset) << want[i].name;
+    }
+    EXPECT_EQ(declared.padded_count(), tuned->arena().padded_count());
+  }
 }
 
 rl::ppo::PpoConfig config_for(const rl::VecEnv& env, std::uint64_t seed) {
