@@ -21,6 +21,7 @@
 #include "models/dense.hpp"
 #include "models/q_network.hpp"
 #include "pretrain/model_factory.hpp"
+#include "pretrain/tuned_features.hpp"
 #include "rl/dqn/state.hpp"
 #include "rl/replay/replay_buffer.hpp"
 #include "rl/replay/snapshot.hpp"
@@ -103,14 +104,7 @@ class Checker {
     const auto src = feature_source(config_);
     if (!src) return 0;
     gpu::ParameterArena tuned;
-    pretrain::ModelSpec spec = src->model;
-    spec.sequence_length = market_config(config_).window;
-    pretrain::make_model(spec)->declare(tuned);
-    models::DenseSpec hs;
-    hs.name = "head";
-    hs.in = src->embedding;
-    hs.out = src->head_outputs;
-    models::Dense(hs).declare(tuned);
+    pretrain::declare_tuned_parameters(*src, market_config(config_), tuned);
     arena_file(file, adam_required, &tuned);
     return tuned.padded_count();
   }

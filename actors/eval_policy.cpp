@@ -7,7 +7,7 @@
 #include "actors/stage_factory.hpp"
 #include "gpu/check.hpp"
 #include "pretrain/frozen_features.hpp"
-#include "pretrain/window_feature_extractor.hpp"
+#include "pretrain/tuned_features.hpp"
 #include "rl/dqn/learner.hpp"
 #include "rl/ppo/actor_critic.hpp"
 #include "rl/ppo/distributions.hpp"
@@ -40,8 +40,8 @@ DqnGreedyPolicy::DqnGreedyPolicy(const RunConfig& config, const fs::path& config
     const pretrain::FeatureOutput output = pretrain::parse_feature_output(config.features.output);
     if (config.features.mode == "finetune") {
       // The checkpoint's fine-tuned extractor (the learner's, beside its online weights).
-      auto tuned =
-          std::make_unique<pretrain::WindowFeatureExtractor>(*src, output, market->config(), n, 1, lane.stream);
+      auto tuned = pretrain::make_tuned_features(*src, output, market->config(), n, 1, config.features.noise_step,
+                                                 lane.stream);
       const fs::path file = weights.parent_path() / (std::string("learner") + rl::DqnLearner::kFeaturesSuffix);
       try {
         tuned->arena().load(file, lane.stream);
@@ -122,7 +122,8 @@ PpoGreedyPolicy::PpoGreedyPolicy(const RunConfig& config, const fs::path& config
     if (market == nullptr) throw std::runtime_error("[features] needs a market environment (config " + config_file.string() + ")");
     const pretrain::FeatureOutput output = pretrain::parse_feature_output(config.features.output);
     if (config.features.mode == "finetune") {
-      auto tuned = std::make_unique<pretrain::WindowFeatureExtractor>(*src, output, market->config(), n, 1, lane.stream);
+      auto tuned = pretrain::make_tuned_features(*src, output, market->config(), n, 1, config.features.noise_step,
+                                                 lane.stream);
       const fs::path file = weights.parent_path() / kTunedFeaturesFile;
       try {
         tuned->arena().load(file, lane.stream);

@@ -19,7 +19,7 @@
 #include "gpu/context.hpp"
 #include "gpu/device.hpp"
 #include "pretrain/frozen_features.hpp"
-#include "pretrain/window_feature_extractor.hpp"
+#include "pretrain/tuned_features.hpp"
 #include "rl/ppo/trainer.hpp"
 
 namespace foxhunt::actors {
@@ -162,19 +162,19 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
   const PpoConfig pc = ppo_config(cfg, shape);
   // finetune: the window-form extractor, the first module of the learner's network (shared =
   // false: one for the actor and one for the critic, both from the same checkpoint).
-  std::unique_ptr<pretrain::WindowFeatureExtractor> tuned, tuned_critic;
+  std::unique_ptr<rl::TrainableObsFeatures> tuned, tuned_critic;
   const auto source = feature_source(cfg);
   if (source && cfg.features.mode == "finetune") {
-    tuned = std::make_unique<pretrain::WindowFeatureExtractor>(
-        *source, pretrain::parse_feature_output(cfg.features.output), market_config(cfg), cfg.env.num_envs,
-        pc.minibatch_rows(), s);
+    tuned = pretrain::make_tuned_features(*source, pretrain::parse_feature_output(cfg.features.output),
+                                          market_config(cfg), cfg.env.num_envs, pc.minibatch_rows(),
+                                          cfg.features.noise_step, s);
     spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), fine-tuned at {} x the learning rate",
                  source->dir.string(), source->config.model.kind, source->config.model.hidden, cfg.features.output,
                  tuned->features(), cfg.features.lr_scale);
     if (!cfg.features.shared) {
-      tuned_critic = std::make_unique<pretrain::WindowFeatureExtractor>(
-          *source, pretrain::parse_feature_output(cfg.features.output), market_config(cfg), cfg.env.num_envs,
-          pc.minibatch_rows(), s);
+      tuned_critic = pretrain::make_tuned_features(*source, pretrain::parse_feature_output(cfg.features.output),
+                                                   market_config(cfg), cfg.env.num_envs, pc.minibatch_rows(),
+                                                   cfg.features.noise_step, s);
       spdlog::info("features: separate extractors for actor and critic");
     }
   }

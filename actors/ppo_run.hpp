@@ -12,7 +12,7 @@
 //                         the feature extractor's per-environment state
 //   features/             [features]: the pretrained extractor (RunConfig's kKeptFeaturesDir)
 //   features.safetensors  [features] mode = "finetune": the fine-tuned extractor and its Adam
-//                         moments (pretrain::WindowFeatureExtractor's arena; no per-env state)
+//                         moments (pretrain/tuned_features.hpp: the extractor's arena; no per-env state)
 //   env.state             the environments (actors/env_state.hpp)
 //   counters.json         env_steps (iterations x num_envs x rollout_steps) and updates
 // so a resumed run continues bitwise where the checkpoint was taken.

@@ -417,9 +417,6 @@ void read_features(config::Reader& r, RunConfig& c, const fs::path& base) {
   if (!r.has_error("features.noise_step"))
     if (const std::string why = pretrain::feature_noise_step_problem(src, c.features.noise_step); !why.empty())
       r.fail("features.noise_step", why);
-  if (src.diffusion() && c.features.mode == "finetune")
-    r.fail("features.mode", "\"finetune\" trains a sequence model's window form; the diffusion model of " +
-                                src.dir.string() + " serves as a frozen extractor only (mode = \"frozen\")");
   if (c.env.kind != "market" || c.env.market.empty() || r.has_error("env.market")) return;
   rl::MarketConfig m;
   try {

@@ -97,9 +97,9 @@ struct RunConfig {
     // A pretrain checkpoint directory (or its run directory: the latest checkpoint); "" = none.
     // load_run_config resolves it against the run config's folder and stores it absolute.
     std::string checkpoint;
-    // frozen: the collector's per-step features, the weights never change. finetune (PPO with
-    // pipeline.mode = "sync", feed-forward policies): the window form, trained by the PPO loss
-    // (pretrain/window_feature_extractor.hpp).
+    // frozen: the collector's per-step features, the weights never change. finetune: the window
+    // form of a sequence model or the diffusion model's features, trained by the agent's loss
+    // (pretrain/tuned_features.hpp).
     std::string mode = "frozen";
     double lr_scale = 1.0;             // finetune: the extractor's learning rate / the agent's
     std::string output = "embedding";  // embedding | head | score | both (pretrain::FeatureOutput)

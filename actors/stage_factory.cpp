@@ -18,7 +18,7 @@
 #include "gpu/check.hpp"
 #include "gpu/device.hpp"
 #include "pretrain/frozen_features.hpp"
-#include "pretrain/window_feature_extractor.hpp"
+#include "pretrain/tuned_features.hpp"
 #include "rl/envs/cartpole.hpp"
 #include "rl/envs/market.hpp"
 #include "rl/envs/obs_filter.hpp"
@@ -176,9 +176,9 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   if (finetune) {
     const rl::MarketConfig market = market_config(config);
     const std::int64_t rows = lc.batch;
-    make_features = [src = *source, output, market, rows](cudaStream_t stream) {
-      return std::unique_ptr<rl::TrainableObsFeatures>(
-          std::make_unique<pretrain::WindowFeatureExtractor>(src, output, market, 1, rows, stream));
+    const std::int64_t noise_step = config.features.noise_step;
+    make_features = [src = *source, output, market, rows, noise_step](cudaStream_t stream) {
+      return pretrain::make_tuned_features(src, output, market, 1, rows, noise_step, stream);
     };
   }
   auto learner =
@@ -193,8 +193,9 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   // [features]: the extractor fills every observation's feature block as the collector writes it
   // (before a restore, which continues its state with the environments').
   if (const auto& src = source; src && finetune) {
-    collector->set_tuned_features(std::make_unique<pretrain::WindowFeatureExtractor>(
-        *src, output, market_config(config), config.env.num_envs, 1, collector->stream()));
+    collector->set_tuned_features(pretrain::make_tuned_features(*src, output, market_config(config),
+                                                                config.env.num_envs, 1, config.features.noise_step,
+                                                                collector->stream()));
     spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), fine-tuned at {} x the learning rate",
                  src->dir.string(), src->config.model.kind, src->config.model.hidden, config.features.output,
                  collector->features()->features(), config.features.lr_scale);
@@ -262,8 +263,8 @@ PpoStages make_ppo_stages(const RunConfig& config, const std::optional<std::file
       source ? pretrain::parse_feature_output(config.features.output) : pretrain::FeatureOutput::embedding;
   std::unique_ptr<rl::TrainableObsFeatures> tuned;
   if (finetune)
-    tuned = std::make_unique<pretrain::WindowFeatureExtractor>(*source, output, market_config(config),
-                                                               config.env.num_envs, pc.minibatch_rows(), nullptr);
+    tuned = pretrain::make_tuned_features(*source, output, market_config(config), config.env.num_envs,
+                                          pc.minibatch_rows(), config.features.noise_step, nullptr);
   auto learner = std::make_shared<PpoGpuLearnerStage>(pc, obs_dim, every, device, std::move(tuned),
                                                       static_cast<float>(config.features.lr_scale));
   // A fine-tuned extractor keeps the learner on the GEMM path (rl/ppo/learner.hpp), and the
@@ -275,8 +276,9 @@ PpoStages make_ppo_stages(const RunConfig& config, const std::optional<std::file
       std::make_shared<PpoGpuCollectorStage>(std::move(env), acting, config.pipeline.policy_lag + 1, every, device);
   if (finetune) {
     // The acting copy computes step() / peek() only: one training row is all it allocates.
-    collector->set_features(std::make_unique<pretrain::WindowFeatureExtractor>(
-        *source, output, market_config(config), config.env.num_envs, 1, collector->stream()));
+    collector->set_features(pretrain::make_tuned_features(*source, output, market_config(config),
+                                                          config.env.num_envs, 1, config.features.noise_step,
+                                                          collector->stream()));
     spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), fine-tuned at {} x the learning rate",
                  source->dir.string(), source->config.model.kind, source->config.model.hidden, config.features.output,
                  collector->features()->features(), config.features.lr_scale);

@@ -41,16 +41,42 @@ __global__ void scatter_kernel(float* __restrict__ obs, const float* __restrict_
   }
 }
 
+// The feature block's gradient (rows of d_obs, columns col .. col + width) -> d_eps_hat (N, D) =
+// 2 (eps_hat - eps) / D * d score (score mode and both; zero for embedding alone, whose output
+// layer then gets zero gradients) and, with the embedding, d_hidden (N, H) = its columns.
+__global__ void feature_grad_kernel(float* __restrict__ d_eps_hat, float* __restrict__ d_hidden,
+                                    const float* __restrict__ d_obs, const float* __restrict__ eps_hat,
+                                    const float* __restrict__ eps, std::int64_t n, std::int64_t dim,
+                                    std::int64_t hidden, std::int64_t width, bool with_embedding, bool with_score,
+                                    std::int64_t obs_dim, std::int64_t col) {
+  const float two_over_d = 2.f / static_cast<float>(dim);
+  const std::int64_t total = n * dim;
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t i = e / dim;
+    d_eps_hat[e] = with_score ? two_over_d * (eps_hat[e] - eps[e]) * d_obs[i * obs_dim + col + width - 1] : 0.f;
+  }
+  if (!with_embedding) return;
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < n * hidden;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t i = e / hidden, k = e - i * hidden;
+    d_hidden[e] = d_obs[i * obs_dim + col + k];
+  }
+}
+
 std::size_t count(std::int64_t a, std::int64_t b = 1) { return static_cast<std::size_t>(a * b); }
 
 }  // namespace
 
 DiffusionFeatureExtractor::DiffusionFeatureExtractor(const FeatureSource& source, FeatureOutput output,
                                                      const rl::MarketConfig& market, std::int64_t num_envs,
-                                                     std::int64_t noise_step, cudaStream_t stream)
+                                                     std::int64_t max_train_rows, std::int64_t noise_step,
+                                                     cudaStream_t stream)
     : output_(output), n_(num_envs) {
   FH_EXPECT(num_envs >= 1 && num_envs <= models::kMaxDiffusionBatch,
             "DiffusionFeatureExtractor: num_envs must be in [1, 2^24]");
+  FH_EXPECT(max_train_rows >= 0 && max_train_rows <= models::kMaxDiffusionBatch,
+            "DiffusionFeatureExtractor: max_train_rows must be in [0, 2^24]");
   if (!source.diffusion())
     throw std::invalid_argument("features.checkpoint: the model of " + source.dir.string() + " is a " +
                                 source.config.model.kind + " model, not a diffusion model");
@@ -94,39 +120,81 @@ DiffusionFeatureExtractor::DiffusionFeatureExtractor(const FeatureSource& source
                              "): " + e.what());
   }
 
-  x0_ = gpu::DeviceBuffer<float>(count(n_, dim_));
-  if (context_dim_ > 0) ctx_ = gpu::DeviceBuffer<float>(count(n_, context_dim_));
-  x_t_ = gpu::DeviceBuffer<float>(count(n_, dim_));
-  eps_ = gpu::DeviceBuffer<float>(count(n_, dim_));
-  eps_hat_ = gpu::DeviceBuffer<float>(count(n_, dim_));
-  score_ = gpu::DeviceBuffer<float>(count(n_));
-  t_ = gpu::DeviceBuffer<std::int32_t>(count(n_));
+  // Gradients start zero: a learner may step the arena before its first train_backward.
+  arena_.zero_grads(stream);
   counter_ = gpu::DeviceBuffer<std::uint64_t>(1);
   counter_.zero(stream);
-  ws_ = gpu::DeviceBuffer<std::byte>(denoiser_->workspace_bytes(n_));
-  ws_view_ = models::Workspace{ws_.data(), n_, false};
+  act_ = make_buffers(n_);
+  if (max_train_rows > 0) {
+    train_ = make_buffers(max_train_rows);
+    d_eps_hat_ = gpu::DeviceBuffer<float>(count(max_train_rows, dim_));
+    if (output_ != FeatureOutput::score) d_hidden_ = gpu::DeviceBuffer<float>(count(max_train_rows, hidden_));
+  }
   FH_CHECK(cudaStreamSynchronize(stream));  // set-up: the weights and tables are in place
 }
 
-void DiffusionFeatureExtractor::peek(float* obs, gpu::BlasLane lane) {
+DiffusionFeatureExtractor::Buffers DiffusionFeatureExtractor::make_buffers(std::int64_t rows) const {
+  Buffers b;
+  b.rows = rows;
+  b.x0 = gpu::DeviceBuffer<float>(count(rows, dim_));
+  if (context_dim_ > 0) b.ctx = gpu::DeviceBuffer<float>(count(rows, context_dim_));
+  b.x_t = gpu::DeviceBuffer<float>(count(rows, dim_));
+  b.eps = gpu::DeviceBuffer<float>(count(rows, dim_));
+  b.eps_hat = gpu::DeviceBuffer<float>(count(rows, dim_));
+  b.score = gpu::DeviceBuffer<float>(count(rows));
+  b.t = gpu::DeviceBuffer<std::int32_t>(count(rows));
+  b.ws = gpu::DeviceBuffer<std::byte>(denoiser_->workspace_bytes(rows));
+  b.ws_view = models::Workspace{b.ws.data(), rows, false};
+  return b;
+}
+
+void DiffusionFeatureExtractor::forward(float* obs, std::int64_t rows, Buffers& b, gpu::BlasLane lane) {
+  FH_EXPECT(rows >= 1 && rows <= b.rows, "DiffusionFeatureExtractor: rows outside [1, the buffers' rows]");
   const cudaStream_t s = lane.stream;
-  gather_window_kernel<<<gpu::grid_stride_blocks(n_ * (context_dim_ + dim_)), gpu::kBlock, 0, s>>>(
-      x0_.data(), ctx_.data(), obs, n_, dim_, context_dim_, obs_dim_);
+  gather_window_kernel<<<gpu::grid_stride_blocks(rows * (context_dim_ + dim_)), gpu::kBlock, 0, s>>>(
+      b.x0.data(), b.ctx.data(), obs, rows, dim_, context_dim_, obs_dim_);
   FH_CHECK_LAUNCH();
-  models::diffusion_noising_shared_at(x_t_.data(), eps_.data(), t_.data(), x0_.data(), n_, dim_, schedule_->device(),
-                                      noise_step_, kDiffusionFeatureSeed, counter_.data(), s);
-  denoiser_->forward(eps_hat_.data(), x_t_.data(), context_dim_ > 0 ? ctx_.data() : nullptr, t_.data(), n_, ws_view_,
-                     lane);
+  models::diffusion_noising_shared_at(b.x_t.data(), b.eps.data(), b.t.data(), b.x0.data(), rows, dim_,
+                                      schedule_->device(), noise_step_, kDiffusionFeatureSeed, counter_.data(), s);
+  denoiser_->forward(b.eps_hat.data(), b.x_t.data(), context_dim_ > 0 ? b.ctx.data() : nullptr, b.t.data(), rows,
+                     b.ws_view, lane);
   const bool with_score = output_ != FeatureOutput::embedding;
-  if (with_score) models::row_mean_squared_error(score_.data(), eps_hat_.data(), eps_.data(), n_, dim_, s);
-  scatter_kernel<<<gpu::grid_stride_blocks(n_ * width_), gpu::kBlock, 0, s>>>(
-      obs, denoiser_->last_hidden(ws_view_), score_.data(), n_, hidden_, width_, output_ != FeatureOutput::score,
+  if (with_score) models::row_mean_squared_error(b.score.data(), b.eps_hat.data(), b.eps.data(), rows, dim_, s);
+  scatter_kernel<<<gpu::grid_stride_blocks(rows * width_), gpu::kBlock, 0, s>>>(
+      obs, denoiser_->last_hidden(b.ws_view), b.score.data(), rows, hidden_, width_, output_ != FeatureOutput::score,
       obs_dim_, feature_col_);
   FH_CHECK_LAUNCH();
 }
 
+void DiffusionFeatureExtractor::peek(float* obs, gpu::BlasLane lane) { forward(obs, n_, act_, lane); }
+
 void DiffusionFeatureExtractor::step(float* obs, const std::uint8_t*, const std::uint8_t*, gpu::BlasLane lane) {
-  peek(obs, lane);  // a function of the row alone: nothing to reset or keep
+  forward(obs, n_, act_, lane);  // a function of the row alone: nothing to reset or keep
+}
+
+TunedDiffusionFeatureExtractor::TunedDiffusionFeatureExtractor(const FeatureSource& source, FeatureOutput output,
+                                                               const rl::MarketConfig& market, std::int64_t num_envs,
+                                                               std::int64_t max_train_rows, std::int64_t noise_step,
+                                                               cudaStream_t stream)
+    : fx_(source, output, market, num_envs, max_train_rows, noise_step, stream) {
+  FH_EXPECT(max_train_rows >= 1, "TunedDiffusionFeatureExtractor: max_train_rows must be >= 1");
+}
+
+void DiffusionFeatureExtractor::train_forward(float* obs, std::int64_t rows, gpu::BlasLane lane) {
+  FH_EXPECT(train_.rows > 0, "DiffusionFeatureExtractor::train_forward: built frozen (max_train_rows = 0)");
+  forward(obs, rows, train_, lane);
+}
+
+void DiffusionFeatureExtractor::train_backward(const float* d_obs, std::int64_t rows, gpu::BlasLane lane) {
+  FH_EXPECT(rows >= 1 && rows <= train_.rows, "DiffusionFeatureExtractor::train_backward: rows out of range");
+  const cudaStream_t s = lane.stream;
+  const bool with_embedding = output_ != FeatureOutput::score;
+  feature_grad_kernel<<<gpu::grid_stride_blocks(rows * dim_), gpu::kBlock, 0, s>>>(
+      d_eps_hat_.data(), d_hidden_.data(), d_obs, train_.eps_hat.data(), train_.eps.data(), rows, dim_, hidden_,
+      width_, with_embedding, output_ != FeatureOutput::embedding, obs_dim_, feature_col_);
+  FH_CHECK_LAUNCH();
+  denoiser_->backward(nullptr, nullptr, d_eps_hat_.data(), with_embedding ? d_hidden_.data() : nullptr, rows,
+                      train_.ws_view, lane);
 }
 
 }  // namespace foxhunt::pretrain

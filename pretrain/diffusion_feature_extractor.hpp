@@ -16,9 +16,17 @@
 // the same seed, counter and step (tests/pretrain/diffusion_feature_extractor_test.cu).
 // Stateless: step() and peek() ignore the done masks and compute the same thing.
 //
-// Parameters: the checkpoint's denoiser in an arena of the extractor's own, loaded once
-// (model.safetensors, every tensor's shape checked) and never trained here. All work is device
-// kernels on the caller's lane: capturable, no host synchronization after construction.
+// Parameters: the checkpoint's denoiser in an arena of the extractor's own (gradients and Adam
+// moments there), loaded once (model.safetensors, every tensor's shape checked). Frozen
+// ([features] mode = "frozen", max_train_rows = 0) nothing trains them; fine-tuned ("finetune":
+// TunedDiffusionFeatureExtractor below, the rl::TrainableObsFeatures face of the same extractor, so
+// a frozen one is never taken for a trainable one) a learner recomputes the features of its stored
+// observations with train_forward and back-propagates its loss through them with train_backward:
+//   d eps_hat = 2 (eps_hat - eps) / D * d score,   d h_L = out'(d eps_hat) + d embedding,
+// then the denoiser's backward from h_L (the noise and the window get no gradient). Two sets of
+// buffers, num_envs rows for acting and max_train_rows rows for the learner, so acting never
+// overwrites what a backward reads. All work is device kernels on the caller's lane: capturable,
+// no host synchronization after construction.
 #include <cstdint>
 #include <memory>
 
@@ -38,12 +46,19 @@ inline constexpr std::uint64_t kDiffusionFeatureSeed = 0x0D1FF05E;
 
 class DiffusionFeatureExtractor final : public rl::ObsFeatures {
  public:
-  // For num_envs environments of `market`, whose extra_features must equal source.width(output);
-  // std::invalid_argument for what the model cannot read (feature_input_problem), an output it
-  // does not offer (feature_output_problem) or a noise step outside its schedule; std::runtime_error
-  // naming the file when the weights do not fit the config's denoiser. Synchronizes `stream`.
+  // For num_envs environments of `market`, whose extra_features must equal source.width(output),
+  // and up to max_train_rows rows of train_forward / train_backward (0: frozen, no training
+  // buffers); std::invalid_argument for what the model cannot read (feature_input_problem), an
+  // output it does not offer (feature_output_problem) or a noise step outside its schedule;
+  // std::runtime_error naming the file when the weights do not fit the config's denoiser.
+  // Synchronizes `stream`.
   DiffusionFeatureExtractor(const FeatureSource& source, FeatureOutput output, const rl::MarketConfig& market,
-                            std::int64_t num_envs, std::int64_t noise_step, cudaStream_t stream);
+                            std::int64_t num_envs, std::int64_t max_train_rows, std::int64_t noise_step,
+                            cudaStream_t stream);
+  // Frozen: max_train_rows = 0.
+  DiffusionFeatureExtractor(const FeatureSource& source, FeatureOutput output, const rl::MarketConfig& market,
+                            std::int64_t num_envs, std::int64_t noise_step, cudaStream_t stream)
+      : DiffusionFeatureExtractor(source, output, market, num_envs, 0, noise_step, stream) {}
 
   std::int64_t num_envs() const override { return n_; }
   std::int64_t obs_dim() const override { return obs_dim_; }
@@ -51,26 +66,69 @@ class DiffusionFeatureExtractor final : public rl::ObsFeatures {
   void step(float* obs, const std::uint8_t* terminated, const std::uint8_t* truncated, gpu::BlasLane lane) override;
   void peek(float* obs, gpu::BlasLane lane) override;
 
+  // rl::TrainableObsFeatures' contract (TunedDiffusionFeatureExtractor exposes them).
+  std::int64_t max_train_rows() const noexcept { return train_.rows; }
+  gpu::ParameterArena& arena() noexcept { return arena_; }
+  void train_forward(float* obs, std::int64_t rows, gpu::BlasLane lane);
+  void train_backward(const float* d_obs, std::int64_t rows, gpu::BlasLane lane);
+
   std::int64_t feature_column() const noexcept { return feature_col_; }
   std::int64_t noise_step() const noexcept { return noise_step_; }
   FeatureOutput output() const noexcept { return output_; }
   models::Denoiser& denoiser() noexcept { return *denoiser_; }
-  gpu::ParameterArena& arena() noexcept { return arena_; }
   // The device counter (0) the noise is drawn with: DiffusionTrainer::features' counter argument.
   const std::uint64_t* noise_counter() const noexcept { return counter_.data(); }
 
  private:
+  // The activations of up to `rows` rows.
+  struct Buffers {
+    std::int64_t rows = 0;
+    gpu::DeviceBuffer<float> x0, ctx, x_t, eps, eps_hat, score;  // (B, D), (B, Dc), (B, D) x 3, (B)
+    gpu::DeviceBuffer<std::int32_t> t;
+    gpu::DeviceBuffer<std::byte> ws;
+    models::Workspace ws_view;
+  };
+  Buffers make_buffers(std::int64_t rows) const;
+  void forward(float* obs, std::int64_t rows, Buffers& b, gpu::BlasLane lane);
+
   FeatureOutput output_;
   std::int64_t n_ = 0, obs_dim_ = 0, dim_ = 0, context_dim_ = 0, hidden_ = 0, width_ = 0, feature_col_ = 0;
   std::int32_t noise_step_ = 0;
   std::unique_ptr<models::NoiseSchedule> schedule_;
   std::unique_ptr<models::Denoiser> denoiser_;
   gpu::ParameterArena arena_;
-  gpu::DeviceBuffer<float> x0_, ctx_, x_t_, eps_, eps_hat_, score_;  // (N, D), (N, Dc), (N, D) x 3, (N)
-  gpu::DeviceBuffer<std::int32_t> t_;
   gpu::DeviceBuffer<std::uint64_t> counter_;
-  gpu::DeviceBuffer<std::byte> ws_;
-  models::Workspace ws_view_;
+  Buffers act_, train_;
+  gpu::DeviceBuffer<float> d_eps_hat_, d_hidden_;  // train_backward's (rows, D), (rows, H)
+};
+
+// The fine-tuned diffusion extractor ([features] mode = "finetune"): a DiffusionFeatureExtractor
+// with max_train_rows >= 1 rows of training buffers, as an rl::TrainableObsFeatures.
+class TunedDiffusionFeatureExtractor final : public rl::TrainableObsFeatures {
+ public:
+  TunedDiffusionFeatureExtractor(const FeatureSource& source, FeatureOutput output, const rl::MarketConfig& market,
+                                 std::int64_t num_envs, std::int64_t max_train_rows, std::int64_t noise_step,
+                                 cudaStream_t stream);
+
+  std::int64_t num_envs() const override { return fx_.num_envs(); }
+  std::int64_t obs_dim() const override { return fx_.obs_dim(); }
+  std::int64_t features() const override { return fx_.features(); }
+  void step(float* obs, const std::uint8_t* terminated, const std::uint8_t* truncated, gpu::BlasLane lane) override {
+    fx_.step(obs, terminated, truncated, lane);
+  }
+  void peek(float* obs, gpu::BlasLane lane) override { fx_.peek(obs, lane); }
+
+  std::int64_t max_train_rows() const override { return fx_.max_train_rows(); }
+  gpu::ParameterArena& arena() override { return fx_.arena(); }
+  void train_forward(float* obs, std::int64_t rows, gpu::BlasLane lane) override { fx_.train_forward(obs, rows, lane); }
+  void train_backward(const float* d_obs, std::int64_t rows, gpu::BlasLane lane) override {
+    fx_.train_backward(d_obs, rows, lane);
+  }
+
+  DiffusionFeatureExtractor& extractor() noexcept { return fx_; }
+
+ private:
+  DiffusionFeatureExtractor fx_;
 };
 
 }  // namespace foxhunt::pretrain

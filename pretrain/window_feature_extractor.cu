@@ -68,7 +68,7 @@ WindowFeatureExtractor::WindowFeatureExtractor(const FeatureSource& source, Feat
   FH_EXPECT(num_envs >= 1 && max_train_rows >= 1, "WindowFeatureExtractor: num_envs and max_train_rows must be >= 1");
   if (source.diffusion())
     throw std::invalid_argument("features.checkpoint: the model of " + source.dir.string() +
-                                " is a diffusion model, not a sequence model (frozen: DiffusionFeatureExtractor)");
+                                " is a diffusion model, not a sequence model (DiffusionFeatureExtractor)");
   if (const std::string why = feature_input_problem(source, market); !why.empty())
     throw std::invalid_argument("features.checkpoint: " + why);
   if (const std::string why = feature_output_problem(source, output); !why.empty())

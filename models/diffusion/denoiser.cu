@@ -144,12 +144,18 @@ void Denoiser::forward(float* eps, const float* x_t, const float* ctx, const std
 
 void Denoiser::backward(float* d_x, float* d_ctx, const float* d_eps, std::int64_t batch, const Workspace& ws,
                         gpu::BlasLane lane) {
+  backward(d_x, d_ctx, d_eps, nullptr, batch, ws, lane);
+}
+
+void Denoiser::backward(float* d_x, float* d_ctx, const float* d_eps, const float* d_hidden, std::int64_t batch,
+                        const Workspace& ws, gpu::BlasLane lane) {
   FH_EXPECT(batch >= 1 && batch <= ws.max_batch, "Denoiser " + spec_.name + ": batch outside [1, max_batch]");
   WorkspaceCarver c(ws.data);
   const Buffers b = carve(c, ws.max_batch);
   const cudaStream_t s = lane.stream;
   const std::int64_t D = spec_.dim, Dc = spec_.context, Din = D + Dc, H = spec_.hidden;
   out().backward_aux(b.dh, b.dpre, d_eps, b.aux.back(), b.h.back(), batch, lane);
+  if (d_hidden != nullptr) gpu::add(b.dh, b.dh, d_hidden, batch * H, s);
   gpu::fill(b.dtemb, 0.f, batch * H, s);
   for (std::int64_t l = spec_.blocks - 1; l >= 0; --l) {
     const auto k = static_cast<std::size_t>(l);

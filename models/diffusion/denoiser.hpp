@@ -58,6 +58,10 @@ class Denoiser {
   // every parameter gradient; d_x (B, D) and d_ctx (B, Dc) when not null.
   void backward(float* d_x, float* d_ctx, const float* d_eps, std::int64_t batch, const Workspace& ws,
                 gpu::BlasLane lane);
+  // The same with d_hidden (B, H), a gradient with respect to h_L (last_hidden) from outside eps
+  // (a loss that reads the embedding), added to the output layer's; null: the form above, bitwise.
+  void backward(float* d_x, float* d_ctx, const float* d_eps, const float* d_hidden, std::int64_t batch,
+                const Workspace& ws, gpu::BlasLane lane);
 
   // The last forward's final hidden state h_L (B, H) in ws: the denoiser's embedding of its input.
   const float* last_hidden(const Workspace& ws) const;

@@ -307,6 +307,25 @@ TEST_F(DiffusionFeaturesConfigTest, KeepsNoPerEnvironmentState) {
   EXPECT_TRUE(has_state(load("checkpoint = \"runs/pre\"\n")));
 }
 
+// A diffusion model fine-tunes like a sequence model (PPO, DQN agents), the noise step resolved as
+// for frozen features.
+TEST_F(DiffusionFeaturesConfigTest, AcceptsFinetune) {
+  const std::vector<std::pair<const char*, std::string>> learners = {
+      {"ppo sync", "kind = \"ppo\"\nrollout_steps = 16\n"},
+      {"dqn", "kind = \"dqn\"\n"},
+  };
+  for (const auto& [name, learner] : learners) {
+    SCOPED_TRACE(name);
+    const RunConfig c = load("checkpoint = \"runs/diff\"\nmode = \"finetune\"\noutput = \"both\"\nlr_scale = 0.5\n",
+                             learner);
+    EXPECT_EQ(c.features.mode, "finetune");
+    EXPECT_DOUBLE_EQ(c.features.lr_scale, 0.5);
+    EXPECT_EQ(c.features.noise_step, 5);
+    EXPECT_EQ(market_config(c).extra_features, 25);
+    EXPECT_EQ(resolved_toml(parse_run_config(resolved_toml(c), "resolved")), resolved_toml(c));
+  }
+}
+
 TEST_F(DiffusionFeaturesConfigTest, RefusesMismatchesNamingBothSides) {
   struct Case {
     const char* name;
@@ -334,10 +353,6 @@ TEST_F(DiffusionFeaturesConfigTest, RefusesMismatchesNamingBothSides) {
        {"features.noise_step = 100", "diffusion_steps = 50"}},
       {"noise step negative", "checkpoint = \"runs/diff\"\nnoise_step = -2\n", ppo, "m.toml",
        {"features.noise_step"}},
-      {"finetune a diffusion model", d + "mode = \"finetune\"\n", ppo, "m.toml",
-       {"features.mode", "frozen"}},
-      {"dqn finetune a diffusion model", d + "mode = \"finetune\"\n", dqn, "m.toml",
-       {"features.mode", "frozen"}},
       {"unknown output", d + "output = \"forecast\"\n", ppo, "m.toml",
        {"features.output", "embedding", "head", "score", "both"}},
       {"noise step without a checkpoint", "noise_step = 10\n", ppo, "m.toml",
