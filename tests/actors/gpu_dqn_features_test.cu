@@ -33,6 +33,7 @@
 #include "pretrain/feature_extractor.hpp"
 #include "pretrain/model_factory.hpp"
 #include "rl/envs/market.hpp"
+#include "tests/support/feature_checkpoint.hpp"
 #include "tests/support/file_bytes.hpp"
 #include "tests/support/gpu_test.hpp"
 #include "tests/support/paths.hpp"
@@ -74,24 +75,7 @@ class DqnFeatures : public test::GpuTest {
     t << "[model]\nkind = \"lstm\"\nhidden = 8\n[data]\nsource = \"market\"\nmarket = \""
       << (test::configs_dir() / "markets" / "regime2.toml").string() << "\"\nwindow = " << kWindow
       << "\n[task]\nkind = \"regime\"\n";
-    std::ofstream(dir / pretrain::kFeatureConfigFile) << t.str();
-    std::ofstream(dir / pretrain::kFeatureModelFile) << "";
-    pretrain::FeatureSource src = pretrain::load_feature_source(dir);
-    auto model = pretrain::make_model(src.model);
-    models::DenseSpec hs;
-    hs.name = "head";
-    hs.in = src.embedding;
-    hs.out = src.head_outputs;
-    models::Dense head(hs);
-    gpu::ParameterArena arena;
-    model->declare(arena);
-    head.declare(arena);
-    arena.finalize(stream());
-    std::mt19937_64 init(seed_);
-    model->init(arena, init, stream());
-    head.init(arena, init, stream());
-    arena.save(dir / pretrain::kFeatureModelFile, stream());
-    return src;
+    return test::write_feature_checkpoint(dir, t.str(), seed_, stream());
   }
   std::vector<float> params(pretrain::FeatureExtractor& fx, cudaStream_t s) {
     return test::download(fx.arena().params(), static_cast<std::size_t>(fx.arena().padded_count()), s);

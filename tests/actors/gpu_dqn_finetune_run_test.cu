@@ -34,6 +34,7 @@
 #include "pretrain/model_factory.hpp"
 #include "pretrain/window_feature_extractor.hpp"
 #include "rl/envs/market.hpp"
+#include "tests/support/feature_checkpoint.hpp"
 #include "tests/support/file_bytes.hpp"
 #include "tests/support/gpu_test.hpp"
 #include "tests/support/paths.hpp"
@@ -100,24 +101,7 @@ class DqnFinetuneRun : public test::GpuTest, public ::testing::WithParamInterfac
     std::ostringstream t;
     t << "[model]\nkind = \"lstm\"\nhidden = 8\n[data]\nsource = \"market\"\nmarket = \""
       << (root_ / "market.toml").string() << "\"\nwindow = 16\n[task]\nkind = \"regime\"\n";
-    std::ofstream(dir / pretrain::kFeatureConfigFile) << t.str();
-    std::ofstream(dir / pretrain::kFeatureModelFile) << "";
-    pretrain::FeatureSource src = pretrain::load_feature_source(dir);
-    auto model = pretrain::make_model(src.model);
-    models::DenseSpec hs;
-    hs.name = "head";
-    hs.in = src.embedding;
-    hs.out = src.head_outputs;
-    models::Dense head(hs);
-    gpu::ParameterArena arena;
-    model->declare(arena);
-    head.declare(arena);
-    arena.finalize(stream());
-    std::mt19937_64 init(seed_);
-    model->init(arena, init, stream());
-    head.init(arena, init, stream());
-    arena.save(dir / pretrain::kFeatureModelFile, stream());
-    return src;
+    return test::write_feature_checkpoint(dir, t.str(), seed_, stream());
   }
   // A deterministic run of the agent on root_/market.toml, 16 envs, fine-tuning root_/pre at
   // lr_scale 0.5.

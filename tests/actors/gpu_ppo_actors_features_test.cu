@@ -33,6 +33,7 @@
 #include "models/dense.hpp"
 #include "pretrain/feature_source.hpp"
 #include "pretrain/model_factory.hpp"
+#include "tests/support/feature_checkpoint.hpp"
 #include "tests/support/file_bytes.hpp"
 #include "tests/support/gpu_test.hpp"
 #include "tests/support/paths.hpp"
@@ -212,22 +213,7 @@ TEST_F(PpoActorsFeatures, ShippedRegimeConfigTrainsThroughTheActors) {
   // The stand-in pretrain run gets weights of the declared shapes (random), so the device loads it.
   const fs::path pre = dir_ / "shipped" / "runs" / "regime-lstm";
   const pretrain::FeatureSource src = pretrain::load_feature_source(pre);
-  {
-    auto model = pretrain::make_model(src.model);
-    models::DenseSpec hs;
-    hs.name = "head";
-    hs.in = src.embedding;
-    hs.out = src.head_outputs;
-    models::Dense head(hs);
-    gpu::ParameterArena arena;
-    model->declare(arena);
-    head.declare(arena);
-    arena.finalize(stream());
-    std::mt19937_64 init(seed_);
-    model->init(arena, init, stream());
-    head.init(arena, init, stream());
-    arena.save(pre / pretrain::kFeatureModelFile, stream());
-  }
+  test::write_initialized_feature_weights(pre, src, seed_, stream());
   const fs::path file = configs / "ppo_features_regime.toml";
   std::ofstream(file, std::ios::app) << "\n[pipeline]\nmode = \"actors\"\npolicy_lag = 1\n";
   TrainRequest req;

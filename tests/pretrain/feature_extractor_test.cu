@@ -21,6 +21,7 @@
 #include "gpu/context.hpp"
 #include "pretrain/feature_extractor.hpp"
 #include "rl/envs/market_params.hpp"
+#include "tests/support/feature_checkpoint.hpp"
 #include "tests/support/gpu_test.hpp"
 #include "tests/support/paths.hpp"
 
@@ -52,29 +53,11 @@ class FeatureExtractorTest : public test::GpuTest {
   // A pretrain checkpoint of family `kind` with random weights (as a trainer initializes them).
   FeatureSource checkpoint(const std::string& kind, std::int64_t layers) {
     const fs::path dir = root_ / kind;
-    fs::create_directories(dir);
     std::ostringstream t;
     t << "[model]\nkind = \"" << kind << "\"\nhidden = 8\nlayers = " << layers << "\n"
       << "[data]\nsource = \"market\"\nmarket = \"" << (test::configs_dir() / "markets" / "regime2.toml").string()
       << "\"\nwindow = " << kWindow << "\n[task]\nkind = \"regime\"\n";
-    std::ofstream(dir / kFeatureConfigFile) << t.str();
-    std::ofstream(dir / kFeatureModelFile) << "";  // load_feature_source checks that it exists
-    FeatureSource src = load_feature_source(dir);
-    auto model = make_model(src.model);
-    models::DenseSpec hs;
-    hs.name = "head";
-    hs.in = src.embedding;
-    hs.out = src.head_outputs;
-    models::Dense head(hs);
-    gpu::ParameterArena arena;
-    model->declare(arena);
-    head.declare(arena);
-    arena.finalize(stream());
-    std::mt19937_64 init(seed_);
-    model->init(arena, init, stream());
-    head.init(arena, init, stream());
-    arena.save(dir / kFeatureModelFile, stream());
-    return src;
+    return test::write_feature_checkpoint(dir, t.str(), seed_, stream());
   }
 
   gpu::BlasLane lane() {

@@ -23,6 +23,7 @@
 #include "rl/envs/market.hpp"
 #include "rl/envs/market_params.hpp"
 #include "rl/ppo/trainer.hpp"
+#include "tests/support/feature_checkpoint.hpp"
 #include "tests/support/gpu_test.hpp"
 #include "tests/support/paths.hpp"
 
@@ -59,24 +60,7 @@ class PpoFinetuneTest : public test::GpuTest {
     std::ostringstream t;
     t << "[model]\nkind = \"lstm\"\nhidden = 8\n[data]\nsource = \"market\"\nmarket = \""
       << (test::configs_dir() / "markets" / "regime2.toml").string() << "\"\nwindow = 16\n[task]\nkind = \"regime\"\n";
-    std::ofstream(root_ / pretrain::kFeatureConfigFile) << t.str();
-    std::ofstream(root_ / pretrain::kFeatureModelFile) << "";
-    pretrain::FeatureSource src = pretrain::load_feature_source(root_);
-    auto model = pretrain::make_model(src.model);
-    models::DenseSpec hs;
-    hs.name = "head";
-    hs.in = src.embedding;
-    hs.out = src.head_outputs;
-    models::Dense head(hs);
-    gpu::ParameterArena arena;
-    model->declare(arena);
-    head.declare(arena);
-    arena.finalize(stream());
-    std::mt19937_64 init(seed_);
-    model->init(arena, init, stream());
-    head.init(arena, init, stream());
-    arena.save(root_ / pretrain::kFeatureModelFile, stream());
-    return src;
+    return test::write_feature_checkpoint(root_, t.str(), seed_, stream());
   }
   std::unique_ptr<gpu::DeviceContext> ctx_;
   fs::path root_;
