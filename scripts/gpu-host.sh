@@ -34,13 +34,13 @@ read -r -a sanitizer_gpus <<<"${FOXHUNT_SANITIZER_GPUS:-$sanitizer_gpu}"
 # Not under the sanitizers: two graph tests provoke CUDA API errors on purpose (a sync inside a
 # capture must throw), which the sanitizer counts; so do ActorFault.* (an invalid launch
 # configuration, and a null-pointer write that kills the CUDA context of a child process); the
-# ActorKill.* runs are ActorEndToEnd's kernels and shutdown path plus an actor exit, twice over
-# (the kill and the resume), too long for a shard; the learning suites train for minutes and
+# ActorKill.* and GpuAgentsKill.* runs are the end-to-end runs' kernels and shutdown path plus an
+# actor exit, twice over (the kill and the resume), too long for a shard; the learning suites train for minutes and
 # would take hours under instrumentation (their kernels are the ones the other tests exercise).
 # Every suite whose name ends in Learning or LearningTest is a learning suite.
 learning="*Learning.*:*LearningTest.*:PpoRun.Shipped*:ActorTraining.*:ActorMarket.*:ActorResume.*:ShippedConfigs.*"
 learning_run=${FOXHUNT_LEARNING:-$learning}  # which of them run (a gtest filter)
-provoked="GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest.UncheckedSyncInvalidatesCaptureAndThrows:ActorFault.*:ActorKill.*"
+provoked="GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest.UncheckedSyncInvalidatesCaptureAndThrows:ActorFault.*:ActorKill.*:GpuAgentsKill.*"
 sanitizer_filter="$filter-$provoked:$learning"
 # Tests that take minutes under instrumentation (the end-to-end actor runs, short trainings): each
 # gets its own sanitizer process per tool, so a shard never waits behind them. ActorEndToEnd.*

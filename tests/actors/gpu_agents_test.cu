@@ -7,6 +7,10 @@
 //   GpuAgents.StopWritesEveryAgentsCheckpointAndResumeContinuesAll: a stop (the SIGINT flag) of
 //     the two-agent run leaves each agent a checkpoint; --resume of the run continues both to the
 //     end.
+//   GpuAgentsKill.KillingOneAgentsActorStopsBoth/<victim>: one actor of one agent killed mid-run
+//     (exit_reason::kill; the PPO learner, the DQN replay, the DQN collector): the run fails
+//     naming it, exit code 1, every agent's final checkpoint passes `foxhunt check` and --resume
+//     of the run continues both agents to the end.
 //   GpuAgents.EvalComparesTheAgentsSideBySide: `foxhunt eval --checkpoint <run>` of a short
 //     two-agent run evaluates both agents (DQN greedy and PPO deterministic) on the same fresh
 //     paths: one row per agent, named by the agent, beside the baselines; each agent's numbers and
@@ -28,6 +32,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -173,6 +178,71 @@ TEST_F(GpuAgents, StopWritesEveryAgentsCheckpointAndResumeContinuesAll) {
     EXPECT_GT(second.result.agents[i].counters.updates, first.result.agents[i].counters.updates);
   }
 }
+
+class GpuAgentsKill : public GpuAgents, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(GpuAgentsKill, KillingOneAgentsActorStopsBoth) {
+  const std::string victim = GetParam();  // "<agent>/<actor>"
+  AgentsTrainRequest req;
+  req.config = short_dqn_and_ppo(262'144, 0);
+  for (AgentConfig& a : req.config.agents) a.config.logging.timeline = false;
+  req.run_dir = dir_ / "killed";
+  req.console = false;
+  std::mutex m;
+  caf::actor target;
+  req.on_started = [&](caf::actor, const std::map<std::string, caf::actor>& children) {
+    std::lock_guard lock(m);
+    const auto it = children.find(victim);
+    if (it != children.end()) target = it->second;
+  };
+  std::atomic<bool> sent{false};
+  std::atomic<int> stop{0};  // the test's deadline, should the run not stop by itself
+  req.stop_signal = &stop;
+  const auto started = std::chrono::steady_clock::now();
+  req.observer = [&](const std::vector<std::string>&, const std::vector<ProgressSnapshot>& s) {
+    if (std::chrono::steady_clock::now() - started > std::chrono::seconds(120)) stop = 1;
+    if (sent) return;
+    bool all = true;
+    for (const auto& a : s) all = all && a.counters.env_steps >= 16'384 && a.updates_done > 0;
+    std::lock_guard lock(m);
+    if (!all || !target) return;
+    sent = true;
+    caf::anon_send_exit(target, caf::exit_reason::kill);
+  };
+  const AgentsTrainOutcome out = run_agents_training(req);
+  const AgentsResult& r = out.result;
+  ASSERT_TRUE(sent.load()) << "no actor named " << victim << " was killed: " << r.outcome.reason;
+  EXPECT_EQ(stop.load(), 0) << "the run had to be stopped by the test's deadline";
+  EXPECT_EQ(r.outcome.kind, RunOutcome::Kind::failed) << r.outcome.reason;
+  EXPECT_NE(r.outcome.reason.find(victim + " failed"), std::string::npos) << r.outcome.reason;
+  EXPECT_EQ(r.exit_code(), 1);
+  ASSERT_EQ(r.agents.size(), 2u);
+  for (const AgentResult& a : r.agents) {
+    SCOPED_TRACE(a.name);
+    ASSERT_TRUE(a.final_checkpoint.has_value()) << a.checkpoint_error;
+    EXPECT_LT(a.counters.env_steps, 262'144);
+    const RunConfig kept = load_run_config(agent_dir(req.run_dir, a.name) / "config.resolved.toml");
+    EXPECT_EQ(check_checkpoint(kept, *a.final_checkpoint), std::vector<std::string>{});
+  }
+  AgentsTrainRequest again;
+  again.config = req.config;
+  again.run_dir = dir_ / "resumed";
+  again.console = false;
+  again.resume = resolve_agent_checkpoints(again.config, req.run_dir);
+  ASSERT_EQ(again.resume.size(), 2u);
+  const AgentsTrainOutcome second = run_agents_training(again);
+  ASSERT_EQ(second.result.outcome.kind, RunOutcome::Kind::completed) << second.result.outcome.reason;
+  for (const AgentResult& a : second.result.agents) EXPECT_GE(a.counters.env_steps, 262'144) << a.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(, GpuAgentsKill,
+                         ::testing::Values(std::string("ppo/learner"), std::string("dqn/replay"),
+                                           std::string("dqn/collector")),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '/', '_');
+                           return n;
+                         });
 
 namespace {
 
