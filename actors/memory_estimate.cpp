@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 
 #include "actors/env_shape.hpp"
 #include "actors/ppo_run.hpp"
@@ -11,6 +12,9 @@
 #include "gpu/arena.hpp"
 #include "gpu/context.hpp"
 #include "models/q_network.hpp"
+#include "pretrain/feature_source.hpp"
+#include "pretrain/frozen_features.hpp"
+#include "pretrain/tuned_features.hpp"
 #include "rl/ppo/actor_critic.hpp"
 
 namespace foxhunt::actors {
@@ -24,6 +28,34 @@ std::int64_t workspace_floats_per_row(const std::vector<std::int64_t>& hidden, s
 }
 
 namespace {
+
+// [features]' device memory (see the header); 0 without it. obs_dim: the agent's observation
+// columns (the feature block included), which the learners' copies for the extractor hold;
+// train_rows: the learner's batch (DQN) or minibatch rows (PPO).
+std::size_t estimate_features_memory(const RunConfig& c, std::int64_t obs_dim, std::int64_t train_rows) {
+  const std::optional<pretrain::FeatureSource> source = feature_source(c);
+  if (!source) return 0;
+  const pretrain::FeatureOutput output = pretrain::parse_feature_output(c.features.output);
+  const rl::MarketConfig market = market_config(c);
+  const std::int64_t N = c.env.num_envs;
+  if (c.features.mode != "finetune") return pretrain::frozen_features_bytes(*source, output, market, N);
+  const auto row = static_cast<std::size_t>(obs_dim) * sizeof(float);
+  if (c.learner.kind == "ppo") {
+    const std::int64_t mb = train_rows;
+    const std::size_t extractors = c.features.shared ? 1 : 2;  // the actor's, and the critic's when not shared
+    // The learner's d_obs and its scratch, and without sharing the critic's minibatch and d_obs.
+    std::size_t bytes = extractors * pretrain::tuned_features_bytes(*source, output, market, N, mb) +
+                        2 * extractors * static_cast<std::size_t>(mb) * row;
+    // Through the actors the collector acts with a copy (one training row).
+    if (c.pipeline.mode == "actors") bytes += pretrain::tuned_features_bytes(*source, output, market, N, 1);
+    return bytes;
+  }
+  // DQN: the learner's extractor (one acting row, the batch's training rows), its observation pair
+  // (s; s') and d_obs, two scalars; the collector's acting copy (one training row).
+  const std::int64_t B = train_rows;
+  return pretrain::tuned_features_bytes(*source, output, market, 1, B) + 3 * static_cast<std::size_t>(B) * row +
+         2 * sizeof(float) + pretrain::tuned_features_bytes(*source, output, market, N, 1);
+}
 
 // PPO: one arena (4 arrays), the rollout (T x N rows of observations, final observations and
 // per-step scalars), the acting and minibatch workspaces of the networks, the environments.
@@ -45,6 +77,7 @@ MemoryEstimate estimate_ppo_memory(const RunConfig& c, const EnvShape& env) {
   m.learner = 4 * P + act_ws + train_ws + mb * (C + 2 * W + 10) * sizeof(float) + rows * sizeof(std::int32_t);
   m.collector = rollout + env.state_bytes();
   m.fixed = gpu::DeviceContext::kDefaultWorkspace + kGraphAllowanceBytes;
+  m.features = estimate_features_memory(c, env.obs_dim, pc.minibatch_rows());
   return m;
 }
 
@@ -77,6 +110,7 @@ MemoryEstimate estimate_memory(const RunConfig& c) {
   m.collector = learner_object + static_cast<std::size_t>(c.pipeline.slots) * slot.bytes +
                 3 * N * static_cast<std::size_t>(env.obs_dim) * sizeof(float) + env.state_bytes();
   m.fixed = kDeviceContexts * gpu::DeviceContext::kDefaultWorkspace + kGraphAllowanceBytes;
+  m.features = estimate_features_memory(c, env.obs_dim, lc.batch);
   return m;
 }
 
@@ -105,6 +139,7 @@ std::string format_memory_table(const MemoryEstimate& m) {
   line("learner", m.learner);
   line("collector", m.collector);
   line("fixed", m.fixed);
+  if (m.features > 0) line("features", m.features);
   line("total", m.total());
   return s;
 }

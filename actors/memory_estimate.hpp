@@ -10,7 +10,13 @@
 //   collector  its acting network (a full learner: the same two arenas and workspaces, acting
 //              rows = env.num_envs), the transition slots, three observation buffers, env state;
 //   fixed      one cuBLASLt workspace per device context, plus an allowance for captured graphs,
-//              kernels' scratch and the allocator's rounding.
+//              kernels' scratch and the allocator's rounding;
+//   features   [features]' extractors, each sized by its own bytes_for (pretrain/frozen_features,
+//              pretrain/tuned_features): frozen, the one that steps the num_envs environments;
+//              finetune, the learner's (num_envs acting rows, the learner's batch or minibatch
+//              training rows; PPO with features.shared = false: one for the critic too), the
+//              learner's observation copies and gradients for it, and the acting copy the collector
+//              keeps (DQN; PPO through the actors).
 // Activations are estimated per row, not measured: the figure is a floor with a margin, not a
 // promise (the fixed allowance absorbs the small buffers not listed).
 #include <cstddef>
@@ -24,19 +30,22 @@ namespace foxhunt::actors {
 struct MemoryEstimate {
   std::int64_t parameters = 0;  // one Q-network's padded parameter count
   std::size_t replay = 0, learner = 0, collector = 0, fixed = 0;
-  std::size_t total() const { return replay + learner + collector + fixed; }
+  std::size_t features = 0;  // 0 without [features]
+  std::size_t total() const { return replay + learner + collector + fixed + features; }
 };
 
 inline constexpr std::size_t kGraphAllowanceBytes = std::size_t{256} << 20;
 inline constexpr int kDeviceContexts = 2;  // the learner's and the collector's cuBLASLt handles
 
-// Throws std::invalid_argument (naming the key) when the config's environment cannot be sized.
+// Throws std::invalid_argument (naming the key) when the config's environment cannot be sized, or
+// features.checkpoint when its pretrain checkpoint cannot be read.
 MemoryEstimate estimate_memory(const RunConfig& config);
 
 // Float activations (and their gradients) one row of a forward + backward through this network.
 std::int64_t workspace_floats_per_row(const std::vector<std::int64_t>& hidden, std::int64_t outputs);
 
-// The table `foxhunt check` prints: replay, learner, collector, fixed, total (MiB and bytes).
+// The table `foxhunt check` prints: replay, learner, collector, fixed, features (with [features]),
+// total (MiB and bytes).
 std::string format_memory_table(const MemoryEstimate& estimate);
 
 // "1.50 GiB" / "12.3 MiB" / "512 B".

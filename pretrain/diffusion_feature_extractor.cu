@@ -66,6 +66,12 @@ __global__ void feature_grad_kernel(float* __restrict__ d_eps_hat, float* __rest
 
 std::size_t count(std::int64_t a, std::int64_t b = 1) { return static_cast<std::size_t>(a * b); }
 
+// What ParameterArena::finalize allocates (params, grads, Adam m and v, the state array), known
+// from the declarations alone.
+std::size_t arena_bytes(const gpu::ParameterArena& a) {
+  return static_cast<std::size_t>(4 * a.padded_count() + a.state_padded_count()) * sizeof(float);
+}
+
 }  // namespace
 
 DiffusionFeatureExtractor::DiffusionFeatureExtractor(const FeatureSource& source, FeatureOutput output,
@@ -131,6 +137,36 @@ DiffusionFeatureExtractor::DiffusionFeatureExtractor(const FeatureSource& source
     if (output_ != FeatureOutput::score) d_hidden_ = gpu::DeviceBuffer<float>(count(max_train_rows, hidden_));
   }
   FH_CHECK(cudaStreamSynchronize(stream));  // set-up: the weights and tables are in place
+}
+
+std::size_t DiffusionFeatureExtractor::bytes_for(const FeatureSource& source, FeatureOutput output,
+                                                 const rl::MarketConfig& market, std::int64_t num_envs,
+                                                 std::int64_t max_train_rows) {
+  DiffusionTrainerSpec spec = diffusion_trainer_spec(source.config, market.assets);  // as the constructor's
+  const std::int64_t D = spec.window * market.assets, Dc = spec.context * market.assets, H = spec.denoiser.hidden;
+  spec.denoiser.dim = D;
+  spec.denoiser.context = Dc;
+  const models::Denoiser denoiser(spec.denoiser);
+  gpu::ParameterArena arena;  // declarations only
+  denoiser.declare(arena);
+  const auto buffers = [&](std::int64_t rows) {  // make_buffers(rows)
+    return (4 * count(rows, D) + (Dc > 0 ? count(rows, Dc) : 0) + count(rows)) * sizeof(float) +
+           count(rows) * sizeof(std::int32_t) + denoiser.workspace_bytes(rows);
+  };
+  const std::int64_t R = max_train_rows;
+  std::size_t bytes = arena_bytes(arena) + count(4, spec.schedule.steps) * sizeof(float) /* (4, T) table */ +
+                      sizeof(std::uint64_t) /* counter_ */ + buffers(num_envs);
+  if (R > 0) bytes += buffers(R) + (count(R, D) + (output != FeatureOutput::score ? count(R, H) : 0)) * sizeof(float);
+  return bytes;
+}
+
+std::size_t DiffusionFeatureExtractor::allocated_bytes() const {
+  std::size_t bytes = arena_bytes(arena_) + count(4, schedule_->steps()) * sizeof(float) + counter_.bytes() +
+                      d_eps_hat_.bytes() + d_hidden_.bytes();
+  for (const Buffers* b : {&act_, &train_})
+    bytes += b->x0.bytes() + b->ctx.bytes() + b->x_t.bytes() + b->eps.bytes() + b->eps_hat.bytes() +
+             b->score.bytes() + b->t.bytes() + b->ws.bytes();
+  return bytes;
 }
 
 DiffusionFeatureExtractor::Buffers DiffusionFeatureExtractor::make_buffers(std::int64_t rows) const {

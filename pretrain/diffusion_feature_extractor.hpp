@@ -27,6 +27,7 @@
 // buffers, num_envs rows for acting and max_train_rows rows for the learner, so acting never
 // overwrites what a backward reads. All work is device kernels on the caller's lane: capturable,
 // no host synchronization after construction.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -59,6 +60,14 @@ class DiffusionFeatureExtractor final : public rl::ObsFeatures {
   DiffusionFeatureExtractor(const FeatureSource& source, FeatureOutput output, const rl::MarketConfig& market,
                             std::int64_t num_envs, std::int64_t noise_step, cudaStream_t stream)
       : DiffusionFeatureExtractor(source, output, market, num_envs, 0, noise_step, stream) {}
+
+  // The device bytes the constructor allocates for these arguments, from the source's config and
+  // the market alone (host only, nothing allocated): the arena's arrays, the schedule's table, the
+  // noise counter, the acting and (max_train_rows > 0) training buffers and train_backward's
+  // gradients. actors/memory_estimate sizes a run with it; allocated_bytes() is the constructed sum.
+  static std::size_t bytes_for(const FeatureSource& source, FeatureOutput output, const rl::MarketConfig& market,
+                               std::int64_t num_envs, std::int64_t max_train_rows);
+  std::size_t allocated_bytes() const;
 
   std::int64_t num_envs() const override { return n_; }
   std::int64_t obs_dim() const override { return obs_dim_; }

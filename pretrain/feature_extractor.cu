@@ -41,6 +41,12 @@ __global__ void done_kernel(std::uint8_t* __restrict__ done, const std::uint8_t*
 
 std::size_t count(std::int64_t a, std::int64_t b) { return static_cast<std::size_t>(a * b); }
 
+// What ParameterArena::finalize allocates (params, grads, Adam m and v, the state array), known
+// from the declarations alone.
+std::size_t arena_bytes(const gpu::ParameterArena& a) {
+  return static_cast<std::size_t>(4 * a.padded_count() + a.state_padded_count()) * sizeof(float);
+}
+
 }  // namespace
 
 FeatureExtractor::FeatureExtractor(const FeatureSource& source, FeatureOutput output, const rl::MarketConfig& market,
@@ -106,6 +112,31 @@ FeatureExtractor::FeatureExtractor(const FeatureSource& source, FeatureOutput ou
   step_ws_ = gpu::DeviceBuffer<std::byte>(model_->step_workspace_bytes(n_));
   step_view_ = models::Workspace{step_ws_.data(), n_, false};
   FH_CHECK(cudaStreamSynchronize(stream));
+}
+
+std::size_t FeatureExtractor::bytes_for(const FeatureSource& source, FeatureOutput output, std::int64_t num_envs) {
+  const auto model = make_model(source.model);
+  models::DenseSpec hs;  // as the constructor's
+  hs.name = "head";
+  hs.in = source.embedding;
+  hs.out = source.head_outputs;
+  hs.math = source.model.math;
+  const models::Dense head(hs);
+  gpu::ParameterArena arena;  // declarations only
+  model->declare(arena);
+  head.declare(arena);
+  const std::int64_t n = num_envs;
+  std::size_t bytes = arena_bytes(arena) +
+                      (2 * count(n, model->state_features()) + count(n, source.model.in) + count(n, source.embedding)) *
+                          sizeof(float) +
+                      2 * count(n, 1) /* done_, all_ */ + model->step_workspace_bytes(n);
+  if (output == FeatureOutput::head) bytes += count(n, source.head_outputs) * sizeof(float) + head.workspace_bytes(n, false);
+  return bytes;
+}
+
+std::size_t FeatureExtractor::allocated_bytes() const {
+  return arena_bytes(arena_) + state_.bytes() + scratch_state_.bytes() + input_.bytes() + embedding_.bytes() +
+         head_out_.bytes() + head_ws_.storage.bytes() + done_.bytes() + all_.bytes() + step_ws_.bytes();
 }
 
 void FeatureExtractor::extract(float* obs, float* state, const std::uint8_t* reset, gpu::BlasLane lane) {

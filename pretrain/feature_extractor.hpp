@@ -16,6 +16,7 @@
 // (model.safetensors, every tensor's shape checked against the config's model) and never trained
 // here (frozen). All work is device kernels and the model's own launches on the caller's lane:
 // capturable, no host synchronization after construction.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -37,6 +38,13 @@ class FeatureExtractor final : public rl::ObsFeatures {
   // not fit the config's model) and synchronizes `stream`.
   FeatureExtractor(const FeatureSource& source, FeatureOutput output, const rl::MarketConfig& market,
                    std::int64_t num_envs, cudaStream_t stream);
+
+  // The device bytes the constructor allocates for these arguments, from the source's config alone
+  // (host only, nothing allocated; the weights file is not read): the arena's arrays, the
+  // per-environment state and its scratch copy, the step's input, output and workspaces, the done
+  // masks. actors/memory_estimate sizes a run with it; allocated_bytes() is the constructed sum.
+  static std::size_t bytes_for(const FeatureSource& source, FeatureOutput output, std::int64_t num_envs);
+  std::size_t allocated_bytes() const;
 
   std::int64_t num_envs() const override { return n_; }
   std::int64_t obs_dim() const override { return obs_dim_; }

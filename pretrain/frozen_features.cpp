@@ -18,4 +18,10 @@ std::unique_ptr<rl::ObsFeatures> make_frozen_features(const FeatureSource& sourc
   return std::make_unique<FeatureExtractor>(source, output, market, num_envs, stream);
 }
 
+std::size_t frozen_features_bytes(const FeatureSource& source, FeatureOutput output, const rl::MarketConfig& market,
+                                  std::int64_t num_envs) {
+  if (source.diffusion()) return DiffusionFeatureExtractor::bytes_for(source, output, market, num_envs, 0);
+  return FeatureExtractor::bytes_for(source, output, num_envs);
+}
+
 }  // namespace foxhunt::pretrain

@@ -6,6 +6,7 @@
 // here.
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -21,5 +22,10 @@ namespace foxhunt::pretrain {
 std::unique_ptr<rl::ObsFeatures> make_frozen_features(const FeatureSource& source, FeatureOutput output,
                                                       const rl::MarketConfig& market, std::int64_t num_envs,
                                                       std::int64_t noise_step, cudaStream_t stream);
+
+// The device bytes make_frozen_features allocates for these arguments (the extractor's bytes_for),
+// computed on the host from the source's config: nothing is allocated, no device is needed.
+std::size_t frozen_features_bytes(const FeatureSource& source, FeatureOutput output, const rl::MarketConfig& market,
+                                  std::int64_t num_envs);
 
 }  // namespace foxhunt::pretrain

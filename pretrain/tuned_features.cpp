@@ -21,6 +21,13 @@ std::unique_ptr<rl::TrainableObsFeatures> make_tuned_features(const FeatureSourc
   return std::make_unique<WindowFeatureExtractor>(source, output, market, num_envs, max_train_rows, stream);
 }
 
+std::size_t tuned_features_bytes(const FeatureSource& source, FeatureOutput output, const rl::MarketConfig& market,
+                                 std::int64_t num_envs, std::int64_t max_train_rows) {
+  if (source.diffusion())
+    return DiffusionFeatureExtractor::bytes_for(source, output, market, num_envs, max_train_rows);
+  return WindowFeatureExtractor::bytes_for(source, output, market, num_envs, max_train_rows);
+}
+
 void declare_tuned_parameters(const FeatureSource& source, const rl::MarketConfig& market, gpu::ParameterArena& arena) {
   if (source.diffusion()) {
     // The denoiser as DiffusionFeatureExtractor builds it (its trainer's spec).

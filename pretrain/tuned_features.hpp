@@ -6,6 +6,7 @@
 // acting copy, the DQN learner and collector, eval) builds it here.
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -24,6 +25,12 @@ std::unique_ptr<rl::TrainableObsFeatures> make_tuned_features(const FeatureSourc
                                                               const rl::MarketConfig& market, std::int64_t num_envs,
                                                               std::int64_t max_train_rows, std::int64_t noise_step,
                                                               cudaStream_t stream);
+
+// The device bytes make_tuned_features allocates for these arguments (the extractor's bytes_for:
+// parameters, gradients, Adam moments, acting and training buffers), computed on the host from the
+// source's config: nothing is allocated, no device is needed.
+std::size_t tuned_features_bytes(const FeatureSource& source, FeatureOutput output, const rl::MarketConfig& market,
+                                 std::int64_t num_envs, std::int64_t max_train_rows);
 
 // Declares into `arena` (host only, nothing allocated on the device) the parameters of the
 // extractor make_tuned_features builds for `market`, under the same names: a checkpoint file of

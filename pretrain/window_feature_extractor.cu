@@ -59,6 +59,12 @@ void scatter_columns(float* dst, const float* cols, std::int64_t rows, std::int6
 
 std::size_t count(std::int64_t a, std::int64_t b, std::int64_t c = 1) { return static_cast<std::size_t>(a * b * c); }
 
+// What ParameterArena::finalize allocates (params, grads, Adam m and v, the state array), known
+// from the declarations alone.
+std::size_t arena_bytes(const gpu::ParameterArena& a) {
+  return static_cast<std::size_t>(4 * a.padded_count() + a.state_padded_count()) * sizeof(float);
+}
+
 }  // namespace
 
 WindowFeatureExtractor::WindowFeatureExtractor(const FeatureSource& source, FeatureOutput output,
@@ -118,6 +124,41 @@ WindowFeatureExtractor::WindowFeatureExtractor(const FeatureSource& source, Feat
   d_last_ = gpu::DeviceBuffer<float>(count(max_train_rows, hidden_));
   d_sequence_ = gpu::DeviceBuffer<float>(count(max_train_rows, window_, hidden_));
   FH_CHECK(cudaStreamSynchronize(stream));
+}
+
+std::size_t WindowFeatureExtractor::bytes_for(const FeatureSource& source, FeatureOutput output,
+                                              const rl::MarketConfig& market, std::int64_t num_envs,
+                                              std::int64_t max_train_rows) {
+  ModelSpec spec = source.model;
+  spec.sequence_length = market.window;  // as the constructor's
+  const auto model = make_model(spec);
+  models::DenseSpec hs;
+  hs.name = "head";
+  hs.in = source.embedding;
+  hs.out = source.head_outputs;
+  hs.math = source.model.math;
+  const models::Dense head(hs);
+  gpu::ParameterArena arena;  // declarations only
+  model->declare(arena);
+  head.declare(arena);
+  const std::int64_t T = market.window, A = market.assets, H = source.embedding, W = source.width(output);
+  const auto buffers = [&](std::int64_t rows) {  // make_buffers(rows)
+    std::size_t b = (count(rows, T, A) + count(rows, T, H) + count(rows, H)) * sizeof(float) +
+                    model->workspace_bytes(rows, false);
+    if (output == FeatureOutput::head) b += count(rows, W) * sizeof(float) + head.workspace_bytes(rows, false);
+    return b;
+  };
+  const std::int64_t R = max_train_rows;
+  return arena_bytes(arena) + buffers(num_envs) + buffers(R) +
+         (count(R, W) + count(R, H) + count(R, T, H)) * sizeof(float);
+}
+
+std::size_t WindowFeatureExtractor::allocated_bytes() const {
+  std::size_t bytes = arena_bytes(arena_) + d_features_.bytes() + d_last_.bytes() + d_sequence_.bytes();
+  for (const Buffers* b : {&act_, &train_})
+    bytes += b->input.bytes() + b->sequence.bytes() + b->last.bytes() + b->head_out.bytes() +
+             b->model_ws.storage.bytes() + b->head_ws.storage.bytes();
+  return bytes;
 }
 
 WindowFeatureExtractor::Buffers WindowFeatureExtractor::make_buffers(std::int64_t rows) const {

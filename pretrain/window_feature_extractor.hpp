@@ -13,6 +13,7 @@
 // Adam moments there), loaded at construction (model.safetensors, shapes checked). Two sets of
 // buffers: num_envs rows for acting (step / peek) and max_train_rows rows for the learner's
 // train_forward / train_backward, so acting never overwrites what a backward reads.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -32,6 +33,14 @@ class WindowFeatureExtractor final : public rl::TrainableObsFeatures {
   // market.window. Synchronizes `stream`.
   WindowFeatureExtractor(const FeatureSource& source, FeatureOutput output, const rl::MarketConfig& market,
                          std::int64_t num_envs, std::int64_t max_train_rows, cudaStream_t stream);
+
+  // The device bytes the constructor allocates for these arguments, from the source's config and
+  // the market alone (host only, nothing allocated): the arena's arrays, the acting and training
+  // buffers and train_backward's gradients. actors/memory_estimate sizes a run with it;
+  // allocated_bytes() is the constructed sum.
+  static std::size_t bytes_for(const FeatureSource& source, FeatureOutput output, const rl::MarketConfig& market,
+                               std::int64_t num_envs, std::int64_t max_train_rows);
+  std::size_t allocated_bytes() const;
 
   std::int64_t num_envs() const override { return n_; }
   std::int64_t obs_dim() const override { return obs_dim_; }

@@ -1,12 +1,20 @@
-// actors::estimate_memory against a hand computation for one small config.
+// actors::estimate_memory against a hand computation for one small config, and its [features] line.
 #include "actors/memory_estimate.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
 
 #include "actors/stage_factory.hpp"
 #include "actors/transition_slot.hpp"
+#include "gpu/arena.hpp"
 #include "gpu/context.hpp"
+#include "pretrain/feature_source.hpp"
+#include "pretrain/tuned_features.hpp"
 #include "rl/envs/episode_stats.hpp"
+#include "tests/support/staged_configs.hpp"
 
 using namespace foxhunt;
 using namespace foxhunt::actors;
@@ -59,4 +67,105 @@ TEST(MemoryEstimate, GrowsWithCapacityAndWidth) {
   EXPECT_GT(big.replay, small.replay + 999'000u * 4u * 8u);  // at least obs + next_obs per transition
   c.learner.hidden = {1024, 1024};
   EXPECT_GT(estimate_memory(c).learner, 8u * 1024u * 1024u * 4u);  // 8 copies of > 1M parameters
+}
+
+namespace {
+
+// The shipped [features] run configs, staged beside a stand-in of the pretrain run they name (an
+// LSTM of width 64 over the regime2 market's assets, its regime head: tests/support/staged_configs.hpp).
+RunConfig shipped_features_config(const char* name) {
+  static const std::filesystem::path dir = test::stage_shipped_configs(
+      std::filesystem::temp_directory_path() / ("foxhunt_memory_estimate_" + std::to_string(::getpid())));
+  return load_run_config(dir / name);
+}
+
+RunConfig without_features(RunConfig c) {
+  c.features.checkpoint.clear();
+  return c;
+}
+
+// One copy of the extractor's parameters (model and head), in bytes.
+std::size_t feature_parameter_bytes(const RunConfig& c) {
+  gpu::ParameterArena arena;  // declarations only
+  pretrain::declare_tuned_parameters(*feature_source(c), market_config(c), arena);
+  return static_cast<std::size_t>(arena.padded_count()) * sizeof(float);
+}
+
+}  // namespace
+
+// A frozen extractor is its own "features" line: at least its arena (four parameter-sized arrays),
+// and the run's total exceeds the same run without [features] by at least that much.
+TEST(MemoryEstimate, FeaturesLineCountsTheFrozenExtractor) {
+  for (const char* name : {"dqn_features_regime.toml", "ppo_features_regime.toml"}) {
+    SCOPED_TRACE(name);
+    const RunConfig c = shipped_features_config(name);
+    ASSERT_TRUE(c.features.enabled());
+    ASSERT_EQ(c.features.mode, "frozen");
+    const MemoryEstimate with = estimate_memory(c), without = estimate_memory(without_features(c));
+    const std::size_t P = feature_parameter_bytes(c);
+    EXPECT_GT(P, 64u * 64u * 4u * sizeof(float));  // the LSTM's recurrent weights alone: (4 x 64, 64)
+    EXPECT_EQ(without.features, 0u);
+    EXPECT_GE(with.features, 4 * P);
+    EXPECT_GE(with.total(), without.total() + 4 * P);
+    EXPECT_EQ(with.total(), with.replay + with.learner + with.collector + with.fixed + with.features);
+    const std::string table = format_memory_table(with);
+    EXPECT_NE(table.find("  features"), std::string::npos) << table;
+    EXPECT_NE(table.find(std::to_string(with.features) + " bytes"), std::string::npos) << table;
+    EXPECT_EQ(format_memory_table(without).find("features"), std::string::npos);
+  }
+}
+
+// Per-environment state and buffers: four times the environments, at least three more times the
+// per-environment embedding rows (64 floats each), and no less than the parameters.
+TEST(MemoryEstimate, FeaturesGrowWithNumEnvs) {
+  for (const char* name : {"dqn_features_regime.toml", "ppo_features_regime.toml"}) {
+    for (const char* mode : {"frozen", "finetune"}) {
+      SCOPED_TRACE(std::string(name) + " " + mode);
+      RunConfig c = shipped_features_config(name);
+      c.features.mode = mode;
+      const std::size_t small = estimate_memory(c).features;
+      const auto n = static_cast<std::size_t>(c.env.num_envs);
+      c.env.num_envs *= 4;
+      const std::size_t big = estimate_memory(c).features;
+      EXPECT_GE(big, small + 3 * n * 64 * sizeof(float));
+    }
+  }
+}
+
+// Fine-tuning keeps the training buffers and the learner's copies besides an acting copy: more than
+// the frozen extractor by at least one more arena (the acting copy's); PPO with separate actor and
+// critic extractors by at least one more again.
+TEST(MemoryEstimate, FinetuneFeaturesExceedFrozen) {
+  for (const char* name : {"dqn_features_regime.toml", "ppo_features_regime.toml"}) {
+    SCOPED_TRACE(name);
+    RunConfig c = shipped_features_config(name);
+    const std::size_t P = feature_parameter_bytes(c);
+    const std::size_t frozen = estimate_memory(c).features;
+    c.features.mode = "finetune";
+    if (c.learner.kind == "ppo") c.pipeline.mode = "actors";  // the learner's extractor and the acting copy
+    const std::size_t finetune = estimate_memory(c).features;
+    EXPECT_GE(finetune, frozen + 4 * P);
+    if (c.learner.kind == "ppo") {
+      c.pipeline.mode = "sync";
+      const std::size_t shared = estimate_memory(c).features;
+      EXPECT_LT(shared, finetune);  // no acting copy in the synchronous loop
+      c.features.shared = false;
+      EXPECT_GE(estimate_memory(c).features, shared + 4 * P);
+    }
+  }
+}
+
+// The window extractor's training rows: each holds at least its input window, its hidden sequence
+// (forward and gradient), its last hidden state (forward and gradient) and its output gradient.
+TEST(MemoryEstimate, TunedFeaturesGrowWithTrainingRows) {
+  const RunConfig c = shipped_features_config("ppo_features_regime.toml");
+  const auto src = feature_source(c);
+  const rl::MarketConfig market = market_config(c);
+  const pretrain::FeatureOutput out = pretrain::FeatureOutput::embedding;
+  const std::size_t one = pretrain::tuned_features_bytes(*src, out, market, 8, 1);
+  const std::size_t many = pretrain::tuned_features_bytes(*src, out, market, 8, 101);
+  const auto T = static_cast<std::size_t>(market.window), A = static_cast<std::size_t>(market.assets);
+  const std::size_t per_row = (T * A + 2 * T * 64 + 2 * 64 + 64) * sizeof(float);
+  EXPECT_GE(many, one + 100 * per_row);
+  EXPECT_GE(one, 4 * feature_parameter_bytes(c));
 }

@@ -165,6 +165,9 @@ TEST_F(Cli, CheckAcceptsEveryShippedConfig) {
     if (e.path().extension() != ".toml") continue;
     const Result r = cli({"check", "--config", e.path().string()});
     EXPECT_EQ(r.code, 0) << e.path() << "\n" << r.err;
+    // The memory estimate has a line for a [features] extractor, and none without one.
+    const bool features = e.path().filename().string().find("_features_") != std::string::npos;
+    EXPECT_EQ(r.out.find("\n  features ") != std::string::npos, features) << e.path() << "\n" << r.out;
     ++checked;
   }
   EXPECT_GE(checked, 6) << "run configs in " << dir;

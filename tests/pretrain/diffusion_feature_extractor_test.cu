@@ -31,6 +31,7 @@
 #include "pretrain/diffusion_feature_extractor.hpp"
 #include "pretrain/diffusion_trainer.hpp"
 #include "pretrain/frozen_features.hpp"
+#include "pretrain/tuned_features.hpp"
 #include "rl/envs/market.hpp"
 #include "rl/envs/market_params.hpp"
 #include "rl/ppo/trainer.hpp"
@@ -413,3 +414,23 @@ TEST_F(DiffusionFeatureExtractorTest, DqnSlotsStoreEachWindowsFeatures) {
 }
 
 }  // namespace
+
+// The sizing the memory estimate reads (bytes_for, from the config alone) equals what the
+// constructed extractor allocates: frozen (no training buffers) and fine-tuned, every output,
+// with and without conditioning context.
+TEST_F(DiffusionFeatureExtractorTest, BytesForEqualsWhatIsAllocated) {
+  for (const std::int64_t context : {0, 4}) {
+    const FeatureSource src = checkpoint(context, 4);
+    for (const FeatureOutput output : {FeatureOutput::embedding, FeatureOutput::score, FeatureOutput::both}) {
+      SCOPED_TRACE("context " + std::to_string(context) + " " + to_string(output));
+      const rl::MarketConfig market = market_for(src, output);
+      const DiffusionFeatureExtractor frozen(src, output, market, 6, kNoiseStep, stream());
+      EXPECT_EQ(DiffusionFeatureExtractor::bytes_for(src, output, market, 6, 0), frozen.allocated_bytes());
+      EXPECT_EQ(frozen_features_bytes(src, output, market, 6), frozen.allocated_bytes());
+      const DiffusionFeatureExtractor tuned(src, output, market, 5, 9, kNoiseStep, stream());
+      EXPECT_EQ(DiffusionFeatureExtractor::bytes_for(src, output, market, 5, 9), tuned.allocated_bytes());
+      EXPECT_EQ(tuned_features_bytes(src, output, market, 5, 9), tuned.allocated_bytes());
+      EXPECT_GT(tuned.allocated_bytes(), frozen.allocated_bytes());
+    }
+  }
+}

@@ -20,6 +20,9 @@
 #include "gpu/arena.hpp"
 #include "gpu/context.hpp"
 #include "pretrain/feature_extractor.hpp"
+#include "pretrain/frozen_features.hpp"
+#include "pretrain/tuned_features.hpp"
+#include "pretrain/window_feature_extractor.hpp"
 #include "rl/envs/market_params.hpp"
 #include "tests/support/feature_checkpoint.hpp"
 #include "tests/support/gpu_test.hpp"
@@ -206,3 +209,23 @@ TEST_F(FeatureExtractorTest, RefusesAMarketItCannotRead) {
 }
 
 }  // namespace
+
+// The sizing the memory estimate reads (bytes_for, from the config alone) equals what the
+// constructed extractors allocate, frozen and window form, embedding and head, for families whose
+// state and workspaces differ.
+TEST_F(FeatureExtractorTest, BytesForEqualsWhatIsAllocated) {
+  for (const char* kind : {"lstm", "mamba2", "tft"}) {
+    const FeatureSource src = checkpoint(kind, 1);
+    for (const FeatureOutput output : {FeatureOutput::embedding, FeatureOutput::head}) {
+      SCOPED_TRACE(std::string(kind) + " " + to_string(output));
+      rl::MarketConfig market = src.market;
+      market.extra_features = static_cast<int>(src.width(output));
+      const FeatureExtractor fx(src, output, market, 6, stream());
+      EXPECT_EQ(FeatureExtractor::bytes_for(src, output, 6), fx.allocated_bytes());
+      const WindowFeatureExtractor wx(src, output, market, 5, 7, stream());
+      EXPECT_EQ(WindowFeatureExtractor::bytes_for(src, output, market, 5, 7), wx.allocated_bytes());
+      EXPECT_EQ(tuned_features_bytes(src, output, market, 5, 7), wx.allocated_bytes());
+      EXPECT_EQ(frozen_features_bytes(src, output, market, 6), fx.allocated_bytes());
+    }
+  }
+}
