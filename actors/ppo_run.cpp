@@ -28,12 +28,6 @@ using rl::ppo::PpoConfig;
 
 namespace {
 
-gpu::LinearMath parse_math(const std::string& m) {
-  if (m == "tf32") return gpu::LinearMath::tf32;
-  if (m == "bf16") return gpu::LinearMath::bf16;
-  return gpu::LinearMath::fp32;
-}
-
 std::int64_t iterations_of(const RunConfig& c) {
   return std::max<std::int64_t>(1, c.run.total_env_steps / (c.env.num_envs * c.learner.rollout_steps));
 }
@@ -95,7 +89,7 @@ PpoConfig ppo_config(const RunConfig& c, const EnvShape& env) {
   p.activation = c.learner.activation == "relu" ? gpu::Activation::relu : gpu::Activation::tanh;
   p.shared_trunk = c.learner.shared_trunk;
   p.lstm_hidden = c.learner.lstm_hidden;
-  p.math = parse_math(c.learner.math);
+  p.math = learner_linear_math(c);
   p.head = rl::ppo::head_for(
       env.action, c.learner.action_bound == "tanh" ? rl::ppo::HeadShape::Bound::tanh : rl::ppo::HeadShape::Bound::clip);
   p.init_log_std = static_cast<float>(c.learner.init_log_std);
@@ -168,9 +162,7 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
     tuned = pretrain::make_tuned_features(*source, pretrain::parse_feature_output(cfg.features.output),
                                           market_config(cfg), cfg.env.num_envs, pc.minibatch_rows(),
                                           cfg.features.noise_step, s);
-    spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), fine-tuned at {} x the learning rate",
-                 source->dir.string(), source->config.model.kind, source->config.model.hidden, cfg.features.output,
-                 tuned->features(), cfg.features.lr_scale);
+    log_features(cfg, *source, tuned->features());
     if (!cfg.features.shared) {
       tuned_critic = pretrain::make_tuned_features(*source, pretrain::parse_feature_output(cfg.features.output),
                                                    market_config(cfg), cfg.env.num_envs, pc.minibatch_rows(),
@@ -186,8 +178,7 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
     features = pretrain::make_frozen_features(*src, output, market_config(cfg), cfg.env.num_envs,
                                               cfg.features.noise_step, s);
     trainer.set_features(features.get());
-    spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), frozen", src->dir.string(),
-                 src->config.model.kind, src->config.model.hidden, cfg.features.output, features->features());
+    log_features(cfg, *src, features->features());
   }
   trainer.reset(cfg.run.seed);
 

@@ -25,17 +25,21 @@
 #include "rl/envs/ohlcv_csv.hpp"
 
 namespace foxhunt::actors {
-namespace {
-
-// learner.math (validated by load_run_config) as gpu/linear's arithmetic.
-gpu::LinearMath linear_math(const std::string& m) {
+gpu::LinearMath learner_linear_math(const RunConfig& c) {
+  const std::string& m = c.learner.math;
   if (m == "fp32") return gpu::LinearMath::fp32;
   if (m == "tf32") return gpu::LinearMath::tf32;
   if (m == "bf16") return gpu::LinearMath::bf16;
   throw std::invalid_argument("learner.math = \"" + m + "\": must be one of \"fp32\" | \"tf32\" | \"bf16\"");
 }
 
-}  // namespace
+void log_features(const RunConfig& c, const pretrain::FeatureSource& source, std::int64_t columns) {
+  const std::string how = c.features.mode == "finetune"
+                              ? fmt::format("fine-tuned at {} x the learning rate", c.features.lr_scale)
+                              : std::string("frozen");
+  spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), {}", source.dir.string(),
+               source.config.model.kind, source.config.model.hidden, c.features.output, columns, how);
+}
 
 rl::DqnLearnerConfig dqn_learner_config(const RunConfig& c, std::int64_t obs_dim, std::int64_t branches,
                                         std::int64_t actions) {
@@ -49,7 +53,7 @@ rl::DqnLearnerConfig dqn_learner_config(const RunConfig& c, std::int64_t obs_dim
   lc.net.noisy = c.learner.noisy;
   lc.net.sigma0 = static_cast<float>(c.learner.sigma0);
   lc.net.atoms = c.learner.atoms;
-  lc.net.math = linear_math(c.learner.math);
+  lc.net.math = learner_linear_math(c);
   lc.net.v_min = static_cast<float>(c.learner.v_min);
   lc.net.v_max = static_cast<float>(c.learner.v_max);
   lc.batch = c.replay.batch_size;
@@ -196,16 +200,11 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
     collector->set_tuned_features(pretrain::make_tuned_features(*src, output, market_config(config),
                                                                 config.env.num_envs, 1, config.features.noise_step,
                                                                 collector->stream()));
-    spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), fine-tuned at {} x the learning rate",
-                 src->dir.string(), src->config.model.kind, src->config.model.hidden, config.features.output,
-                 collector->features()->features(), config.features.lr_scale);
   } else if (src) {
     collector->set_features(pretrain::make_frozen_features(*src, output, market_config(config), config.env.num_envs,
                                                            config.features.noise_step, collector->stream()));
-    spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), frozen", src->dir.string(),
-                 src->config.model.kind, src->config.model.hidden, config.features.output,
-                 collector->features()->features());
   }
+  if (source) log_features(config, *source, collector->features()->features());
   // A policy: the online weights, then a fine-tuned extractor's.
   const std::int64_t floats = learner->policy_floats();
   // A final checkpoint carries the collector's state (acting network, exploration counters, and
@@ -279,16 +278,11 @@ PpoStages make_ppo_stages(const RunConfig& config, const std::optional<std::file
     collector->set_features(pretrain::make_tuned_features(*source, output, market_config(config),
                                                           config.env.num_envs, 1, config.features.noise_step,
                                                           collector->stream()));
-    spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), fine-tuned at {} x the learning rate",
-                 source->dir.string(), source->config.model.kind, source->config.model.hidden, config.features.output,
-                 collector->features()->features(), config.features.lr_scale);
   } else if (source) {
     collector->set_features(pretrain::make_frozen_features(*source, output, market_config(config), config.env.num_envs,
                                                            config.features.noise_step, collector->stream()));
-    spdlog::info("features: {} ({}, hidden {}), output {} ({} columns), frozen", source->dir.string(),
-                 source->config.model.kind, source->config.model.hidden, config.features.output,
-                 collector->features()->features());
   }
+  if (source) log_features(config, *source, collector->features()->features());
   std::vector<rl::ppo::Rollout*> slots;
   for (int k = 0; k < collector->rollout_slots(); ++k) slots.push_back(&collector->rollout(k));
   learner->attach_rollouts(std::move(slots));

@@ -10,6 +10,7 @@
 #include "actors/ppo_pipeline.hpp"
 #include "actors/run_config.hpp"
 #include "gpu/data_parallel.hpp"
+#include "gpu/linear.hpp"
 #include "rl/dqn/learner.hpp"
 #include "rl/envs/vec_env.hpp"
 #include "rl/replay/config.hpp"
@@ -25,6 +26,13 @@ rl::ReplayConfig dqn_replay_config(const RunConfig& c, std::int64_t obs_dim, std
 std::int64_t expected_updates(const RunConfig& c);
 // replay.beta_anneal_updates, or expected_updates(c) when it is 0 (the default).
 std::int64_t beta_anneal_updates(const RunConfig& c);
+
+// learner.math (validated by load_run_config) as gpu/linear's arithmetic.
+gpu::LinearMath learner_linear_math(const RunConfig& c);
+
+// Logs the run's feature extractor: its checkpoint, family, output and `columns`, and whether it is
+// frozen or fine-tuned (at what learning-rate scale).
+void log_features(const RunConfig& c, const pretrain::FeatureSource& source, std::int64_t columns);
 
 // The run's environment with num_envs copies: CartPole-v1 (env.kind cartpole) or rl::MarketEnv
 // from market_config(config) (market; a replay market with its bars loaded), behind an
