@@ -40,6 +40,8 @@ namespace fs = std::filesystem;
 constexpr std::int64_t kEvalEpisodes = 4096;  // fresh paths per evaluation: the paired interval is ~+-0.02 Sharpe
 constexpr std::int64_t kDqnSteps = 2'000'000;
 constexpr std::int64_t kPpoSteps = 4'000'000;
+// A diffusion model's features read exactly the windows it trained on: the market's window.
+constexpr int kDiffusionWindow = 16;
 
 // The market file's text with an observation window of `window` returns.
 inline std::string regime_market_toml(int window) {
@@ -71,6 +73,9 @@ inline std::string regime_model_toml(const std::string& kind) {
     m << "layers = 1\nheads = 4\n";
   } else if (kind == "kan") {  // one KAN layer reading the whole 64-return window
     m << "layers = 1\ngrid = 8\norder = 3\nlags = 64\ngrid_min = -4.0\ngrid_max = 4.0\n";
+  } else if (kind == "diffusion") {  // configs/pretrain/diffusion_regime.toml's denoiser at width 32
+    m << "layers = 2\nexpand = 2\nembed = 32\ndiffusion_steps = 1000\nschedule = \"linear\"\n"
+      << "sampler = \"ddim\"\nsample_steps = 50\n";
   } else {
     m << "layers = 1\n";
   }
@@ -108,6 +113,7 @@ struct TrainSpec {
   std::uint64_t seed = 1;
   int window = 1;               // the market's observation window
   fs::path features;            // the pretrain checkpoint (empty: no [features])
+  std::string output = "embedding";  // features.output
   std::string mode = "frozen";  // features.mode
   double lr_scale = 1.0;        // features.lr_scale (finetune)
 };
@@ -150,15 +156,19 @@ class FeaturesLearningFixture : public test::GpuTest {
   // The pretrained regime classifier of `kind` and `seed` (its final checkpoint): 1024 windows of
   // 64 returns of the 1-return market (the pretraining reads data.window, and [features] checks the
   // assets and the return normalization only, so it serves every window of the market), 3000 steps;
-  // its accuracy is printed beside the HMM filter's. Trained at the first request.
+  // its accuracy is printed beside the HMM filter's. A diffusion model is a DDPM over the
+  // kDiffusionWindow-return market's windows (its features read exactly those); its validation
+  // loss is printed. Trained at the first request.
   fs::path pretrain(const std::string& kind, std::uint64_t seed) {
     if (auto it = pretrained().find({kind, seed}); it != pretrained().end()) return it->second;
     const auto t0 = std::chrono::steady_clock::now();
     const std::string name = "pre_" + kind + std::to_string(seed);
+    const bool diffusion = kind == "diffusion";
     std::ostringstream t;
-    t << regime_model_toml(kind) << "[data]\nsource = \"market\"\nmarket = \"" << market_file(1).string()
-      << "\"\nwindow = 64\n"
-      << "[task]\nkind = \"regime\"\n"
+    t << regime_model_toml(kind) << "[data]\nsource = \"market\"\nmarket = \""
+      << market_file(diffusion ? kDiffusionWindow : 1).string() << "\"\nwindow = "
+      << (diffusion ? kDiffusionWindow : 64) << "\n"
+      << "[task]\nkind = \"" << (diffusion ? "generate" : "regime") << "\"\n"
       << "[optim]\nlr = 0.003\nweight_decay = 0.0\nwarmup_steps = 100\ndecay = \"cosine\"\ngrad_clip = 1.0\n"
       << "batch = 1024\nsteps = 3000\n"
       << "[run]\nseed = " << seed << "\neval_every = 3000\neval_windows = 65536\nlog_every = 500\n"
@@ -171,7 +181,13 @@ class FeaturesLearningFixture : public test::GpuTest {
     const PretrainOutcome out = run_pretraining(req);
     EXPECT_EQ(out.result.outcome.kind, RunOutcome::Kind::completed) << out.result.outcome.reason;
     EXPECT_TRUE(out.result.final_checkpoint.has_value()) << out.result.checkpoint_error;
-    if (out.last_eval) {
+    if (out.last_eval && diffusion) {
+      // A denoiser that learned nothing predicts zero noise: validation loss 1.
+      std::printf("pretrain diffusion seed %llu: epsilon-prediction loss %.4f (1 for a zero predictor), %.1f s\n",
+                  static_cast<unsigned long long>(seed), out.last_eval->loss, seconds_since(t0));
+      std::fflush(stdout);
+      EXPECT_LT(out.last_eval->loss, 0.9) << "seed " << seed << ": the pretrained denoiser learned little";
+    } else if (out.last_eval) {
       const pretrain::EvalMetrics& m = *out.last_eval;
       const double ratio = (m.accuracy - 0.5) / (m.baseline_accuracy - 0.5);
       std::printf("pretrain %s seed %llu: accuracy %.4f, HMM filter %.4f (above chance: ratio %.3f), %.1f s\n",
@@ -213,7 +229,7 @@ class FeaturesLearningFixture : public test::GpuTest {
     }
     if (!spec.features.empty()) {
       t << "[features]\ncheckpoint = \"" << spec.features.string() << "\"\nmode = \"" << spec.mode
-        << "\"\noutput = \"embedding\"\n";
+        << "\"\noutput = \"" << spec.output << "\"\n";
       if (spec.mode == "finetune") t << "lr_scale = " << spec.lr_scale << "\n";
     }
     t << "[logging]\ntimeline = false\ntensorboard = false\n";

@@ -1,13 +1,16 @@
-// Every sequence-model family `foxhunt pretrain` trains serves as the frozen feature extractor of a
-// DQN agent that beats buy-and-hold (issue 20; suite Families/FeatureFamiliesLearning, one test per
+// Every model family `foxhunt pretrain` trains serves as the frozen feature extractor of a DQN
+// agent that beats buy-and-hold (issue 20; suite Families/FeatureFamiliesLearning, one test per
 // family: --gtest_filter='*FeatureFamiliesLearning*', one family: '*FeatureFamiliesLearning*/xlstm').
 //
-// Per family (lstm, mamba2, xlstm, cfc, tft, kan): a regime classifier at width 32 is pretrained
-// in-process (trainer_learning_test's regime recipe for the family: 1024 windows of 64 returns,
-// 3000 steps; its accuracy is printed beside the HMM filter's and held to the recipe's 90% bar),
-// then FeaturesLearning's DQN agent (configs/dqn_features_regime.toml's recipe, 2M env steps) is
-// trained with its 32 features (output = "embedding") as frozen [features] on the two-regime market
-// of opposite drifts with a 1-return observation (features_learning_support.hpp), and its greedy
+// Sequence families (lstm, mamba2, xlstm, cfc, tft, kan): a regime classifier at width 32 is
+// pretrained in-process (trainer_learning_test's regime recipe for the family: 1024 windows of 64
+// returns, 3000 steps; its accuracy is printed beside the HMM filter's and held to the recipe's 90%
+// bar); the agent observes 1 return and the 32 features of output = "embedding". Diffusion: a
+// DDPM at width 32 over the market's 16-return windows (its validation loss is printed and held
+// below 0.9, a zero predictor's being 1); the agent observes 16 returns and the embedding and
+// anomaly score of that window (output = "both"). Then FeaturesLearning's DQN agent
+// (configs/dqn_features_regime.toml's recipe, 2M env steps) is trained with the frozen [features]
+// on the two-regime market of opposite drifts (features_learning_support.hpp), and its greedy
 // policy is evaluated on 4096 fresh episodes. The bar: the mean of the per-episode Sharpe
 // differences greedy - buy-and-hold over the same paths has a 95% bootstrap interval above zero.
 // The Sharpe, buy-and-hold's and the regime oracle's are printed, so the margins show.
@@ -16,7 +19,7 @@
 // against-without comparison of FeaturesLearning, whose LSTM it shares the recipe of). Wall time,
 // estimated from FeaturesLearning's DQN runs on an H100 (170-300 s each beside other GPU work):
 // about 4-6 minutes per family (pretraining 10-60 s, xlstm the slowest; training 3-5 min; the
-// evaluation seconds), about 30 minutes for the six.
+// evaluation seconds), about 35 minutes for the seven.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -48,6 +51,10 @@ TEST_P(FeatureFamiliesLearning, FrozenFeaturesGiveDqnASharpeAboveBuyAndHold) {
   spec.learner = "dqn";
   spec.seed = kSeed;
   spec.features = pre;
+  if (kind == "diffusion") {  // the embedding and the anomaly score of the market's whole window
+    spec.window = kDiffusionWindow;
+    spec.output = "both";
+  }
   const fs::path agent = train("dqn_" + kind + std::to_string(kSeed), spec);
   ASSERT_FALSE(agent.empty());
 
@@ -74,7 +81,7 @@ TEST_P(FeatureFamiliesLearning, FrozenFeaturesGiveDqnASharpeAboveBuyAndHold) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FeatureFamiliesLearning,
-                         ::testing::Values("lstm", "mamba2", "xlstm", "cfc", "tft", "kan"),
+                         ::testing::Values("lstm", "mamba2", "xlstm", "cfc", "tft", "kan", "diffusion"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
