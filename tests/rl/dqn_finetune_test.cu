@@ -307,7 +307,7 @@ TEST_P(DqnFinetuneGradient, ExtractorGradientMatchesFiniteDifferencesOfTheLoss) 
   const std::int64_t O = fx->obs_dim(), P = fx->arena().padded_count();
   DqnLearnerConfig cfg = config_for(GetParam(), O, seed_);
   cfg.net.noisy = false;                // a deterministic loss
-  cfg.net.act = gpu::Activation::tanh;  // smooth: no ReLU kink inside a difference step
+  cfg.net.act = gpu::Activation::gelu;  // smooth: no ReLU kink inside a difference step
   cfg.loss = TdLoss::mse;
   cfg.max_grad_norm = 0.f;
   Batch b = make_batch(rng_, O, fx->feature_column(), fx->features(), cfg.net.branches, cfg.net.actions, 0.f, stream());
