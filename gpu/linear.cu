@@ -139,6 +139,17 @@ bool epilogue_native(const cublasLtMatmulAlgo_t& algo, cublasLtEpilogue_t epilog
   return (mask & want) == want;
 }
 
+// A forward epilogue that also writes the activation's aux output (the ReLU mask or GELU's input).
+// cuBLASLt's capability mask lists these for kernels that only reach them through a separate
+// epilogue::globalKernel pass after the GEMM: an ncu profile of the large DQN learner (H100, TF32,
+// 4096 and 8192 rows x 1024) showed RELU_AUX_BIAS run that way at every forward layer, 44 and
+// 85 us a pass, 40% of the update. So large GEMMs never take them as native (launch_epilogue
+// instead).
+bool forward_aux_epilogue(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_RELU_AUX || e == CUBLASLT_EPILOGUE_RELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX ||
+         e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+
 // One column-major GEMM D (m, n) = op(A) op(B) + beta D, with an epilogue. A and B are of ab_type
 // (f32, or bf16 copies for LinearMath::bf16); C = D, bias and aux are f32 always.
 struct GemmSpec {
@@ -189,7 +200,7 @@ std::optional<cublasLtMatmulAlgo_t> pick_algo(const cublasLtMatmulHeuristicResul
   // report "no fused algorithm" so that linear_forward runs the plain GEMM (same heuristic's
   // best) and launch_epilogue.
   if (g.k > kNoSplitMaxK || g.m * g.n > kSmallGemmOutputs) {
-    if (!epilogue_native(results[first].algo, g.epilogue)) return std::nullopt;
+    if (forward_aux_epilogue(g.epilogue) || !epilogue_native(results[first].algo, g.epilogue)) return std::nullopt;
     return results[first].algo;
   }
   cublasLtMatmulAlgo_t algo = results[best].algo;
