@@ -5,7 +5,8 @@
 // starts one, which must then complete.
 //
 //   ActorFault.InjectedCudaError...   a real, non-sticky CUDA error (a launch with 4096 threads per
-//                                     block) raised in the learner stage at its K-th update;
+//                                     block) raised in the learner stage at its K-th update; also
+//                                     in one of two agents run at once (run_agents);
 //   ActorKill.KilledActor.../<actor>  an actor killed (exit_reason::kill) in the middle of the run;
 //   ActorFault.StickyDeviceFault...   a kernel writing through a null pointer: the CUDA context is
 //                                     lost for the whole process, so it runs in a child process
@@ -29,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -175,6 +177,60 @@ TEST_F(ActorFault, InjectedCudaErrorInLearnerStopsCleanlyWithLoadableCheckpoint)
       << "the final checkpoint is not the learner's state at the stop";
   EXPECT_EQ(loaded.state.updates_attempted, kAt - 1);
   e2e::expect_resumes(*r.final_checkpoint, kResumeSteps);
+  fs::remove_all(dir);
+}
+
+// 3b. The same error in one of two agents run at once (run_agents, each with its own stages and
+// checkpoint store): both stop, the reason names the faulty agent's learner, and each agent's final
+// checkpoint loads into a fresh learner as that agent's learner state at the stop.
+TEST_F(ActorFault, InjectedCudaErrorInOneOfTwoAgentsStopsBothWithLoadableCheckpoints) {
+  constexpr std::int64_t kAt = 100;
+  const RunConfig cfg = parse_run_config(e2e::small_cartpole_toml(kEndless, 0), "ActorFault");
+  PipelineStages faulty_stages = make_stages(cfg, std::nullopt);
+  PipelineStages healthy_stages = make_stages(cfg, std::nullopt);
+  auto real = std::dynamic_pointer_cast<DqnLearnerStage>(faulty_stages.learner);
+  auto healthy = std::dynamic_pointer_cast<DqnLearnerStage>(healthy_stages.learner);
+  ASSERT_NE(real, nullptr);
+  ASSERT_NE(healthy, nullptr);
+  auto faulty = std::make_shared<FaultyLearner>(real, Fault::invalid_launch, kAt, cfg.run.device);
+  faulty->arm();
+  faulty_stages.learner = faulty;
+  const std::shared_ptr<StageSet> faulty_set = make_dqn_stage_set(cfg.pipeline_config(), faulty_stages);
+  const std::shared_ptr<StageSet> healthy_set = make_dqn_stage_set(cfg.pipeline_config(), healthy_stages);
+
+  const fs::path dir = e2e::fresh_dir("actor_fault_two_agents");
+  e2e::WatchedRun run(dir / "unused", {kSoftDeadline});  // the hooks; each agent has its own store
+  run.hooks.store = nullptr;
+  const std::vector<AgentSpec> agents{
+      {"faulty", faulty_set.get(), std::make_shared<CheckpointStore>(dir / "faulty"), nullptr},
+      {"healthy", healthy_set.get(), std::make_shared<CheckpointStore>(dir / "healthy"), nullptr}};
+  auto fut = std::async(std::launch::async, [&] { return run_agents(agents, run.hooks); });
+  if (fut.wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+    ADD_FAILURE() << "run_agents did not return within 120 s (hang)";
+    std::fflush(stdout);
+    std::abort();
+  }
+  const AgentsResult r = fut.get();
+
+  EXPECT_EQ(run.stop.load(), 0) << "the run had to be stopped by the test's deadline";
+  EXPECT_TRUE(faulty->fired());
+  EXPECT_EQ(r.outcome.kind, RunOutcome::Kind::failed) << r.outcome.reason;
+  EXPECT_TRUE(contains(r.outcome.reason, "faulty/learner failed")) << r.outcome.reason;
+  EXPECT_TRUE(contains(r.outcome.reason, "CUDA error: invalid")) << r.outcome.reason;
+  EXPECT_NE(r.exit_code(), 0);
+  ASSERT_EQ(r.agents.size(), 2u);
+  const std::map<std::string, DqnLearnerStage*> learners{{"faulty", real.get()}, {"healthy", healthy.get()}};
+  for (const AgentResult& a : r.agents) {
+    SCOPED_TRACE(a.name);
+    EXPECT_FALSE(a.finished);
+    ASSERT_TRUE(a.final_checkpoint.has_value()) << a.checkpoint_error;
+    EXPECT_TRUE(e2e::counters_equal(CheckpointStore::read_counters(*a.final_checkpoint), a.counters));
+    e2e::LearnerContents loaded;
+    e2e::expect_learner_loads(cfg, *a.final_checkpoint, &loaded);
+    EXPECT_EQ(e2e::differences(loaded, e2e::contents_of(learners.at(a.name)->learner())), "")
+        << "the final checkpoint is not the agent's learner state at the stop";
+  }
+  EXPECT_EQ(r.agents[0].counters.updates, kAt - 1) << "the faulty agent's K-th update must not have run";
   fs::remove_all(dir);
 }
 
