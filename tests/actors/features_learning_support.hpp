@@ -116,6 +116,7 @@ struct TrainSpec {
   std::string output = "embedding";  // features.output
   std::string mode = "frozen";  // features.mode
   double lr_scale = 1.0;        // features.lr_scale (finetune)
+  std::int64_t env_steps = 0;   // run.total_env_steps (0: the recipe's, kDqnSteps or kPpoSteps)
 };
 
 // One folder per suite (removed at its end); pretrained checkpoints are shared by a suite's tests.
@@ -213,7 +214,7 @@ class FeaturesLearningFixture : public test::GpuTest {
     const bool dqn = spec.learner == "dqn";
     std::ostringstream t;
     t << "[run]\nname = \"" << name << "\"\nseed = " << spec.seed
-      << "\ntotal_env_steps = " << (dqn ? kDqnSteps : kPpoSteps) << "\n"
+      << "\ntotal_env_steps = " << (spec.env_steps > 0 ? spec.env_steps : dqn ? kDqnSteps : kPpoSteps) << "\n"
       << "[env]\nkind = \"market\"\nmarket = \"" << market_file(spec.window).string() << "\"\nnum_envs = 256\n";
     if (dqn) {
       t << "steps_per_slot = 1\n"
