@@ -77,6 +77,15 @@ AgentsConfig short_dqn_and_ppo(std::int64_t total, std::int64_t every) {
   return c;
 }
 
+// The stop and kill tests end the run once every agent has 16,384 env steps and an update. PPO's
+// 262,144 steps (128 rollouts of 32 x 64) can take less time than DQN's first 16,384 (512 slot
+// hand-offs), so PPO gets 8x the total: it cannot finish before the stop however the two share
+// the GPU.
+void lengthen_ppo(AgentsConfig& c) {
+  for (AgentConfig& a : c.agents)
+    if (a.config.learner.kind == "ppo") a.config.run.total_env_steps *= 8;
+}
+
 std::string read_text(const fs::path& f) {
   std::ifstream in(f);
   std::stringstream s;
@@ -147,6 +156,7 @@ TEST_F(GpuAgents, DqnAndPpoAtOnceOnTheOuMarket) {
 TEST_F(GpuAgents, StopWritesEveryAgentsCheckpointAndResumeContinuesAll) {
   AgentsTrainRequest req;
   req.config = short_dqn_and_ppo(262'144, 0);  // no segments: the stop is the only checkpoint
+  lengthen_ppo(req.config);
   for (AgentConfig& a : req.config.agents) a.config.logging.timeline = false;
   req.run_dir = dir_ / "first";
   req.console = false;
@@ -159,10 +169,11 @@ TEST_F(GpuAgents, StopWritesEveryAgentsCheckpointAndResumeContinuesAll) {
   };
   const AgentsTrainOutcome first = run_agents_training(req);
   ASSERT_EQ(first.result.outcome.kind, RunOutcome::Kind::stopped) << first.result.outcome.reason;
-  for (const AgentResult& a : first.result.agents) {
+  for (std::size_t i = 0; i < first.result.agents.size(); ++i) {
+    const AgentResult& a = first.result.agents[i];
     SCOPED_TRACE(a.name);
     ASSERT_TRUE(a.final_checkpoint.has_value()) << a.checkpoint_error;
-    EXPECT_LT(a.counters.env_steps, 262'144);
+    EXPECT_LT(a.counters.env_steps, req.config.agents[i].config.run.total_env_steps);
   }
   AgentsTrainRequest again;
   again.config = req.config;
@@ -174,7 +185,7 @@ TEST_F(GpuAgents, StopWritesEveryAgentsCheckpointAndResumeContinuesAll) {
   ASSERT_EQ(second.result.outcome.kind, RunOutcome::Kind::completed) << second.result.outcome.reason;
   for (std::size_t i = 0; i < 2; ++i) {
     SCOPED_TRACE(second.result.agents[i].name);
-    EXPECT_GE(second.result.agents[i].counters.env_steps, 262'144);
+    EXPECT_GE(second.result.agents[i].counters.env_steps, req.config.agents[i].config.run.total_env_steps);
     EXPECT_GT(second.result.agents[i].counters.updates, first.result.agents[i].counters.updates);
   }
 }
@@ -185,6 +196,7 @@ TEST_P(GpuAgentsKill, KillingOneAgentsActorStopsBoth) {
   const std::string victim = GetParam();  // "<agent>/<actor>"
   AgentsTrainRequest req;
   req.config = short_dqn_and_ppo(262'144, 0);
+  lengthen_ppo(req.config);
   for (AgentConfig& a : req.config.agents) a.config.logging.timeline = false;
   req.run_dir = dir_ / "killed";
   req.console = false;
@@ -217,10 +229,11 @@ TEST_P(GpuAgentsKill, KillingOneAgentsActorStopsBoth) {
   EXPECT_NE(r.outcome.reason.find(victim + " failed"), std::string::npos) << r.outcome.reason;
   EXPECT_EQ(r.exit_code(), 1);
   ASSERT_EQ(r.agents.size(), 2u);
-  for (const AgentResult& a : r.agents) {
+  for (std::size_t i = 0; i < r.agents.size(); ++i) {
+    const AgentResult& a = r.agents[i];
     SCOPED_TRACE(a.name);
     ASSERT_TRUE(a.final_checkpoint.has_value()) << a.checkpoint_error;
-    EXPECT_LT(a.counters.env_steps, 262'144);
+    EXPECT_LT(a.counters.env_steps, req.config.agents[i].config.run.total_env_steps);
     const RunConfig kept = load_run_config(agent_dir(req.run_dir, a.name) / "config.resolved.toml");
     EXPECT_EQ(check_checkpoint(kept, *a.final_checkpoint), std::vector<std::string>{});
   }
@@ -232,7 +245,9 @@ TEST_P(GpuAgentsKill, KillingOneAgentsActorStopsBoth) {
   ASSERT_EQ(again.resume.size(), 2u);
   const AgentsTrainOutcome second = run_agents_training(again);
   ASSERT_EQ(second.result.outcome.kind, RunOutcome::Kind::completed) << second.result.outcome.reason;
-  for (const AgentResult& a : second.result.agents) EXPECT_GE(a.counters.env_steps, 262'144) << a.name;
+  for (std::size_t i = 0; i < second.result.agents.size(); ++i)
+    EXPECT_GE(second.result.agents[i].counters.env_steps, req.config.agents[i].config.run.total_env_steps)
+        << second.result.agents[i].name;
 }
 
 INSTANTIATE_TEST_SUITE_P(, GpuAgentsKill,
