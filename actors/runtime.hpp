@@ -1,7 +1,7 @@
 #pragma once
 // The algorithm-neutral actor runtime: run_stage_set spawns an agent's actors under the
 // supervisor, watches them from the calling thread (progress callback, SIGINT/SIGTERM, device
-// health of every stage, stall watchdog), and on any end (completed, stopped, failed) quiesces:
+// health of every stage, stall watchdog, learner watchdog), and on any end (completed, stopped, failed) quiesces:
 // every actor gone, every stage's stream drained, then the final checkpoint from that consistent
 // state. What an agent is (its stages, its actors and how they are wired, its checkpoint) comes
 // from a StageSet: DQN's (actors/pipeline.hpp: collector, replay, learner, target sync) and PPO's
