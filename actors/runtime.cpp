@@ -306,6 +306,7 @@ AgentsResult run_agents(const std::vector<AgentSpec>& specs, const RunHooks& hoo
                                   std::to_string(issued - updates) + " update(s) issued, none completed since)";
           a.learner_stalled = true;
           bound = std::max(bound, drain_bound(learner_timeout));
+          fail(why);  // first: the failure an aborted collective may cause next must not be the reason
           if (hooks.on_learner_stall) {
             try {
               hooks.on_learner_stall(why);
@@ -313,7 +314,6 @@ AgentsResult run_agents(const std::vector<AgentSpec>& specs, const RunHooks& hoo
               spdlog::error("learner stall hook failed: {}", e.what());
             }
           }
-          fail(why);
         }
         if (steps != a.last_steps || updates != a.last_updates) {
           a.last_steps = steps;

@@ -111,8 +111,9 @@ struct RunHooks {
   // The learner watchdog (run_stage_set's agent; run_agents: AgentSpec::learner_stall_timeout):
   // 0 disables it. See AgentSpec.
   std::chrono::milliseconds learner_stall_timeout{0};
-  // Called on the watch thread when a learner stalled, with the reason, before the run is stopped:
-  // whatever lets the stalled streams drain (a data-parallel rank aborts its NCCL communicator).
+  // Called on the watch thread when a learner stalled, with the reason, right after the failure is
+  // sent to the supervisor and before the quiesce: whatever lets the stalled streams drain (a
+  // data-parallel rank aborts its NCCL communicator).
   std::function<void(const std::string& why)> on_learner_stall;
   const std::atomic<int>* stop_signal = nullptr;
   int scheduler_threads = 4;
