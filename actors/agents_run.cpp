@@ -140,6 +140,7 @@ AgentsTrainOutcome run_agents_training(const AgentsTrainRequest& req) {
       spec.name = t.config->name;
       spec.set = set.get();
       spec.store = t.store;
+      spec.learner_stall_timeout = std::chrono::milliseconds(c.pipeline.stall_timeout_ms);
       if (shared.logging.timeline && first) {
         // Busy intervals of the first ~20k pieces of work of each agent.
         auto timeline = std::make_shared<StreamTimeline>(20'000);

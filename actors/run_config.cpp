@@ -57,6 +57,8 @@ constexpr const char* kReplayKeys[] = {"replay.capacity", "replay.batch_size", "
                                        "replay.alpha",    "replay.beta",       "replay.beta_final",
                                        "replay.n_step",   "replay.gamma",      "replay.beta_anneal_updates",
                                        "replay.priority_eps"};
+// A week: longer is no watchdog at all (0 says that).
+constexpr std::int64_t kMaxStallTimeoutMs = 604'800'000;
 constexpr const char* kPipelineKeys[] = {"pipeline.replay_ratio", "pipeline.learning_starts", "pipeline.ratio_slack",
                                          "pipeline.slots",        "pipeline.batches",         "pipeline.sync_every",
                                          "pipeline.completions"};
@@ -231,6 +233,7 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file, AgentKeys* agent 
   r.integer("batches", c.pipeline.batches, 1, 64);
   r.integer("sync_every", c.pipeline.sync_every, 1, 10'000'000);
   r.choice("completions", c.pipeline.completions, {"hostfn", "polled"});
+  r.integer("stall_timeout_ms", c.pipeline.stall_timeout_ms, 0, kMaxStallTimeoutMs);
 
   r.table("checkpoint");
   r.integer("every_env_steps", c.checkpoint.every_env_steps, 0, kBig);
@@ -326,6 +329,8 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file, AgentKeys* agent 
       else
         r.no_effect(k, false, "learner.kind", "PPO has no replay, ratio, slots or target sync");
     }
+    r.no_effect("pipeline.stall_timeout_ms", ppo_actors, "pipeline.mode",
+                "the synchronous loop has no learner actor to watch");
     // Keys of the shared tables serve the DQN agents beside a PPO agent.
     if (agent == nullptr) {
       r.no_effect("env.steps_per_slot", false, "learner.kind", "PPO's rollout length is learner.rollout_steps");

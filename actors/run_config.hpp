@@ -129,6 +129,9 @@ struct RunConfig {
     // 1.04x the slowest stream in bench/pipeline.cu against 1.88x for hostfn on an H200; the
     // CartPole end-to-end test: 3.5-4.2 s against 5.4-16 s, both >= 475).
     std::string completions = "polled";
+    // The learner watchdog (actors/runtime.hpp, AgentSpec::learner_stall_timeout): updates issued
+    // and no completion for this long fail the run. 0: off.
+    std::int64_t stall_timeout_ms = 600'000;
   } pipeline;
   struct Checkpoint {
     std::int64_t every_env_steps = 50'000;  // 0: only at stop

@@ -2,8 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <csignal>
+#include <cstdio>
+#include <future>
 #include <stdexcept>
+#include <thread>
 
 #include "actors/messages.hpp"
 
@@ -80,7 +84,69 @@ struct AgentRuntime {
   std::string sync_error;
   std::int64_t last_steps = -1, last_updates = -1;
   std::chrono::steady_clock::time_point last_change;
+  // The learner watchdog: updates_done at the last look, and since when no completion came while
+  // updates were outstanding.
+  std::int64_t learner_done = -1;
+  std::chrono::steady_clock::time_point learner_since;
+  bool learner_stalled = false;
+  bool undrained = false;  // a stream (or the checkpoint worker) did not drain within the bound
 };
+
+// "600 s", "0.2 s".
+std::string seconds_text(std::chrono::milliseconds t) {
+  if (t.count() % 1000 == 0) return std::to_string(t.count() / 1000) + " s";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g s", static_cast<double>(t.count()) / 1000.0);
+  return buf;
+}
+
+// An agent's quiesce after a stall, on a thread of its own: its checkpoint worker drained, then
+// every stage synchronized. A thread blocked in the driver (a stream that never drains) can be
+// neither cancelled nor joined: it is detached, holding what it uses (the worker), and left to the
+// process's exit. Every agent's runs at once, so one agent's hung stream takes none of the
+// others' time.
+struct BoundedQuiesce {
+  struct Shared {
+    std::mutex mutex;
+    std::string error;  // the first failure (a faulted stream)
+    bool worker_done = false;
+  };
+  std::shared_ptr<Shared> shared = std::make_shared<Shared>();
+  std::future<void> done;
+
+  BoundedQuiesce(std::shared_ptr<BackgroundWorker> worker, std::vector<Stage*> stages) {
+    auto task = std::make_shared<std::packaged_task<void()>>([sh = shared, worker, stages] {
+      if (worker) worker->drain();
+      {
+        std::lock_guard lock(sh->mutex);
+        sh->worker_done = true;
+      }
+      for (Stage* s : stages) {
+        try {
+          s->synchronize();
+        } catch (const std::exception& e) {
+          std::lock_guard lock(sh->mutex);
+          if (sh->error.empty()) sh->error = e.what();
+        }
+      }
+    });
+    done = task->get_future();
+    std::thread([task] { (*task)(); }).detach();
+  }
+  // "" when everything drained before `deadline` (error: a stream's failure); else what did not.
+  std::string wait_until(std::chrono::steady_clock::time_point deadline, std::string& error) {
+    const bool in_time = done.wait_until(deadline) == std::future_status::ready;
+    std::lock_guard lock(shared->mutex);
+    error = shared->error;
+    if (in_time) return "";
+    return shared->worker_done ? "its GPU work" : "its periodic checkpoint";
+  }
+};
+
+// How long the quiesce after a stall waits for the streams: the stall's timeout, at most 60 s.
+std::chrono::milliseconds drain_bound(std::chrono::milliseconds stall_timeout) {
+  return std::min(stall_timeout, std::chrono::milliseconds(60'000));
+}
 
 }  // namespace
 
@@ -89,6 +155,7 @@ RunResult run_stage_set(StageSet& set, const RunHooks& hooks) {
   spec.set = &set;
   spec.store = hooks.store;
   spec.timeline = hooks.timeline;
+  spec.learner_stall_timeout = hooks.learner_stall_timeout;
   RunHooks h = hooks;
   if (hooks.on_progress && !hooks.on_agents_progress)
     h.on_agents_progress = [f = hooks.on_progress](const std::vector<ProgressSnapshot>& s) { f(s.front()); };
@@ -98,6 +165,8 @@ RunResult run_stage_set(StageSet& set, const RunHooks& hooks) {
   r.counters = all.agents.front().counters;
   r.final_checkpoint = all.agents.front().final_checkpoint;
   r.checkpoint_error = all.agents.front().checkpoint_error;
+  r.learner_stalled = all.agents.front().learner_stalled;
+  r.undrained = all.undrained;
   r.overlap = all.overlap;
   r.startup_ms = all.startup_ms;
   r.shutdown_ms = all.shutdown_ms;
@@ -192,8 +261,10 @@ AgentsResult run_agents(const std::vector<AgentSpec>& specs, const RunHooks& hoo
     SupervisorActor sup = sys.spawn(supervisor_actor, std::move(children), hooks.policy, wire, latch, on_finished);
 
     bool stop_sent = false, failure_sent = false;
+    // Set by a stall (either watchdog): the quiesce then waits at most this long for the streams.
+    std::chrono::milliseconds bound{0};
     const auto begin = std::chrono::steady_clock::now();
-    for (auto& a : agents) a.last_change = begin;
+    for (auto& a : agents) a.last_change = a.learner_since = begin;
     auto fail = [&](const std::string& why) {
       if (failure_sent) return;
       failure_sent = true;
@@ -221,15 +292,38 @@ AgentsResult run_agents(const std::vector<AgentSpec>& specs, const RunHooks& hoo
           }
         }
         const Progress& p = *a.shared->progress;
+        // done before issued: issued >= done holds for the two values read.
         const std::int64_t steps = p.env_steps.load(), updates = p.updates_done.load();
+        const std::int64_t issued = p.updates_issued.load();
+        const auto learner_timeout = a.spec.learner_stall_timeout;
+        const bool outstanding = issued > updates;
+        if (updates != a.learner_done || !outstanding) {
+          a.learner_done = updates;
+          a.learner_since = now;
+        } else if (learner_timeout.count() > 0 && now - a.learner_since > learner_timeout && !failure_sent) {
+          const std::string why = "learner" + agent_label(a.spec.name) + " made no progress for " +
+                                  seconds_text(learner_timeout) + ": its GPU work did not complete (" +
+                                  std::to_string(issued - updates) + " update(s) issued, none completed since)";
+          a.learner_stalled = true;
+          bound = std::max(bound, drain_bound(learner_timeout));
+          fail(why);  // first: the failure an aborted collective may cause next must not be the reason
+          if (hooks.on_learner_stall) {
+            try {
+              hooks.on_learner_stall(why);
+            } catch (const std::exception& e) {
+              spdlog::error("learner stall hook failed: {}", e.what());
+            }
+          }
+        }
         if (steps != a.last_steps || updates != a.last_updates) {
           a.last_steps = steps;
           a.last_updates = updates;
           a.last_change = now;
-        } else if (!(*finished)[i] && now - a.last_change > hooks.stall_timeout) {
+        } else if (!(*finished)[i] && now - a.last_change > hooks.stall_timeout && !failure_sent &&
+                   !(learner_timeout.count() > 0 && outstanding)) {  // the learner watchdog's case
+          bound = std::max(bound, drain_bound(hooks.stall_timeout));
           fail(std::string("stalled") + (a.spec.name.empty() ? "" : " (agent " + a.spec.name + ")") +
-               ": no environment step or update for " +
-               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(hooks.stall_timeout).count()) + " s");
+               ": no environment step or update for " + seconds_text(hooks.stall_timeout));
         }
       }
       if (hooks.on_agents_progress) {
@@ -247,18 +341,35 @@ AgentsResult run_agents(const std::vector<AgentSpec>& specs, const RunHooks& hoo
     if (const auto w = wired_at->load(); w != 0)
       result.startup_ms = ms_since(entry, Clock::time_point(Clock::duration(w)));
     sys.await_all_actors_done();
-    for (auto& a : agents)
-      if (a.shared->worker) a.shared->worker->drain();
-    // Quiesce the device: all enqueued work done and every host callback run (they send to
-    // actors of `sys`, which must outlive them).
-    for (auto& a : agents)
-      for (Stage* s : a.stages) {
-        try {
-          s->synchronize();
-        } catch (const std::exception& e) {
-          if (a.sync_error.empty()) a.sync_error = e.what();
+    if (bound.count() == 0) {
+      for (auto& a : agents)
+        if (a.shared->worker) a.shared->worker->drain();
+      // Quiesce the device: all enqueued work done and every host callback run (they send to
+      // actors of `sys`, which must outlive them).
+      for (auto& a : agents)
+        for (Stage* s : a.stages) {
+          try {
+            s->synchronize();
+          } catch (const std::exception& e) {
+            if (a.sync_error.empty()) a.sync_error = e.what();
+          }
         }
+    } else {
+      // After a stall the device may never drain (a hung kernel, a collective waiting for a
+      // peer): every agent's quiesce ends at one common deadline.
+      const auto deadline = Clock::now() + bound;
+      std::vector<BoundedQuiesce> quiesces;
+      for (auto& a : agents) quiesces.emplace_back(a.shared->worker, a.stages);
+      for (std::size_t i = 0; i < agents.size(); ++i) {
+        std::string error;
+        const std::string late = quiesces[i].wait_until(deadline, error);
+        if (!late.empty()) {
+          agents[i].undrained = true;
+          error = late + " did not complete within " + seconds_text(bound) + " after the stall";
+        }
+        if (!error.empty()) agents[i].sync_error = error;
       }
+    }
     if (hooks.on_agents_progress) {
       try {
         hooks.on_agents_progress(snapshots());
@@ -297,10 +408,13 @@ AgentsResult run_agents(const std::vector<AgentSpec>& specs, const RunHooks& hoo
     r.name = a.spec.name;
     r.finished = (*finished)[i] || (agents.size() == 1 && result.outcome.kind == RunOutcome::Kind::completed);
     r.counters = a.spec.set->final_counters(a.shared->progress->counters());
+    r.learner_stalled = a.learner_stalled;
+    result.undrained = result.undrained || a.undrained;
     if (a.spec.store) {
       if (!a.sync_error.empty()) {
         auto latest = CheckpointStore::latest(a.spec.store->root());
-        r.checkpoint_error = "no final checkpoint" + agent_label(a.spec.name) + ": the device is unusable (" +
+        r.checkpoint_error = "no final checkpoint" + agent_label(a.spec.name) +
+                             (a.undrained ? ": the state is unreadable (" : ": the device is unusable (") +
                              a.sync_error + "); the latest good checkpoint is " +
                              (latest ? latest->string() : std::string("none"));
       } else {

@@ -1,7 +1,7 @@
 #pragma once
 // The algorithm-neutral actor runtime: run_stage_set spawns an agent's actors under the
 // supervisor, watches them from the calling thread (progress callback, SIGINT/SIGTERM, device
-// health of every stage, stall watchdog), and on any end (completed, stopped, failed) quiesces:
+// health of every stage, stall watchdog, learner watchdog), and on any end (completed, stopped, failed) quiesces:
 // every actor gone, every stage's stream drained, then the final checkpoint from that consistent
 // state. What an agent is (its stages, its actors and how they are wired, its checkpoint) comes
 // from a StageSet: DQN's (actors/pipeline.hpp: collector, replay, learner, target sync) and PPO's
@@ -108,6 +108,13 @@ struct RunHooks {
   std::function<void(const std::vector<ProgressSnapshot>&)> on_agents_progress;
   std::chrono::milliseconds progress_interval{500};
   std::chrono::milliseconds stall_timeout{std::chrono::seconds(120)};  // no progress for this long: failure
+  // The learner watchdog (run_stage_set's agent; run_agents: AgentSpec::learner_stall_timeout):
+  // 0 disables it. See AgentSpec.
+  std::chrono::milliseconds learner_stall_timeout{0};
+  // Called on the watch thread when a learner stalled, with the reason, right after the failure is
+  // sent to the supervisor and before the quiesce: whatever lets the stalled streams drain (a
+  // data-parallel rank aborts its NCCL communicator).
+  std::function<void(const std::string& why)> on_learner_stall;
   const std::atomic<int>* stop_signal = nullptr;
   int scheduler_threads = 4;
   bool low_latency_scheduler = false;                    // configure_actor_system's low_latency
@@ -126,6 +133,11 @@ struct RunResult {
   Counters counters;  // at the end
   std::optional<std::filesystem::path> final_checkpoint;
   std::string checkpoint_error;  // why the final checkpoint is missing, if it is
+  bool learner_stalled = false;  // the learner watchdog stopped the run
+  // After a stall, some stream did not drain within the bound: device memory its work may still
+  // use must not be freed (cudaFree would wait for it), so the process should end without
+  // destroying the stages (std::_Exit once its output is written).
+  bool undrained = false;
   double overlap = -1;           // timeline: time with >= 2 streams busy / span (-1: none)
   // Where the wall time went (host clock, ms): start-up = entry until every actor is spawned and
   // wired (the collector starts on its wire message); shutdown = the outcome known until every
@@ -146,6 +158,13 @@ struct AgentSpec {
   StageSet* set = nullptr;                 // outlives the run
   std::shared_ptr<CheckpointStore> store;  // its own checkpoint directory; null: no checkpoints
   std::shared_ptr<StreamTimeline> timeline;  // its stages record into it; null: none
+  // The learner watchdog (0: off): while the learner has updates issued whose completion has not
+  // arrived (Progress::updates_issued > updates_done, both host counts the completion callbacks
+  // move), a completion must arrive within this long, else the run fails with "learner made no
+  // progress for N s: its GPU work did not complete" (measured from the last completion, or from
+  // the last look of the watch loop that saw nothing outstanding: up to one progress interval
+  // early). Nothing is read from the device to decide.
+  std::chrono::milliseconds learner_stall_timeout{0};
 };
 
 struct AgentResult {
@@ -154,11 +173,13 @@ struct AgentResult {
   bool finished = false;  // reached its configured end (others may have stopped it before)
   std::optional<std::filesystem::path> final_checkpoint;
   std::string checkpoint_error;  // why the final checkpoint is missing, if it is
+  bool learner_stalled = false;  // its learner watchdog stopped the run
 };
 
 struct AgentsResult {
   RunOutcome outcome;  // the run's: completed once every agent finished; the first stop or failure
   std::vector<AgentResult> agents;
+  bool undrained = false;  // as RunResult's
   double overlap = -1;  // every agent's streams together (-1: no timeline)
   double startup_ms = 0, shutdown_ms = 0, after_ms = 0;  // as RunResult's
   int exit_code() const {
@@ -172,8 +193,12 @@ struct AgentsResult {
 // Runs several agents at once under one supervisor and one watch loop, each with its own stages
 // (streams), progress counts, checkpoint store and timeline: the run completes when every agent
 // has; a stop (signal) stops them all; one agent's failure (an actor's, a stage's health, a stall
-// of that agent) stops them all with the reason naming the agent. After the quiesce every agent
-// writes its final checkpoint into its own store. Throws std::invalid_argument (an agent's
+// of that agent, its learner's stall) stops them all with the reason naming the agent. After the
+// quiesce every agent writes its final checkpoint into its own store. After a learner stall the
+// quiesce is bounded (the periodic checkpoint worker and every stage's synchronize, together at
+// most min(the stall timeout, 60 s)): an agent whose streams did not drain in that time writes no
+// final checkpoint (checkpoint_error names the stall and its latest good checkpoint), and the
+// threads still blocked on its device are left to the process's exit. Throws std::invalid_argument (an agent's
 // StageSet::validate, or names that are empty or repeated with several agents) before spawning.
 AgentsResult run_agents(const std::vector<AgentSpec>& agents, const RunHooks& hooks);
 

@@ -100,6 +100,8 @@ TrainOutcome run_training(const TrainRequest& req) {
   for (const auto& [name, text] : kept) hooks.store->attach(name, text);  // foxhunt eval reads them
   hooks.progress_interval = std::chrono::milliseconds(cfg.logging.progress_interval_ms);
   hooks.stop_signal = req.stop_signal;
+  hooks.learner_stall_timeout = std::chrono::milliseconds(cfg.pipeline.stall_timeout_ms);
+  hooks.on_learner_stall = req.on_learner_stall;
   hooks.low_latency_scheduler = true;  // a GPU host: message hops without CAF's 50 us sleeps
   hooks.on_progress = [&reporter, &req](const ProgressSnapshot& s) {
     if (req.extend) {

@@ -39,6 +39,8 @@ struct TrainRequest {
   // Called before each progress report is written: may add scalars (a distributed run's rank 0
   // adds the world/ aggregate of every rank's metrics).
   std::function<void(ProgressSnapshot&)> extend;
+  // RunHooks::on_learner_stall: a data-parallel rank aborts its NCCL communicator there.
+  std::function<void(const std::string& why)> on_learner_stall;
 };
 
 struct TrainOutcome {

@@ -13,6 +13,10 @@ struct Console {
   int exit_code = 0;  // set by the subcommand that ran (0 unless it reported a failure)
 };
 
+// After a stall whose streams did not drain (RunResult::undrained), destroying the stages would
+// wait for that work forever (cudaFree synchronizes): the process ends here, its output flushed.
+[[noreturn]] void end_undrained(Console& io, int code);
+
 void add_devices_command(CLI::App& app, Console& console);  // apps/commands_devices.cpp
 void add_train_command(CLI::App& app, Console& console);    // apps/commands_train.cpp
 void add_check_command(CLI::App& app, Console& console);    // apps/commands_check.cpp

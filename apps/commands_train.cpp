@@ -4,6 +4,7 @@
 // and only then the run directory is created: a refused run writes nothing.
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <memory>
@@ -19,6 +20,15 @@
 
 namespace foxhunt::apps {
 namespace fs = std::filesystem;
+
+void end_undrained(Console& io, int code) {
+  spdlog::error("ending the process without freeing the device memory of work that did not complete");
+  spdlog::default_logger()->flush();
+  io.out.flush();
+  io.err.flush();
+  std::_Exit(code);
+}
+
 using namespace foxhunt::actors;
 
 namespace {
@@ -95,6 +105,7 @@ int train_agents(const TrainArgs& a, CheckedAgents run, Console& io) {
     if (!r.outcome.ok()) io.err << "foxhunt train: failed: " << r.outcome.reason << "\n";
     for (const auto& agent : r.agents)
       if (!agent.checkpoint_error.empty()) io.err << "foxhunt train: agent " << agent.name << ": " << agent.checkpoint_error << "\n";
+    if (r.undrained) end_undrained(io, r.exit_code());
     return r.exit_code();
   } catch (const std::exception& e) {
     io.err << "foxhunt train: " << e.what() << "\n";
@@ -159,6 +170,7 @@ int train(const TrainArgs& a, Console& io) {
     const TrainOutcome out = run_training(req);
     const RunResult& r = out.result;
     if (!r.outcome.ok()) io.err << "foxhunt train: failed: " << r.outcome.reason << "\n";
+    if (r.undrained) end_undrained(io, r.exit_code());
     return r.exit_code();
   } catch (const std::exception& e) {
     io.err << "foxhunt train: " << e.what() << "\n";

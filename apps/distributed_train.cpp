@@ -39,7 +39,7 @@ struct LostState {
   std::atomic<int> stop{0};  // the run's stop flag: the signals mirrored, 2 once a rank is lost
   std::atomic<int> stop_origin{-1}, stop_signal{0};  // a stop asked by a rank (the control plane)
   std::mutex mutex;
-  std::string why;
+  std::string why, stall;
   std::atomic<gpu::NcclCommunicator*> comm{nullptr};
   void lost(int r, const std::string& w) {
     {
@@ -55,6 +55,20 @@ struct LostState {
   std::string reason() {
     std::lock_guard lock(mutex);
     return why;
+  }
+  // This rank's learner made no progress (the runtime's watchdog, on its watch thread): a
+  // collective waiting for a hung or dead peer returns once the communicator is aborted, so the
+  // stream can drain for the final checkpoint. The runtime stops the run itself.
+  void learner_stalled(const std::string& w) {
+    {
+      std::lock_guard lock(mutex);
+      stall = w;
+    }
+    if (gpu::NcclCommunicator* c = comm.load()) c->abort();
+  }
+  std::string stall_reason() {
+    std::lock_guard lock(mutex);
+    return stall;
   }
   // Any rank's stop, passed on by rank 0: a graceful stop, as a local SIGINT/SIGTERM (the flag of
   // install_stop_signals: 1 SIGINT, 2 SIGTERM).
@@ -339,6 +353,7 @@ int train_rank(const DistributedArgs& a, CheckedRun run, const std::string& run_
     req.resume = run.resume;
     req.stage_options.data_parallel = gpu::DataParallel{&comm, d.bucket_bytes, false};
     req.stop_signal = &lost->stop;
+    req.on_learner_stall = [lost](const std::string& why) { lost->learner_stalled(why); };
     // Each progress report is a metrics message to rank 0, which writes the world/ aggregate into
     // its own metrics.
     auto track = std::make_shared<MetricsTracker>(d.rank);
@@ -358,7 +373,18 @@ int train_rank(const DistributedArgs& a, CheckedRun run, const std::string& run_
       const TrainOutcome out = run_training(req);
       mirror.reset();
       lost->comm.store(nullptr);
-      if (lost->rank.load() >= 0) return lost_exit();
+      // A peer lost first is the cause (its loss aborted the communicator); else this rank's own
+      // stall ends it like a lost rank: the others see this process go.
+      int end = -1;
+      if (lost->rank.load() >= 0) {
+        end = lost_exit();
+      } else if (const std::string stall = lost->stall_reason(); !stall.empty()) {
+        io.err << "foxhunt train: " << tag << ": ending because rank " << d.rank << ": " << stall << "\n";
+        if (!out.result.checkpoint_error.empty()) io.err << "foxhunt train: " << tag << ": " << out.result.checkpoint_error << "\n";
+        end = kPeerLostExit;
+      }
+      if (out.result.undrained) end_undrained(io, end >= 0 ? end : out.result.exit_code());
+      if (end >= 0) return end;
       if (!out.result.outcome.ok()) io.err << "foxhunt train: " << tag << ": failed: " << out.result.outcome.reason << "\n";
       code = out.result.exit_code();
     } catch (...) {

@@ -212,3 +212,17 @@ TEST(Seeds, EveryAgentOncePerSeed) {
     EXPECT_NE(std::string(e.what()).find("pipeline.mode = \"actors\""), std::string::npos) << e.what();
   }
 }
+
+TEST(AgentsConfig, EachAgentHasItsOwnLearnerWatchdogTimeout) {
+  // The shared [pipeline] sets the default; one agent's [agent.pipeline] overrides it (a PPO agent
+  // trains through the actors beside others, so its learner is watched too).
+  const std::string text = std::string(kShared) + "[pipeline]\nstall_timeout_ms = 120000\n" + kDqnAgent + kPpoAgent +
+                           "[agent.pipeline]\nstall_timeout_ms = 0\n";
+  const AgentsConfig c = parse_agents_config(text, "agents.toml");
+  ASSERT_EQ(c.agents.size(), 2u);
+  EXPECT_EQ(c.agents[0].config.pipeline.stall_timeout_ms, 120'000);
+  EXPECT_EQ(c.agents[1].config.pipeline.stall_timeout_ms, 0);
+  const std::string e = problems(std::string(kShared) + kDqnAgent + "stall_timeout_ms = -5\n" + kPpoAgent);
+  EXPECT_NE(e.find("pipeline.stall_timeout_ms = -5: must be an integer in [0, 604800000]"), std::string::npos) << e;
+  EXPECT_NE(e.find("\"dqn\""), std::string::npos) << e;
+}

@@ -249,6 +249,35 @@ TEST(AgentsRuntime, AStallOfOneAgentIsNamedWhileOthersProgress) {
   fs::remove_all(dir);
 }
 
+TEST(AgentsRuntime, ALearnerStallOfOneAgentStopsAllAndTheOthersCheckpoint) {
+  FakeKnobs hung;
+  hung.hang_on_update = 20;  // dqn_b's learner stream never completes from its 20th update on
+  const fs::path dir = fresh_dir("learner_stall");
+  ThreeAgents t(dir, dqn_config(1'000'000'000), dqn_config(1'000'000'000), ppo_config(1'000'000'000), hung);
+  for (AgentSpec& s : t.specs) s.learner_stall_timeout = std::chrono::milliseconds(200);
+  const AgentsResult r = run_with_deadline(t.specs, quick_hooks());
+  t.dqn_b.device->release_hangs();  // the threads left blocked on the hung stream go before the stages
+  EXPECT_EQ(r.outcome.kind, RunOutcome::Kind::failed);
+  EXPECT_NE(r.outcome.reason.find("learner (agent dqn_b) made no progress for 0.2 s: its GPU work did not complete"),
+            std::string::npos)
+      << r.outcome.reason;
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_TRUE(r.undrained);
+  ASSERT_EQ(r.agents.size(), 3u);
+  EXPECT_TRUE(r.agents[1].learner_stalled);
+  EXPECT_FALSE(r.agents[1].final_checkpoint.has_value());
+  EXPECT_NE(r.agents[1].checkpoint_error.find("no final checkpoint (agent dqn_b): the state is unreadable"),
+            std::string::npos)
+      << r.agents[1].checkpoint_error;
+  // The others stopped cleanly: their streams drained, their final checkpoints written.
+  for (std::size_t i : {std::size_t{0}, std::size_t{2}}) {
+    EXPECT_FALSE(r.agents[i].learner_stalled) << r.agents[i].name;
+    EXPECT_TRUE(r.agents[i].final_checkpoint.has_value()) << r.agents[i].name << ": " << r.agents[i].checkpoint_error;
+  }
+  EXPECT_EQ(t.violation_count(), 0) << t.violations();
+  fs::remove_all(dir);
+}
+
 TEST(AgentsRuntime, RejectsUnnamedOrRepeatedAgents) {
   const fs::path dir = fresh_dir("names");
   ThreeAgents t(dir, dqn_config(600), dqn_config(600), ppo_config(10));

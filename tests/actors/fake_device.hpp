@@ -4,7 +4,9 @@
 // executor thread runs, at random, the head operation of any stream whose head may run (a wait
 // may run once its event completed), with random pauses: every interleaving that CUDA allows
 // between streams can happen, and nothing else. Kernels are atomic here, so a protocol bug shows
-// up as a reader seeing a newer generation than the handle it was given.
+// up as a reader seeing a newer generation than the handle it was given. hang(s) stands for a
+// kernel that never ends (or a collective waiting for a dead peer): nothing queued on stream s
+// after it runs until release_hangs().
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -28,10 +30,12 @@ class FakeDevice {
   }
   ~FakeDevice() {
     {
-      std::lock_guard lock(mutex_);
+      std::unique_lock lock(mutex_);
       stopping_ = true;
+      cv_.notify_all();
+      // A thread the runtime left blocked in synchronize() (a hung stream) leaves first.
+      cv_.wait(lock, [&] { return in_sync_ == 0; });
     }
-    cv_.notify_all();
     executor_.join();
   }
   FakeDevice(const FakeDevice&) = delete;
@@ -61,11 +65,32 @@ class FakeDevice {
     std::lock_guard lock(mutex_);
     return event == 0 || done_.count(event) != 0;
   }
-  // Blocks until stream s is empty; throws once the device is "faulted".
+  // Blocks until stream s is empty; throws once the device is "faulted" (or destroyed).
   void synchronize(int s) {
     std::unique_lock lock(mutex_);
-    cv_.wait(lock, [&] { return faulted_ || streams_[static_cast<std::size_t>(s)].empty(); });
+    ++in_sync_;
+    cv_.wait(lock, [&] { return faulted_ || stopping_ || streams_[static_cast<std::size_t>(s)].empty(); });
+    --in_sync_;
+    cv_.notify_all();
     if (faulted_) throw std::runtime_error("fake device: illegal address (injected fault)");
+    if (stopping_) throw std::runtime_error("fake device: destroyed while a stream hung");
+  }
+  // What is queued on stream s from now on never runs (until release_hangs()).
+  void hang(int s) {
+    push(s, {Op::hang, nullptr, 0});
+    std::lock_guard lock(mutex_);
+    hung_at_ = std::chrono::steady_clock::now();
+  }
+  std::chrono::steady_clock::time_point hung_at() const {
+    std::lock_guard lock(mutex_);
+    return hung_at_;
+  }
+  // The hung streams run on; returns once no thread waits in synchronize() any more.
+  void release_hangs() {
+    std::unique_lock lock(mutex_);
+    released_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return in_sync_ == 0; });
   }
   // A sticky fault, like a CUDA context error: nothing runs any more.
   void fault() {
@@ -82,7 +107,7 @@ class FakeDevice {
 
  private:
   struct Op {
-    enum Kind { kernel, wait, record, host } kind;
+    enum Kind { kernel, wait, record, host, hang } kind;
     std::function<void()> fn;
     std::uint64_t event;
   };
@@ -96,6 +121,7 @@ class FakeDevice {
   }
   bool runnable(const std::deque<Op>& q) const {
     if (q.empty()) return false;
+    if (q.front().kind == Op::hang) return released_;
     return q.front().kind != Op::wait || done_.count(q.front().event) != 0;
   }
   void loop() {
@@ -132,7 +158,9 @@ class FakeDevice {
   std::vector<std::deque<Op>> streams_;
   std::set<std::uint64_t> done_;
   std::uint64_t next_event_ = 1;
-  bool stopping_ = false, faulted_ = false;
+  bool stopping_ = false, faulted_ = false, released_ = false;
+  int in_sync_ = 0;  // threads waiting in synchronize()
+  std::chrono::steady_clock::time_point hung_at_{};
   std::mt19937_64 rng_;
   int max_pause_us_;
   std::thread executor_;

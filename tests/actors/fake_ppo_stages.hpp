@@ -46,6 +46,7 @@ struct FakePpoKnobs {
   int policy_lag = 0;
   std::int64_t steps_per_rollout = 16;
   int throw_on_collect = 0;     // collect() throws on this call (1-based; 0: never)
+  int hang_on_update = 0;       // update() hangs the learner's stream on this call (FakeDevice::hang)
   std::int64_t start_rollouts = 0;   // a resumed run: rollouts collected (and updated) before
   std::int64_t restored_version = -1;  // the collector's restored acting version (-1: none)
 };
@@ -129,6 +130,7 @@ class FakePpoLearner : public PpoLearnerStage, FakePpoBase {
   }
   FOXHUNT_FAKE_PPO_PLUMBING
   std::uint64_t update(const LocalDeviceHandle& r) override {
+    if (++updates_ == k_.hang_on_update) dev_->hang(s_);
     dev_->wait(s_, r.event);
     auto mem = mem_;
     const int slot = r.slot;
@@ -163,6 +165,7 @@ class FakePpoLearner : public PpoLearnerStage, FakePpoBase {
 
  private:
   FakePpoKnobs k_;
+  int updates_ = 0;
 };
 
 #undef FOXHUNT_FAKE_PPO_PLUMBING

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/stages.hpp"
@@ -47,6 +48,8 @@ struct FakeKnobs {
   int throw_on_collect = 0;             // collect() throws on this call (1-based; 0: never)
   int fault_on_update = 0;              // update() marks the device faulted on this call
   bool drop_collect_callbacks = false;  // the collector's completion callbacks never fire: a stall
+  int hang_on_update = 0;   // update() hangs the learner's stream on this call (FakeDevice::hang)
+  int update_sleep_ms = 0;  // each update's kernel takes this long: a slow learner
   // A resumed run: transitions the replay buffer restored, and the collector's restored acting
   // version (-1: none) with the pending versions it holds (CollectorStage::restored_*).
   std::int64_t stored = 0;
@@ -197,13 +200,16 @@ class FakeLearner : public LearnerStage, FakeStageBase {
   FOXHUNT_FAKE_STAGE_PLUMBING
   LocalDeviceHandle update(const LocalDeviceHandle& batch) override {
     if (k_.fault_on_update > 0 && ++calls_ == k_.fault_on_update) dev_->fault();
+    if (++updates_ == k_.hang_on_update) dev_->hang(s_);
     dev_->wait(s_, batch.event);
     auto mem = mem_;
     const int b = batch.slot;
     const std::uint64_t gen = batch.generation;
     const std::uint64_t target_expect = target_version_;
     const bool check_target = k_.sync_writes_learner;
-    dev_->kernel(s_, [mem, b, gen, target_expect, check_target] {
+    const int sleep_ms = k_.update_sleep_ms;
+    dev_->kernel(s_, [mem, b, gen, target_expect, check_target, sleep_ms] {
+      if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
       if (mem->batch[static_cast<std::size_t>(b)] != gen)
         mem->violation("learner read batch " + std::to_string(b) + " generation " +
                        std::to_string(mem->batch[static_cast<std::size_t>(b)]) + ", expected " + std::to_string(gen));
@@ -244,7 +250,7 @@ class FakeLearner : public LearnerStage, FakeStageBase {
 
  private:
   FakeKnobs k_;
-  int calls_ = 0;
+  int calls_ = 0, updates_ = 0;
   std::uint64_t target_version_ = 0;
 };
 

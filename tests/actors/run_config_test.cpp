@@ -69,6 +69,17 @@ learning_starts = 2000
   EXPECT_EQ(p.learning_starts, 2000);
 }
 
+TEST(RunConfigTest, StallTimeoutDefaultsToTenMinutesAndZeroTurnsItOff) {
+  EXPECT_EQ(parse_run_config(kMinimal).pipeline.stall_timeout_ms, 600'000);
+  const RunConfig off = parse_run_config(std::string(kMinimal) + "[pipeline]\nstall_timeout_ms = 0\n");
+  EXPECT_EQ(off.pipeline.stall_timeout_ms, 0);
+  const std::string resolved = resolved_toml(off);
+  EXPECT_NE(resolved.find("\nstall_timeout_ms = 0\n"), std::string::npos) << resolved;
+  EXPECT_EQ(parse_run_config(resolved, "resolved").pipeline.stall_timeout_ms, 0);
+  const RunConfig quick = parse_run_config(std::string(kMinimal) + "[pipeline]\nstall_timeout_ms = 200\n");
+  EXPECT_EQ(quick.pipeline.stall_timeout_ms, 200);
+}
+
 TEST(RunConfigTest, ListsTheKeysItAccepts) {
   const std::vector<std::string> keys = run_config_keys();
   for (const char* k : {"run.name", "env.kind", "env.market", "learner.kind", "replay.batch_size", "logging.level"})

@@ -61,7 +61,7 @@ std::map<std::string, std::string> fields(const RunConfig& c) {
   put("pipeline.replay_ratio", c.pipeline.replay_ratio), put("pipeline.learning_starts", c.pipeline.learning_starts);
   put("pipeline.ratio_slack", c.pipeline.ratio_slack), put("pipeline.slots", c.pipeline.slots);
   put("pipeline.batches", c.pipeline.batches), put("pipeline.sync_every", c.pipeline.sync_every);
-  put("pipeline.completions", c.pipeline.completions);
+  put("pipeline.completions", c.pipeline.completions), put("pipeline.stall_timeout_ms", c.pipeline.stall_timeout_ms);
   put("pipeline.mode", c.pipeline.mode), put("pipeline.policy_lag", c.pipeline.policy_lag);
   put("checkpoint.every_env_steps", c.checkpoint.every_env_steps), put("checkpoint.keep", c.checkpoint.keep);
   put("checkpoint.replay", c.checkpoint.replay);
