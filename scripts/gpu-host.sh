@@ -35,12 +35,14 @@ read -r -a sanitizer_gpus <<<"${FOXHUNT_SANITIZER_GPUS:-$sanitizer_gpu}"
 # capture must throw), which the sanitizer counts; so do ActorFault.* (an invalid launch
 # configuration, and a null-pointer write that kills the CUDA context of a child process); the
 # ActorKill.* and GpuAgentsKill.* runs are the end-to-end runs' kernels and shutdown path plus an
-# actor exit, twice over (the kill and the resume), too long for a shard; the learning suites train for minutes and
+# actor exit, twice over (the kill and the resume), too long for a shard; LearnerWatchdogDevice.*
+# times a stall against a spin kernel with 0.5 s margins, which instrumentation would swamp; the
+# learning suites train for minutes and
 # would take hours under instrumentation (their kernels are the ones the other tests exercise).
 # Every suite whose name ends in Learning or LearningTest is a learning suite.
 learning="*Learning.*:*LearningTest.*:PpoRun.Shipped*:ActorTraining.*:ActorMarket.*:ActorResume.*:ShippedConfigs.*"
 learning_run=${FOXHUNT_LEARNING:-$learning}  # which of them run (a gtest filter)
-provoked="GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest.UncheckedSyncInvalidatesCaptureAndThrows:ActorFault.*:ActorKill.*:GpuAgentsKill.*"
+provoked="GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest.UncheckedSyncInvalidatesCaptureAndThrows:ActorFault.*:ActorKill.*:GpuAgentsKill.*:LearnerWatchdogDevice.*"
 sanitizer_filter="$filter-$provoked:$learning"
 # Tests that take minutes under instrumentation (the end-to-end actor runs, short trainings): each
 # gets its own sanitizer process per tool, so a shard never waits behind them. ActorEndToEnd.*
