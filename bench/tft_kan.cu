@@ -132,17 +132,21 @@ double step_us(const std::string& family, std::int64_t rows, std::int64_t W, gpu
 }  // namespace
 
 int main(int argc, char** argv) {
-  // usage: foxhunt_bench_tft_kan [--quick] [tft|kan ...] (default: both)
-  bool quick = false;
+  // usage: foxhunt_bench_tft_kan [--quick] [--ours-only] [tft|kan ...] (default: both)
+  // --ours-only: no PyTorch baseline and no table (a profiler's run: `ncu ... --ours-only kan`).
+  bool quick = false, ours_only = false;
   std::vector<std::string> families;
   for (int a = 1; a < argc; ++a) {
     const std::string arg = argv[a];
     if (arg == "--quick") {
       quick = true;
+    } else if (arg == "--ours-only") {
+      ours_only = true;
     } else if (arg == "tft" || arg == "kan") {
       families.push_back(arg);
     } else {
-      std::fprintf(stderr, "%s: unknown argument '%s' (allowed: --quick, tft, kan)\n", argv[0], arg.c_str());
+      std::fprintf(stderr, "%s: unknown argument '%s' (allowed: --quick, --ours-only, tft, kan)\n", argv[0],
+                   arg.c_str());
       return 2;
     }
   }
@@ -172,6 +176,7 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (ours_only) return 0;
   std::string script_args = quick ? "--quick" : "";
   for (const auto& f : families) script_args += " " + f;
   const auto base = bench::run_baseline_script(bench::baseline_script("tft_kan.py"), script_args);
