@@ -86,9 +86,8 @@ double train_step_ms(const std::string& family, std::int64_t B, std::int64_t T, 
   pretrain::MarketWindows windows(market, spec.window, B);
   spec.assets = windows.assets();
   const pretrain::GenerateFn data = [&windows](const pretrain::WindowBatch& out, std::int64_t b, std::uint64_t seed,
-                                               const std::uint64_t* counter, cudaStream_t st) {
-    windows.generate(out, b, seed, counter, st);
-  };
+                                               const std::uint64_t* counter,
+                                               cudaStream_t st) { windows.generate(out, b, seed, counter, st); };
   pretrain::PretrainTrainer trainer(spec, data, ctx.blas());
   return bench::median_ms([&](int) { trainer.step(); }, trainer.stream(), 5, 30);  // the first call captures
 }
@@ -132,9 +131,10 @@ double step_us(const std::string& family, std::int64_t rows, std::int64_t W, gpu
 }  // namespace
 
 int main(int argc, char** argv) {
-  // usage: foxhunt_bench_tft_kan [--quick] [--ours-only] [tft|kan ...] (default: both)
-  // --ours-only: no PyTorch baseline and no table (a profiler's run: `ncu ... --ours-only kan`).
-  bool quick = false, ours_only = false;
+  // usage: foxhunt_bench_tft_kan [--quick] [--ours-only] [--step-only] [tft|kan ...] (default: both)
+  // --ours-only: no PyTorch baseline and no table (a profiler's run: `ncu ... --ours-only kan`);
+  // --step-only: the per-step rows alone (with --ours-only: a profile of the step form).
+  bool quick = false, ours_only = false, step_only = false;
   std::vector<std::string> families;
   for (int a = 1; a < argc; ++a) {
     const std::string arg = argv[a];
@@ -142,11 +142,13 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (arg == "--ours-only") {
       ours_only = true;
+    } else if (arg == "--step-only") {
+      step_only = true;
     } else if (arg == "tft" || arg == "kan") {
       families.push_back(arg);
     } else {
-      std::fprintf(stderr, "%s: unknown argument '%s' (allowed: --quick, --ours-only, tft, kan)\n", argv[0],
-                   arg.c_str());
+      std::fprintf(stderr, "%s: unknown argument '%s' (allowed: --quick, --ours-only, --step-only, tft, kan)\n",
+                   argv[0], arg.c_str());
       return 2;
     }
   }
@@ -158,6 +160,7 @@ int main(int argc, char** argv) {
   std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>> train = {{256, kWindow, 64}, {256, kWindow, 256}};
   std::vector<std::pair<std::int64_t, std::int64_t>> steps = {{4096, 64}, {4096, 256}};
   if (quick) train.resize(1), steps.resize(1);
+  if (step_only) train.clear();
 
   std::map<bench::ResultKey, double> ours;
   for (const auto& family : families) {
