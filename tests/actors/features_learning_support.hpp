@@ -111,12 +111,12 @@ inline report::Interval paired_difference(const std::vector<double>& a, const st
 struct TrainSpec {
   std::string learner = "dqn";  // "dqn" or "ppo"
   std::uint64_t seed = 1;
-  int window = 1;               // the market's observation window
-  fs::path features;            // the pretrain checkpoint (empty: no [features])
+  int window = 1;                    // the market's observation window
+  fs::path features;                 // the pretrain checkpoint (empty: no [features])
   std::string output = "embedding";  // features.output
-  std::string mode = "frozen";  // features.mode
-  double lr_scale = 1.0;        // features.lr_scale (finetune)
-  std::int64_t env_steps = 0;   // run.total_env_steps (0: the recipe's, kDqnSteps or kPpoSteps)
+  std::string mode = "frozen";       // features.mode
+  double lr_scale = 1.0;             // features.lr_scale (finetune)
+  std::int64_t env_steps = 0;        // run.total_env_steps (0: the recipe's, kDqnSteps or kPpoSteps)
 };
 
 // One folder per suite (removed at its end); pretrained checkpoints are shared by a suite's tests.

@@ -55,9 +55,9 @@ using namespace foxhunt::actors::features_learning;
 namespace {
 
 constexpr std::uint64_t kSeeds[] = {1, 2, 3};
-constexpr int kWindow = 32;           // returns in the observation (see above)
-constexpr double kLrScale = 0.1;      // features.lr_scale of the fine-tuned runs
-constexpr double kNoiseMargin = 0.1;  // of the frozen agent's mean Sharpe
+constexpr int kWindow = 32;                            // returns in the observation (see above)
+constexpr double kLrScale = 0.1;                       // features.lr_scale of the fine-tuned runs
+constexpr double kNoiseMargin = 0.1;                   // of the frozen agent's mean Sharpe
 constexpr std::int64_t kDqnFinetuneSteps = 1'000'000;  // each DQN run's env steps (see above)
 
 class FeaturesFinetuneLearning : public FeaturesLearningFixture {
