@@ -9,6 +9,7 @@
 
 #include "gpu/activation.cuh"
 #include "gpu/check.hpp"
+#include "gpu/device.hpp"
 #include "gpu/launch.cuh"
 #include "models/kan/bspline.cuh"
 
@@ -18,8 +19,11 @@ namespace {
 using gpu::Activation;
 
 constexpr int kThreads = 256;
-// Forward tile: 64 rows x 64 outputs, 4 inputs per step; 16 x 16 threads of 4 x 4 results each.
-constexpr int kFwdRows = 64, kFwdOuts = 64, kFwdIns = 4;
+// Forward tile: 16 * R rows x 64 outputs, 4 inputs per step; 16 x 16 threads of R x 4 results each.
+// R = 4 (64 rows) while that fills the device; a batch too small for one block per multiprocessor
+// (acting: 4096 rows, one 64-wide layer, 64 blocks on 132 SMs) takes R = 2, twice the blocks. Each
+// output's FMAs run in the same order either way: the same bits.
+constexpr int kFwdOuts = 64, kFwdIns = 4, kFwdRowsMax = 64;
 // Input-gradient tile: 64 rows x 16 inputs, 16 outputs per step; 16 x 16 threads of 4 rows each.
 constexpr int kDxRows = 64, kDxIns = 16, kDxOuts = 16;
 // Parameter-gradient tile: 16 outputs x 16 inputs (one (o, i) per thread), rows in chunks of 16;
@@ -56,12 +60,13 @@ __global__ void bases_kernel(std::int32_t* __restrict__ first, float* __restrict
 }
 
 // ---- forward: y = silu(x) W^T + the spline branch, tiled -----------------------------------------
-template <int K1>
+template <int K1, int R>
 __global__ void __launch_bounds__(kThreads) forward_kernel(float* __restrict__ y, const float* __restrict__ x,
                                                            const std::int32_t* __restrict__ first,
                                                            const float* __restrict__ values,
                                                            const float* __restrict__ w, const float* __restrict__ c,
                                                            int rows, int in, int out, int nb) {
+  constexpr int kFwdRows = 16 * R;
   __shared__ float cs[kFwdIns * kMaxNb * (kFwdOuts + 1)];  // [ii][j][oo], rows padded against conflicts
   __shared__ float ws[kFwdIns][kFwdOuts];
   __shared__ float ss[kFwdIns][kFwdRows];  // silu(x)
@@ -69,7 +74,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(float* __restrict__ y
   __shared__ std::int32_t fs[kFwdIns][kFwdRows];
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int b0 = blockIdx.x * kFwdRows, o0 = blockIdx.y * kFwdOuts;
-  float acc[4][4] = {};
+  float acc[R][4] = {};
   for (int i0 = 0; i0 < in; i0 += kFwdIns) {
     // Coefficients c[o0 + oo, i0 + ii, j]: j fastest in memory, so consecutive threads read
     // consecutive addresses.
@@ -98,7 +103,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(float* __restrict__ y
 #pragma unroll
     for (int ii = 0; ii < kFwdIns; ++ii) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
+      for (int r = 0; r < R; ++r) {
         const int rr = ty + 16 * r;
         const float s = ss[ii][rr];
         const float* crow = cs + (ii * nb + fs[ii][rr]) * (kFwdOuts + 1);
@@ -118,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(float* __restrict__ y
     __syncthreads();
   }
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
+  for (int r = 0; r < R; ++r) {
     const int b = b0 + ty + 16 * r;
     if (b >= rows) continue;
 #pragma unroll
@@ -417,9 +422,18 @@ struct LaunchForward {
   static void run(float* y, const float* x, const std::int32_t* first, const float* values, const float* w,
                   const float* c, std::int64_t rows, std::int64_t in, std::int64_t out, std::int64_t nb,
                   cudaStream_t s) {
-    const dim3 grid(gpu::ceil_div(rows, kFwdRows), gpu::ceil_div(out, kFwdOuts));  // rows on x: up to 2^31 - 1 blocks
-    forward_kernel<K + 1><<<grid, kThreads, 0, s>>>(y, x, first, values, w, c, static_cast<int>(rows),
-                                                    static_cast<int>(in), static_cast<int>(out), static_cast<int>(nb));
+    const std::int64_t out_tiles = gpu::ceil_div(out, kFwdOuts);
+    if (gpu::ceil_div(rows, kFwdRowsMax) * out_tiles >= gpu::sm_count()) {
+      const dim3 grid(gpu::ceil_div(rows, kFwdRowsMax), out_tiles);  // rows on x: up to 2^31 - 1 blocks
+      forward_kernel<K + 1, 4><<<grid, kThreads, 0, s>>>(y, x, first, values, w, c, static_cast<int>(rows),
+                                                         static_cast<int>(in), static_cast<int>(out),
+                                                         static_cast<int>(nb));
+    } else {
+      const dim3 grid(gpu::ceil_div(rows, kFwdRowsMax / 2), out_tiles);
+      forward_kernel<K + 1, 2><<<grid, kThreads, 0, s>>>(y, x, first, values, w, c, static_cast<int>(rows),
+                                                         static_cast<int>(in), static_cast<int>(out),
+                                                         static_cast<int>(nb));
+    }
     FH_CHECK(cudaGetLastError());
   }
 };

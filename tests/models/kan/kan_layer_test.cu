@@ -1,9 +1,10 @@
 // KanLayer / KanNetwork: the local Cox-de Boor bases against the dense float64 recursion on random
 // non-uniform grids (and their partition of unity inside the grid), the forward and the backward
 // against a float64 layer over several shapes with inputs outside the grid, the backward against
-// central finite differences of the GPU forward, determinism and a CUDA-graph replay, the grid
-// update against a float64 refit (knots and refit values) and its preservation of a spline that is a
-// cubic polynomial, the arena keeping the grid out of the parameters, and the network.
+// central finite differences of the GPU forward, the forward's two row tiles bitwise alike,
+// determinism and a CUDA-graph replay, the grid update against a float64 refit (knots and refit
+// values) and its preservation of a spline that is a cubic polynomial, the arena keeping the grid out
+// of the parameters, and the network.
 #include "models/fd_support.hpp"
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include "gpu/arena.hpp"
 #include "gpu/check.hpp"
+#include "gpu/device.hpp"
 #include "gpu/graph.hpp"
 #include "models/kan/kan_layer.hpp"
 #include "models/kan/kan_network.hpp"
@@ -183,6 +185,36 @@ TEST_F(KanLayerTest, ForwardAndBackwardMatchFloat64Reference) {
     EXPECT_TRUE(test::all_close(grad(*l, "base_weight"), dwr, 1e-5, 1e-4));
     EXPECT_TRUE(test::all_close(grad(*l, "spline_weight"), dcr, 1e-5, 1e-4));
   }
+}
+
+// The forward's two row tiles (64 rows per block when that fills the device, 32 for a smaller
+// batch) run each output's FMAs in the same order: a batch large enough for the 64-row tile gives,
+// on its first rows, the bits of those rows forwarded alone (the 32-row tile), and both match the
+// float64 layer.
+TEST_F(KanLayerTest, ForwardRowTilesAgreeBitwise) {
+  SCOPED_TRACE(seed_note());
+  const KanLayerSpec spec = spec_of(33, 65, 8, 3);
+  auto l = make(spec, true);
+  const test::RefKan r = ref(*l);
+  const std::int64_t big = 64 * gpu::sm_count() + 5, small = 37;  // 2 output tiles: R = 4 for big, 2 for small
+  const auto x = test::random_uniform(static_cast<std::size_t>(big * spec.in), -3.f, 3.f, rng());
+  const auto xd = test::upload(x, s());
+  gpu::DeviceBuffer<float> y_big(static_cast<std::size_t>(big * spec.out)),
+      y_small(static_cast<std::size_t>(small * spec.out));
+  OwnedWorkspace ws(l->layer, big);
+  test::poison(y_big, s());
+  test::poison(y_small, s());
+  l->layer.forward(y_big.data(), xd.data(), big, false, ws.view, lane());
+  l->layer.forward(y_small.data(), xd.data(), small, false, ws.view, lane());
+  const auto yb = test::download(y_big, s()), ys = test::download(y_small, s());
+  EXPECT_TRUE(std::equal(ys.begin(), ys.end(), yb.begin())) << "the two row tiles disagree on the first rows";
+  const std::vector<float> x_tail(x.end() - small * spec.in, x.end());
+  const std::vector<float> y_tail(yb.end() - small * spec.out, yb.end());
+  EXPECT_TRUE(test::all_close(
+      ys, r.forward(as_double(std::vector<float>(x.begin(), x.begin() + small * spec.in)), static_cast<int>(small)),
+      1e-5, 2e-5));
+  EXPECT_TRUE(test::all_close(y_tail, r.forward(as_double(x_tail), static_cast<int>(small)), 1e-5, 2e-5))
+      << "the last rows of the large batch";
 }
 
 TEST_F(KanLayerTest, BackwardMatchesCentralFiniteDifferences) {
