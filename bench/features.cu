@@ -152,9 +152,7 @@ pretrain::FeatureSource random_checkpoint(const fs::path& configs, const std::st
   std::ofstream(dir / pretrain::kFeatureModelFile) << "";
   pretrain::FeatureSource src = pretrain::load_feature_source(dir);
   if (src.diffusion()) {  // the denoiser alone, as DiffusionTrainer declares it
-    pretrain::DiffusionTrainerSpec spec = pretrain::diffusion_trainer_spec(src.config, src.market.assets);
-    spec.denoiser.dim = spec.window * spec.assets;
-    spec.denoiser.context = spec.context * spec.assets;
+    const pretrain::DiffusionTrainerSpec spec = pretrain::diffusion_trainer_spec(src.config, src.market.assets);
     models::Denoiser denoiser(spec.denoiser);
     gpu::ParameterArena arena;
     denoiser.declare(arena);

@@ -104,14 +104,12 @@ DiffusionFeatureExtractor::DiffusionFeatureExtractor(const FeatureSource& source
   feature_col_ = static_cast<std::int64_t>(market.window) * assets + assets + 3;
 
   // The denoiser and schedule exactly as the trainer built them (names "model.<...>").
-  DiffusionTrainerSpec spec = diffusion_trainer_spec(source.config, assets);
-  dim_ = spec.window * assets;
-  context_dim_ = spec.context * assets;
+  const DiffusionTrainerSpec spec = diffusion_trainer_spec(source.config, assets);
+  dim_ = spec.denoiser.dim;
+  context_dim_ = spec.denoiser.context;
   hidden_ = spec.denoiser.hidden;
   FH_EXPECT(context_dim_ + dim_ == static_cast<std::int64_t>(market.window) * assets,
             "DiffusionFeatureExtractor: the model's window does not cover the observation's");
-  spec.denoiser.dim = dim_;
-  spec.denoiser.context = context_dim_;
   schedule_ = std::make_unique<models::NoiseSchedule>(spec.schedule, stream);
   denoiser_ = std::make_unique<models::Denoiser>(spec.denoiser);
   denoiser_->declare(arena_);
@@ -142,10 +140,8 @@ DiffusionFeatureExtractor::DiffusionFeatureExtractor(const FeatureSource& source
 std::size_t DiffusionFeatureExtractor::bytes_for(const FeatureSource& source, FeatureOutput output,
                                                  const rl::MarketConfig& market, std::int64_t num_envs,
                                                  std::int64_t max_train_rows) {
-  DiffusionTrainerSpec spec = diffusion_trainer_spec(source.config, market.assets);  // as the constructor's
-  const std::int64_t D = spec.window * market.assets, Dc = spec.context * market.assets, H = spec.denoiser.hidden;
-  spec.denoiser.dim = D;
-  spec.denoiser.context = Dc;
+  const DiffusionTrainerSpec spec = diffusion_trainer_spec(source.config, market.assets);  // as the constructor's
+  const std::int64_t D = spec.denoiser.dim, Dc = spec.denoiser.context, H = spec.denoiser.hidden;
   const models::Denoiser denoiser(spec.denoiser);
   gpu::ParameterArena arena;  // declarations only
   denoiser.declare(arena);

@@ -75,6 +75,8 @@ DiffusionTrainerSpec diffusion_trainer_spec(const PretrainConfig& c, std::int64_
   t.window = c.data.window;
   t.context = f.integers.at("context");
   t.assets = assets;
+  t.denoiser.dim = t.window * assets;  // what the trainer sets from them (a model's checkpoint shapes)
+  t.denoiser.context = t.context * assets;
   t.batch = c.optim.batch;
   t.seed = c.run.seed;
   return t;

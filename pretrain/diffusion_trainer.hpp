@@ -54,7 +54,8 @@ struct DiffusionTrainerSpec {
 };
 
 // The spec of a `foxhunt pretrain` run with [model] kind = "diffusion" (pretrain/config.hpp; the
-// family keys of pretrain/model_factory.cpp) on data of `assets` assets.
+// family keys of pretrain/model_factory.cpp) on data of `assets` assets, the denoiser's widths
+// (dim, context) included.
 DiffusionTrainerSpec diffusion_trainer_spec(const PretrainConfig& c, std::int64_t assets);
 
 class DiffusionTrainer {

@@ -31,10 +31,7 @@ std::size_t tuned_features_bytes(const FeatureSource& source, FeatureOutput outp
 void declare_tuned_parameters(const FeatureSource& source, const rl::MarketConfig& market, gpu::ParameterArena& arena) {
   if (source.diffusion()) {
     // The denoiser as DiffusionFeatureExtractor builds it (its trainer's spec).
-    DiffusionTrainerSpec spec = diffusion_trainer_spec(source.config, market.assets);
-    spec.denoiser.dim = spec.window * market.assets;
-    spec.denoiser.context = spec.context * market.assets;
-    models::Denoiser(spec.denoiser).declare(arena);
+    models::Denoiser(diffusion_trainer_spec(source.config, market.assets).denoiser).declare(arena);
     return;
   }
   ModelSpec spec = source.model;
