@@ -100,6 +100,20 @@ std::string seconds_text(std::chrono::milliseconds t) {
   return buf;
 }
 
+// Synchronizes every stage (all enqueued work done, every host callback run); the first failure's
+// text, "" when every stream drained cleanly.
+std::string synchronize_all(const std::vector<Stage*>& stages) {
+  std::string first;
+  for (Stage* s : stages) {
+    try {
+      s->synchronize();
+    } catch (const std::exception& e) {
+      if (first.empty()) first = e.what();
+    }
+  }
+  return first;
+}
+
 // An agent's quiesce after a stall, on a thread of its own: its checkpoint worker drained, then
 // every stage synchronized. A thread blocked in the driver (a stream that never drains) can be
 // neither cancelled nor joined: it is detached, holding what it uses (the worker), and left to the
@@ -108,7 +122,7 @@ std::string seconds_text(std::chrono::milliseconds t) {
 struct BoundedQuiesce {
   struct Shared {
     std::mutex mutex;
-    std::string error;  // the first failure (a faulted stream)
+    std::string error;  // synchronize_all's (a faulted stream)
     bool worker_done = false;
   };
   std::shared_ptr<Shared> shared = std::make_shared<Shared>();
@@ -121,14 +135,9 @@ struct BoundedQuiesce {
         std::lock_guard lock(sh->mutex);
         sh->worker_done = true;
       }
-      for (Stage* s : stages) {
-        try {
-          s->synchronize();
-        } catch (const std::exception& e) {
-          std::lock_guard lock(sh->mutex);
-          if (sh->error.empty()) sh->error = e.what();
-        }
-      }
+      std::string error = synchronize_all(stages);
+      std::lock_guard lock(sh->mutex);
+      sh->error = std::move(error);
     });
     done = task->get_future();
     std::thread([task] { (*task)(); }).detach();
@@ -346,14 +355,7 @@ AgentsResult run_agents(const std::vector<AgentSpec>& specs, const RunHooks& hoo
         if (a.shared->worker) a.shared->worker->drain();
       // Quiesce the device: all enqueued work done and every host callback run (they send to
       // actors of `sys`, which must outlive them).
-      for (auto& a : agents)
-        for (Stage* s : a.stages) {
-          try {
-            s->synchronize();
-          } catch (const std::exception& e) {
-            if (a.sync_error.empty()) a.sync_error = e.what();
-          }
-        }
+      for (auto& a : agents) a.sync_error = synchronize_all(a.stages);
     } else {
       // After a stall the device may never drain (a hung kernel, a collective waiting for a
       // peer): every agent's quiesce ends at one common deadline.
