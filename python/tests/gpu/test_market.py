@@ -64,7 +64,11 @@ def test_same_seed_and_actions_repeat_bitwise_and_other_seed_differs(markets):
         m = foxhunt.Market(config, 256)
         m.reset(seed)
         runs.append(outputs(m.step(acts)))
-    assert all(torch.equal(a, b) for a, b in zip(runs[0], runs[1]))
+    # final_obs rows of environments that did not end are stale memory: compared where ended only
+    for a, b in zip(runs[0][:4], runs[1][:4]):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    ended = runs[0][2] | runs[0][3]
+    assert torch.equal(runs[0][4][ended].view(torch.int32), runs[1][4][ended].view(torch.int32))
     assert not torch.equal(runs[0][0], runs[2][0])
 
 
