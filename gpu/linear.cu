@@ -139,15 +139,17 @@ bool epilogue_native(const cublasLtMatmulAlgo_t& algo, cublasLtEpilogue_t epilog
   return (mask & want) == want;
 }
 
-// A forward epilogue that also writes the activation's aux output (the ReLU mask or GELU's input).
-// cuBLASLt's capability mask lists these for kernels that only reach them through a separate
-// epilogue::globalKernel pass after the GEMM: an ncu profile of the large DQN learner (H100, TF32,
-// 4096 and 8192 rows x 1024) showed RELU_AUX_BIAS run that way at every forward layer, 44 and
-// 85 us a pass, 40% of the update. So large GEMMs never take them as native (launch_epilogue
-// instead).
-bool forward_aux_epilogue(cublasLtEpilogue_t e) {
-  return e == CUBLASLT_EPILOGUE_RELU_AUX || e == CUBLASLT_EPILOGUE_RELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX ||
-         e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+// A forward epilogue that also writes the activation's aux output (the ReLU mask or GELU's input),
+// on f32 operands (fp32, TF32). cuBLASLt's capability mask lists these for kernels that only reach
+// them through a separate epilogue::globalKernel pass after the GEMM: an ncu profile of the large
+// DQN learner (H100, TF32, 4096 and 8192 rows x 1024) showed RELU_AUX_BIAS run that way at every
+// forward layer, 44 and 85 us a pass, 40% of the update. So large f32-operand GEMMs never take them
+// as native (launch_epilogue instead): 1,512 -> 2,025 updates/s (TF32), 759 -> 865 (fp32). The
+// bf16 kernels run them inside the GEMM (no extra graph node), and our pass made that learner 9%
+// slower, so bf16 operands keep them.
+bool forward_aux_epilogue(cublasLtEpilogue_t e, cudaDataType_t ab_type) {
+  return ab_type == CUDA_R_32F && (e == CUBLASLT_EPILOGUE_RELU_AUX || e == CUBLASLT_EPILOGUE_RELU_AUX_BIAS ||
+                                   e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
 }
 
 // One column-major GEMM D (m, n) = op(A) op(B) + beta D, with an epilogue. A and B are of ab_type
@@ -200,7 +202,7 @@ std::optional<cublasLtMatmulAlgo_t> pick_algo(const cublasLtMatmulHeuristicResul
   // report "no fused algorithm" so that linear_forward runs the plain GEMM (same heuristic's
   // best) and launch_epilogue.
   if (g.k > kNoSplitMaxK || g.m * g.n > kSmallGemmOutputs) {
-    if (forward_aux_epilogue(g.epilogue) || !epilogue_native(results[first].algo, g.epilogue)) return std::nullopt;
+    if (forward_aux_epilogue(g.epilogue, g.ab_type) || !epilogue_native(results[first].algo, g.epilogue)) return std::nullopt;
     return results[first].algo;
   }
   cublasLtMatmulAlgo_t algo = results[best].algo;
