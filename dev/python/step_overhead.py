@@ -31,6 +31,7 @@ def main():
     acts = torch.randint(0, len(config.levels), (64, n, config.assets), dtype=torch.int32, device="cuda")
     a0 = acts[0]
     out = m.step(a0)
+    flags = [torch.from_dlpack(out[2]), torch.from_dlpack(out[3])]
     env = foxhunt.MarketVectorEnv(config, n)
     env.reset(seed=7)
     rows = [
@@ -39,6 +40,10 @@ def main():
         ("market.step(tensor)", lambda: m.step(a0)),
         ("torch.from_dlpack(out) x1", lambda: torch.from_dlpack(out[0])),
         ("market._time_cpp_steps 1 call", None),
+        ("torch._C._to_dlpack(tensor) (no stream logic)", lambda: torch._C._to_dlpack(a0)),
+        ("torch.cuda.current_stream(0).cuda_stream", lambda: torch.cuda.current_stream(0).cuda_stream),
+        ("terminated | truncated (a torch op)", lambda: flags[0] | flags[1]),
+        ("VectorEnv's key of the 5 arrays", lambda: tuple((a.data_ptr, a.shape) for a in out)),
         ("VectorEnv.step(tensor)", lambda: env.step(a0)),
         ("bench py_step (step + 4 from_dlpack)",
          lambda: [torch.from_dlpack(x) for x in m.step(acts[3])[:4]]),
