@@ -114,6 +114,26 @@ StepViews MarketSession::step(const void* actions, std::int64_t steps, std::func
   releases_.push(std::move(release));  // runs at the latest when the session ends, even if the step throws
   FH_EXPECT(steps >= 1, "steps must be >= 1 (got " + std::to_string(steps) + ")");
   ensure_outputs(steps);
+  launch_step(actions, steps);
+  releases_.mark(stream_);
+  return views(steps);
+}
+
+const void* MarketSession::step_in_order(const void* actions) {
+  FH_EXPECT(actions != nullptr, "step_in_order: actions must not be null");
+  use_device();
+  releases_.poll(false);
+  launch_step(actions, 1);
+  return outputs_->obs.data();
+}
+
+StepViews MarketSession::last_step() const {
+  StepViews v = views(1);
+  for (DeviceView* d : {&v.obs, &v.reward, &v.terminated, &v.truncated, &v.final_obs}) d->shape.erase(d->shape.begin());
+  return v;
+}
+
+void MarketSession::launch_step(const void* actions, std::int64_t steps) {
   rl::StepOutputs out{outputs_->obs.data(),
                       outputs_->reward.data(),
                       outputs_->terminated.data(),
@@ -127,8 +147,6 @@ StepViews MarketSession::step(const void* actions, std::int64_t steps, std::func
     in.continuous = static_cast<const float*>(actions);
   env_->step(out, in, steps, as_stream(stream_));
   FH_CHECK(cudaEventRecord(as_event(ready_), as_stream(stream_)));
-  releases_.mark(stream_);
-  return views(steps);
 }
 
 void MarketSession::make_stream_wait(StreamHandle consumer) {

@@ -72,6 +72,13 @@ class MarketSession {
   // caller has made stream() wait for their producer). `release` is called once no enqueued work
   // reads the actions any more (on a later call, or at destruction).
   StepViews step(const void* actions, std::int64_t steps, std::function<void()> release);
+  // One step with actions (N, assets) that stream() reads in order with no release to track: the
+  // caller's work that wrote them, and the frees that may reuse their memory, are ordered on
+  // stream() itself (foxhunt.TorchMarket: torch's current stream is the session's). Returns the
+  // address of the outputs' storage, which a longer multi-step call replaces.
+  const void* step_in_order(const void* actions);
+  // The outputs of the last one-step call (or reset: its obs), without a time axis.
+  StepViews last_step() const;
   // Makes `consumer` wait until the last reset/step has written its outputs (no-op when it is
   // the session's own stream).
   void make_stream_wait(StreamHandle consumer);
@@ -91,6 +98,7 @@ class MarketSession {
   void use_device() const;
   void ensure_outputs(std::int64_t steps);
   StepViews views(std::int64_t steps) const;
+  void launch_step(const void* actions, std::int64_t steps);  // into outputs_, then ready_
 
   rl::MarketConfig config_;
   std::int64_t num_envs_;

@@ -492,6 +492,23 @@ PYBIND11_MODULE(_foxhunt, m) {
           py::arg("actions"),
           "Advances every environment with `actions` (N, assets) or (T, N, assets); returns (obs, reward, terminated, "
           "truncated, final_obs)")
+      .def(
+          "_step_in_order",
+          [](MarketSession& s, std::uintptr_t actions) {
+            return reinterpret_cast<std::uintptr_t>(s.step_in_order(reinterpret_cast<const void*>(actions)));
+          },
+          py::arg("actions_ptr"),
+          "foxhunt.TorchMarket's step: actions (N, assets) at a device address, read in order on the market's "
+          "stream (checked by the caller); returns the outputs' storage address")
+      .def(
+          "_last_step",
+          [](const std::shared_ptr<MarketSession>& s) {
+            const python::StepViews v = s->last_step();
+            return py::make_tuple(array_of(v.obs, s, false), array_of(v.reward, s, false),
+                                  array_of(v.terminated, s, false), array_of(v.truncated, s, false),
+                                  array_of(v.final_obs, s, false));
+          },
+          "The (obs, reward, terminated, truncated, final_obs) buffers a one-step call writes")
       .def("synchronize", &MarketSession::synchronize, "Blocks until the market's stream is idle")
       .def(
           "episode_stats",
