@@ -10,6 +10,7 @@
 Arrays returned by reset/step view the market's output buffers: the next reset/step rewrites them
 (clone what you keep). They carry DLPack's stream semantics: a consumer's stream waits for the
 step that wrote them; actions are read on market.stream after their producer's stream.
+foxhunt.TorchMarket is the same market for torch code on one stream, with no per-step conversion.
 """
 
 from ._foxhunt import (  # noqa: F401
@@ -28,6 +29,7 @@ from ._foxhunt import (  # noqa: F401
 if has_agent:  # built with python/agent (the foxhunt program's actors library)
     from ._foxhunt import Agent  # noqa: F401
 from .evaluation import EvalError, evaluate, find_foxhunt  # noqa: F401
+from .torch_market import TorchMarket  # noqa: F401
 from .vector_env import Box, MarketVectorEnv, MultiDiscrete  # noqa: F401
 
 __version__ = "0.1.0"
