@@ -34,6 +34,8 @@ def main():
     flags = [torch.from_dlpack(out[2]), torch.from_dlpack(out[3])]
     env = foxhunt.MarketVectorEnv(config, n)
     env.reset(seed=7)
+    tm = foxhunt.TorchMarket(config, n)
+    tm.reset(7)
     rows = [
         ("acts[t] (torch indexing)", lambda: acts[3]),
         ("tensor.__dlpack__(stream=s)", lambda: a0.__dlpack__(stream=stream.cuda_stream or 1)),
@@ -45,7 +47,8 @@ def main():
         ("terminated | truncated (a torch op)", lambda: flags[0] | flags[1]),
         ("VectorEnv's key of the 5 arrays", lambda: tuple((a.data_ptr, a.shape) for a in out)),
         ("VectorEnv.step(tensor)", lambda: env.step(a0)),
-        ("bench py_step (step + 4 from_dlpack)",
+        ("TorchMarket.step(tensor)", lambda: tm.step(a0)),
+        ("bench py_step (Market.step + 4 from_dlpack)",
          lambda: [torch.from_dlpack(x) for x in m.step(acts[3])[:4]]),
     ]
     for name, fn in rows:
