@@ -35,7 +35,7 @@ class TorchMarket:
         self._storage, self._outputs = None, None
 
     def _check_stream(self, what):
-        if self._torch.cuda.current_stream(self.device) != self._stream:
+        if not self.on_its_stream():
             raise RuntimeError(f"TorchMarket.{what}: torch's current stream on {self.device} must be the one the "
                                f"market was made on ({self._stream.cuda_stream:#x}); use foxhunt.Market for other "
                                "streams")
@@ -56,11 +56,18 @@ class TorchMarket:
 
     def step(self, actions):
         """Advances every environment one step; returns (obs, reward, terminated, truncated, final_obs)."""
+        self._check_stream("step")
+        return self._step(actions)
+
+    def on_its_stream(self):
+        """Whether torch's current stream on the device is the market's (step may be called)."""
+        return self._torch.cuda.current_stream(self.device) == self._stream
+
+    def _step(self, actions):  # step once the caller has checked the stream
         if (not isinstance(actions, self._torch.Tensor) or actions.dtype is not self._action_dtype
                 or actions.device != self.device or actions.shape not in self._action_shapes
                 or not actions.is_contiguous()):
             self._refuse(actions)
-        self._check_stream("step")
         storage = self.market._step_in_order(actions.data_ptr())
         if storage != self._storage:  # the first step, or a multi-step Market call replaced the buffers
             self._outputs = tuple(self._torch.from_dlpack(a) for a in self.market._last_step())

@@ -14,6 +14,7 @@ except ImportError:  # pragma: no cover - depends on the machine
     _gym = None
 
 from ._foxhunt import Market, load_market_config
+from .torch_market import TorchMarket
 
 
 class Box:
@@ -86,9 +87,13 @@ class MarketVectorEnv:
             config = load_market_config(config)
         if stream is None:
             # torch's current stream on the device: the market's kernels and the caller's torch work
-            # are ordered by the stream itself, no event waits between them.
-            stream = torch.cuda.current_stream(device).cuda_stream
-        self.market = Market(config, num_envs, device=device, obs_dtype=obs_dtype, stream=stream)
+            # are ordered by the stream itself, and a step on that stream goes through TorchMarket
+            # (one launch, the same output tensors every step).
+            self._direct = TorchMarket(config, num_envs, device=device, obs_dtype=obs_dtype)
+            self.market = self._direct.market
+        else:
+            self._direct = None
+            self.market = Market(config, num_envs, device=device, obs_dtype=obs_dtype, stream=stream)
         self.config = config
         self.num_envs = num_envs
         self.device = torch.device("cuda", device)
@@ -121,7 +126,10 @@ class MarketVectorEnv:
         return obs, {}
 
     def step(self, actions):
-        obs, reward, terminated, truncated, final_obs = self._tensors(self.market.step(actions))
+        if self._direct is not None and self._direct.on_its_stream():
+            obs, reward, terminated, truncated, final_obs = self._direct._step(actions)
+        else:
+            obs, reward, terminated, truncated, final_obs = self._tensors(self.market.step(actions))
         done = terminated | truncated
         info = {"final_obs": final_obs, "_final_obs": done}
         return obs, reward, terminated, truncated, info
