@@ -95,3 +95,27 @@ def test_refuses_wrong_actions_and_another_stream(markets):
         tm.step(torch.zeros((32, 1), dtype=torch.int32, device=DEV))
     out = tm.step(torch.zeros(32, dtype=torch.int32, device=DEV))  # (N,) with one asset
     assert out[1].isfinite().all()
+
+
+def test_vector_env_on_its_stream_equals_the_dlpack_path(markets):
+    """MarketVectorEnv made on torch's stream steps through TorchMarket; one given another stream
+    through Market and from_dlpack. Same seed and actions: the same observations, rewards and flags."""
+    direct = foxhunt.MarketVectorEnv(markets / "bench_ou.toml", num_envs=256)
+    side = torch.cuda.Stream()
+    dlpack = foxhunt.MarketVectorEnv(markets / "bench_ou.toml", num_envs=256, stream=side.cuda_stream)
+    assert direct._direct is not None and dlpack._direct is None
+    a_obs, _ = direct.reset(seed=5)
+    b_obs, _ = dlpack.reset(seed=5)
+    assert torch.equal(a_obs, b_obs)
+    gen = torch.Generator(device=DEV).manual_seed(2)
+    for _ in range(300):  # past the 256-step episodes
+        act = torch.randint(0, 3, (256, 1), generator=gen, dtype=torch.int32, device=DEV)
+        a = direct.step(act)
+        b = dlpack.step(act)
+        for k in range(4):
+            assert torch.equal(a[k], b[k])
+        assert torch.equal(a[4]["_final_obs"], b[4]["_final_obs"])
+        ended = a[4]["_final_obs"]
+        assert torch.equal(a[4]["final_obs"][ended], b[4]["final_obs"][ended])
+    direct.close()
+    dlpack.close()
