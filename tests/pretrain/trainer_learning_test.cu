@@ -14,13 +14,15 @@
 // target's variance. Hence many windows per step (8192), small models (width 16) and a cosine decay
 // to 0; 1M validation windows keep the paired comparison's noise (~3e-5) well below the margin. A
 // step costs 1.5 (lstm) to 23 ms (xlstm) on an H200 (dev/cuda/pretrain_step_profile.cu).
-// Filter one family with --gtest_filter='*Learning*/mamba2'.
+// One test per family and seed (a separate process each can run beside the others): filter one
+// family with --gtest_filter='*Learning*/mamba2_*', one seed with '*Learning*/mamba2_seed11'.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <tuple>
 
 #include "gpu/context.hpp"
 #include "pretrain/hmm_filter.hpp"
@@ -77,82 +79,85 @@ GenerateFn windows_of(MarketWindows& windows) {
                     cudaStream_t st) { windows.generate(out, b, s, counter, st); };
 }
 
-class TrainerLearningTest : public test::GpuTest, public ::testing::WithParamInterface<std::string> {};
+// (family, seed)
+using FamilySeed = std::tuple<std::string, std::uint64_t>;
+class TrainerLearningTest : public test::GpuTest, public ::testing::WithParamInterface<FamilySeed> {
+ protected:
+  const std::string& kind() const { return std::get<0>(GetParam()); }
+  std::uint64_t seed() const { return std::get<1>(GetParam()); }
+};
 
 TEST_P(TrainerLearningTest, ReachesTheLinearBaselineOnOuReturns) {
   const rl::MarketConfig market = rl::load_market_config(test::configs_dir() / "markets" / "ou_mean_reversion.toml");
   gpu::DeviceContext ctx(0, 1);
-  for (std::uint64_t seed : {11u, 22u, 33u}) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
-    const auto t0 = std::chrono::steady_clock::now();
-    TrainerSpec spec;
-    spec.model = family(GetParam(), 16);
-    spec.task.kind = TaskKind::returns;
-    spec.task.loss = LossKind::mse;
-    spec.task.targets = 1;
-    // CfC at lr 3e-3 ended between 0.91 and 1.0 of the baseline over seeds; at 1e-3 it holds above 0.99.
-    spec.optim = schedule(GetParam() == "cfc" ? 1e-3f : 3e-3f, 200, 4000);
-    spec.window.window = 64;
-    spec.window.horizon = 1;
-    spec.batch = 8192;
-    spec.seed = seed;
-    MarketWindows windows(market, spec.window, spec.batch);
-    const GenerateFn data = windows_of(windows);
-    PretrainTrainer trainer(spec, data, ctx.blas());
-    LinearBaseline linear(spec.window.window, 1);
-    trainer.fit_linear_baseline(linear, data, seed ^ 0xF17ull, std::int64_t{1} << 20);
-    for (std::int64_t s = 0; s < spec.optim.steps; ++s) trainer.step();
-    trainer.evaluate(data, seed ^ 0xE7A1ull, std::int64_t{1} << 20, &linear, nullptr);
-    const EvalMetrics m = trainer.wait_eval();
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("%s seed %llu: model R^2 %.5f, linear R^2 %.5f (ratio %.3f), %.1f s\n", GetParam().c_str(),
-                static_cast<unsigned long long>(seed), m.r2, m.baseline_r2, m.r2 / m.baseline_r2, secs);
-    std::fflush(stdout);  // a run cut short by a timeout still shows the seeds it finished
-    ASSERT_TRUE(std::isfinite(m.r2) && std::isfinite(m.baseline_r2));
-    EXPECT_GT(m.baseline_r2, 0.001) << "the window predicts the next OU return (linear R^2)";
-    EXPECT_GE(m.r2, 0.95 * m.baseline_r2) << "model R^2 " << m.r2 << " < 95% of the linear baseline's "
-                                          << m.baseline_r2;
-  }
+  const std::uint64_t seed = this->seed();
+  const auto t0 = std::chrono::steady_clock::now();
+  TrainerSpec spec;
+  spec.model = family(kind(), 16);
+  spec.task.kind = TaskKind::returns;
+  spec.task.loss = LossKind::mse;
+  spec.task.targets = 1;
+  // CfC at lr 3e-3 ended between 0.91 and 1.0 of the baseline over seeds; at 1e-3 it holds above 0.99.
+  spec.optim = schedule(kind() == "cfc" ? 1e-3f : 3e-3f, 200, 4000);
+  spec.window.window = 64;
+  spec.window.horizon = 1;
+  spec.batch = 8192;
+  spec.seed = seed;
+  MarketWindows windows(market, spec.window, spec.batch);
+  const GenerateFn data = windows_of(windows);
+  PretrainTrainer trainer(spec, data, ctx.blas());
+  LinearBaseline linear(spec.window.window, 1);
+  trainer.fit_linear_baseline(linear, data, seed ^ 0xF17ull, std::int64_t{1} << 20);
+  for (std::int64_t s = 0; s < spec.optim.steps; ++s) trainer.step();
+  trainer.evaluate(data, seed ^ 0xE7A1ull, std::int64_t{1} << 20, &linear, nullptr);
+  const EvalMetrics m = trainer.wait_eval();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%s seed %llu: model R^2 %.5f, linear R^2 %.5f (ratio %.3f), %.1f s\n", kind().c_str(),
+              static_cast<unsigned long long>(seed), m.r2, m.baseline_r2, m.r2 / m.baseline_r2, secs);
+  std::fflush(stdout);
+  ASSERT_TRUE(std::isfinite(m.r2) && std::isfinite(m.baseline_r2));
+  EXPECT_GT(m.baseline_r2, 0.001) << "the window predicts the next OU return (linear R^2)";
+  EXPECT_GE(m.r2, 0.95 * m.baseline_r2) << "model R^2 " << m.r2 << " < 95% of the linear baseline's " << m.baseline_r2;
 }
 
 TEST_P(TrainerLearningTest, ApproachesTheHmmFilterOnRegimes) {
   const rl::MarketConfig market = rl::load_market_config(test::configs_dir() / "markets" / "regime2.toml");
   gpu::DeviceContext ctx(0, 1);
-  for (std::uint64_t seed : {11u, 22u, 33u}) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
-    const auto t0 = std::chrono::steady_clock::now();
-    TrainerSpec spec;
-    spec.model = family(GetParam(), 32);
-    spec.task.kind = TaskKind::regime;
-    spec.task.loss = LossKind::cross_entropy;
-    spec.task.targets = 0;
-    spec.task.classes = 2;
-    spec.optim = schedule(3e-3f, 100, 3000);
-    spec.window.window = 64;
-    spec.batch = 1024;
-    spec.seed = seed;
-    MarketWindows windows(market, spec.window, spec.batch);
-    const GenerateFn data = windows_of(windows);
-    PretrainTrainer trainer(spec, data, ctx.blas());
-    HmmFilter hmm(market, spec.window.window);
-    for (std::int64_t s = 0; s < spec.optim.steps; ++s) trainer.step();
-    trainer.evaluate(data, seed ^ 0xE7A1ull, std::int64_t{1} << 18, nullptr, &hmm);
-    const EvalMetrics m = trainer.wait_eval();
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double ratio = (m.accuracy - 0.5) / (m.baseline_accuracy - 0.5);
-    std::printf("%s seed %llu: model accuracy %.4f, HMM filter %.4f (above chance: ratio %.3f), %.1f s\n",
-                GetParam().c_str(), static_cast<unsigned long long>(seed), m.accuracy, m.baseline_accuracy, ratio,
-                secs);
-    std::fflush(stdout);
-    ASSERT_TRUE(std::isfinite(m.accuracy) && std::isfinite(m.baseline_accuracy));
-    EXPECT_GT(m.baseline_accuracy, 0.6) << "the window reveals the regime (HMM filter)";
-    EXPECT_GE(ratio, 0.9) << "model accuracy " << m.accuracy << " is above chance by less than 90% of the HMM "
-                          << "filter's " << m.baseline_accuracy;
-  }
+  const std::uint64_t seed = this->seed();
+  const auto t0 = std::chrono::steady_clock::now();
+  TrainerSpec spec;
+  spec.model = family(kind(), 32);
+  spec.task.kind = TaskKind::regime;
+  spec.task.loss = LossKind::cross_entropy;
+  spec.task.targets = 0;
+  spec.task.classes = 2;
+  spec.optim = schedule(3e-3f, 100, 3000);
+  spec.window.window = 64;
+  spec.batch = 1024;
+  spec.seed = seed;
+  MarketWindows windows(market, spec.window, spec.batch);
+  const GenerateFn data = windows_of(windows);
+  PretrainTrainer trainer(spec, data, ctx.blas());
+  HmmFilter hmm(market, spec.window.window);
+  for (std::int64_t s = 0; s < spec.optim.steps; ++s) trainer.step();
+  trainer.evaluate(data, seed ^ 0xE7A1ull, std::int64_t{1} << 18, nullptr, &hmm);
+  const EvalMetrics m = trainer.wait_eval();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double ratio = (m.accuracy - 0.5) / (m.baseline_accuracy - 0.5);
+  std::printf("%s seed %llu: model accuracy %.4f, HMM filter %.4f (above chance: ratio %.3f), %.1f s\n", kind().c_str(),
+              static_cast<unsigned long long>(seed), m.accuracy, m.baseline_accuracy, ratio, secs);
+  std::fflush(stdout);
+  ASSERT_TRUE(std::isfinite(m.accuracy) && std::isfinite(m.baseline_accuracy));
+  EXPECT_GT(m.baseline_accuracy, 0.6) << "the window reveals the regime (HMM filter)";
+  EXPECT_GE(ratio, 0.9) << "model accuracy " << m.accuracy << " is above chance by less than 90% of the HMM "
+                        << "filter's " << m.baseline_accuracy;
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, TrainerLearningTest,
-                         ::testing::Values("lstm", "mamba2", "xlstm", "cfc", "tft", "kan"),
-                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+                         ::testing::Combine(::testing::Values("lstm", "mamba2", "xlstm", "cfc", "tft", "kan"),
+                                            ::testing::Values(11u, 22u, 33u)),
+                         [](const ::testing::TestParamInfo<FamilySeed>& p) {
+                           return std::get<0>(p.param) + "_seed" + std::to_string(std::get<1>(p.param));
+                         });
 
 }  // namespace
