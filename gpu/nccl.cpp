@@ -74,11 +74,40 @@ NcclCommunicator::NcclCommunicator(const NcclId& id, int world, int rank) : worl
   FH_CHECK(ncclCommInitRank(&comm_, world, raw, rank));
 }
 
+std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::for_local_devices(const std::vector<int>& devices) {
+  const int world = static_cast<int>(devices.size());
+  FH_EXPECT(world >= 1, "NcclCommunicator::for_local_devices: no devices");
+  nvls_off_unless_set();
+  const NcclId id = nccl_unique_id();
+  ncclUniqueId raw{};
+  std::copy_n(id.begin(), id.size(), reinterpret_cast<std::uint8_t*>(raw.internal));
+  int current = 0;
+  FH_CHECK(cudaGetDevice(&current));
+  std::vector<ncclComm_t> comms(devices.size(), nullptr);
+  FH_CHECK(ncclGroupStart());
+  for (int r = 0; r < world; ++r) {
+    const cudaError_t set = cudaSetDevice(devices[static_cast<std::size_t>(r)]);
+    const ncclResult_t init =
+        set == cudaSuccess ? ncclCommInitRank(&comms[static_cast<std::size_t>(r)], world, raw, r) : ncclSuccess;
+    if (set != cudaSuccess || init != ncclSuccess) {
+      (void)ncclGroupEnd();
+      (void)cudaSetDevice(current);
+      FH_CHECK(set);
+      FH_CHECK(init);
+    }
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  FH_CHECK(cudaSetDevice(current));
+  FH_CHECK(end);
+  std::vector<std::unique_ptr<NcclCommunicator>> out;
+  for (int r = 0; r < world; ++r) out.emplace_back(new NcclCommunicator(comms[static_cast<std::size_t>(r)], world, r));
+  return out;
+}
+
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ == nullptr) return;
   // Destructors do not throw: a failure here leaves nothing the caller could act on.
-  if (aborted_.load())
-    return;  // ncclCommAbort freed it
+  if (aborted_.load()) return;  // ncclCommAbort freed it
   (void)ncclCommDestroy(comm_);
 }
 

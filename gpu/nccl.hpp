@@ -19,7 +19,9 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace foxhunt::gpu {
 
@@ -40,6 +42,10 @@ class NcclCommunicator {
   // Joins rank `rank` of `world` on the current CUDA device; blocks until all ranks have called it
   // with the same id. std::invalid_argument unless 1 <= world and 0 <= rank < world.
   NcclCommunicator(const NcclId& id, int world, int rank);
+  // Every rank of a run in this process: rank r on devices[r], all made by this thread in one NCCL
+  // group (ncclCommInitRank per device between ncclGroupStart and ncclGroupEnd), so no rank waits
+  // for a thread that never comes. The current device is restored.
+  static std::vector<std::unique_ptr<NcclCommunicator>> for_local_devices(const std::vector<int>& devices);
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -66,6 +72,7 @@ class NcclCommunicator {
   std::string async_error() const;
 
  private:
+  NcclCommunicator(ncclComm_t comm, int world, int rank) : comm_(comm), world_(world), rank_(rank) {}
   ncclComm_t comm_ = nullptr;
   int world_ = 0, rank_ = 0;
   std::atomic<bool> aborted_{false};
