@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
-#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <chrono>
@@ -19,6 +18,7 @@
 #include "actors/rendezvous.hpp"
 #include "actors/runtime.hpp"
 #include "actors/train_run.hpp"
+#include "actors/world_metrics.hpp"
 #include "apps/rank_resume.hpp"
 #include "apps/run_dir.hpp"
 #include "gpu/check.hpp"
@@ -80,43 +80,12 @@ struct LostState {
   }
 };
 
-// This rank's metrics message from its progress snapshots (steps/s over the last interval).
-class MetricsTracker {
- public:
-  explicit MetricsTracker(int rank) { m_.rank = rank; }
-  const RankMetrics& operator()(const ProgressSnapshot& s) {
-    const double dt = s.seconds - last_seconds_;
-    if (dt > 0) {
-      m_.steps_per_s = static_cast<double>(s.counters.env_steps - m_.env_steps) / dt;
-      last_seconds_ = s.seconds;
-    }
-    m_.env_steps = s.counters.env_steps;
-    m_.updates = s.updates_done;
-    for (const auto& [k, v] : s.scalars)
-      if (k == "episode/return" && std::isfinite(v)) {
-        m_.episode_return = v;
-        m_.has_return = true;
-      }
-    return m_;
-  }
-
- private:
-  RankMetrics m_;
-  double last_seconds_ = 0;
-};
-
 // Rank 0's `world/` scalars: every rank's latest metrics, rank 0's own as of now.
 Scalars world_scalars(const Rendezvous& rv, const RankMetrics& own) {
   std::vector<RankMetrics> ranks = rv.rank_metrics();
   std::erase_if(ranks, [](const RankMetrics& m) { return m.rank == 0; });
   ranks.push_back(own);
-  const WorldMetrics w = aggregate(ranks);
-  Scalars out{{"world/ranks", w.ranks},
-              {"world/env_steps", static_cast<double>(w.env_steps)},
-              {"world/updates", static_cast<double>(w.updates)},
-              {"world/env_steps_per_s", w.steps_per_s}};
-  if (w.ranks_with_return > 0) out.emplace_back("world/episode_return", w.episode_return);
-  return out;
+  return actors::world_scalars(ranks);
 }
 
 // Mirrors this process's SIGINT/SIGTERM into a stop of the whole run (through rank 0), until
@@ -169,7 +138,7 @@ int fake_run(const DistributedArgs& a, const RunConfig& cfg, const std::string& 
   if (dir) fs::create_directories(path);
   std::unique_ptr<JsonlWriter> jsonl;
   if (dir && rank == 0) jsonl = std::make_unique<JsonlWriter>(path / "metrics.jsonl");
-  MetricsTracker track(rank);
+  RankMetricsTracker track(rank);
   SignalMirror mirror(rv, lost);
   const auto start = std::chrono::steady_clock::now();
   const auto until = start + std::chrono::milliseconds(a.hold_ms);
@@ -356,7 +325,7 @@ int train_rank(const DistributedArgs& a, CheckedRun run, const std::string& run_
     req.on_learner_stall = [lost](const std::string& why) { lost->learner_stalled(why); };
     // Each progress report is a metrics message to rank 0, which writes the world/ aggregate into
     // its own metrics.
-    auto track = std::make_shared<MetricsTracker>(d.rank);
+    auto track = std::make_shared<RankMetricsTracker>(d.rank);
     Rendezvous* r = rv.get();
     if (d.rank == 0)
       req.extend = [r, track](ProgressSnapshot& s) {
