@@ -36,6 +36,7 @@ namespace {
 struct TrainArgs {
   std::string config, resume, run_dir, seeds;
   bool overwrite = false;
+  int gpus = 0;  // > 0: every rank of a data-parallel run in this process
   DistributedArgs distributed;
 };
 
@@ -104,7 +105,8 @@ int train_agents(const TrainArgs& a, CheckedAgents run, Console& io) {
     const AgentsResult& r = out.result;
     if (!r.outcome.ok()) io.err << "foxhunt train: failed: " << r.outcome.reason << "\n";
     for (const auto& agent : r.agents)
-      if (!agent.checkpoint_error.empty()) io.err << "foxhunt train: agent " << agent.name << ": " << agent.checkpoint_error << "\n";
+      if (!agent.checkpoint_error.empty())
+        io.err << "foxhunt train: agent " << agent.name << ": " << agent.checkpoint_error << "\n";
     if (r.undrained) end_undrained(io, r.exit_code());
     return r.exit_code();
   } catch (const std::exception& e) {
@@ -119,15 +121,22 @@ int train(const TrainArgs& a, Console& io) {
   try {
     CheckedAgents agents = check_agents(a.config, a.seeds, a.resume);
     if (agents.config.several) {
-      if (a.distributed.given())
-        throw std::invalid_argument("--rank/--world: several agents in one run train on one GPU (world 1)");
+      if (a.distributed.given() || a.gpus > 0)
+        throw std::invalid_argument("--rank/--world/--gpus: several agents in one run train on one GPU (world 1)");
       return train_agents(a, std::move(agents), io);
     }
     run = check_run(a.config, a.resume);
+    if (a.gpus > 0) {
+      if (a.distributed.given() || a.distributed.device >= 0)
+        throw std::invalid_argument(
+            "--gpus runs every rank in this process (rank r on device r): not with --rank, "
+            "--world, --coordinator or --device");
+      if (a.gpus > 1024) throw std::invalid_argument("--gpus must be in [1, 1024], got " + std::to_string(a.gpus));
+      return train_local_ranks(a.gpus, run, a.run_dir, a.overwrite, io);
+    }
     if (a.distributed.given() || run.config.distributed.world > 1)
       return train_rank(a.distributed, run, a.run_dir, a.overwrite, io);
-    const fs::path path =
-        a.run_dir.empty() ? default_run_dir(run.config.run.name) : fs::path(a.run_dir);
+    const fs::path path = a.run_dir.empty() ? default_run_dir(run.config.run.name) : fs::path(a.run_dir);
     dir = plan_run_dir(path, a.overwrite, run.resume);
   } catch (const std::invalid_argument& e) {
     io.err << "foxhunt train: " << e.what() << "\n";
@@ -195,6 +204,10 @@ void add_train_command(CLI::App& app, Console& io) {
   t->add_option("--seeds", args->seeds,
                 "run every agent of the config once per seed, all at once (e.g. 1,2,3: distinct non-negative "
                 "integers); each is an agent <name>-seed<s> (seed<s> for a file of one agent)");
+  t->add_option("--gpus", args->gpus,
+                "run every rank of a data-parallel run in this process, rank r on device r (docs/distributed.md); "
+                "rank r >= 1 writes <run-dir>.rank<r>")
+      ->check(CLI::PositiveNumber);
   add_distributed_options(*t, args->distributed);
   t->callback([args, &io] { io.exit_code = train(*args, io); });
 }

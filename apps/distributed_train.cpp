@@ -14,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "actors/local_ranks.hpp"
 #include "actors/metrics_log.hpp"
 #include "actors/rendezvous.hpp"
 #include "actors/runtime.hpp"
@@ -371,6 +372,82 @@ int train_rank(const DistributedArgs& a, CheckedRun run, const std::string& run_
     rv->finished();
   }
   return code;
+}
+
+int train_local_ranks(int gpus, CheckedRun run, const std::string& run_dir_arg, bool overwrite, Console& io) {
+  RunConfig shared = run.config;
+  shared.distributed.world = gpus;
+  shared.distributed.rank = 0;
+  if (const std::string why = distributed_problem(shared); !why.empty()) {
+    io.err << "foxhunt train: --gpus " << gpus << ": " << why << "\n";
+    return 2;
+  }
+  std::string why;
+  if (const int count = gpu::device_count(&why); count < gpus) {
+    io.err << "foxhunt train: --gpus " << gpus << " needs " << gpus << " CUDA devices (rank r on device r), found "
+           << count << (why.empty() ? "" : " (" + why + ")") << "\n";
+    return 1;
+  }
+  // Each rank as foxhunt launch would start it: its rank, device and seed, its run directory and
+  // its share of a resumed run, all checked before anything is created.
+  LocalRanksRequest req;
+  std::vector<RunDirPlan> dirs;
+  std::vector<std::optional<RankResumePlan>> resumes;
+  try {
+    for (int r = 0; r < gpus; ++r) {
+      RunConfig c = shared;
+      c.distributed.rank = r;
+      std::optional<RankResumePlan> plan;
+      if (run.resume) plan = plan_rank_resume(*run.resume, c);
+      c.run.device = r;
+      c.run.seed = gpu::rank_seed(shared.run.seed, r);
+      dirs.push_back(
+          plan_run_dir(rank_run_dir(run_dir_arg, c, r), overwrite, plan && plan->own ? plan->own : run.resume));
+      resumes.push_back(plan);
+      req.ranks.push_back(LocalRank{c, dirs.back().dir, std::nullopt});
+    }
+    for (const RunDirPlan& d : dirs) prepare_run_dir(d);
+  } catch (const std::invalid_argument& e) {
+    io.err << "foxhunt train: --gpus " << gpus << ": " << e.what() << "\n";
+    return 2;
+  }
+  log_to_run_dir(dirs.front().dir, shared.logging.level);  // one process, one log: rank 0's
+  for (int r = 0; r < gpus; ++r) {
+    LocalRank& rank = req.ranks[static_cast<std::size_t>(r)];
+    spdlog::info("rank {} of {}: run directory {}, device {}, seed {}", r, gpus, fs::absolute(rank.run_dir).string(),
+                 rank.config.run.device, rank.config.run.seed);
+    if (const auto& p = resumes[static_cast<std::size_t>(r)]) {
+      if (r == 0)
+        for (const int q : p->dropped)
+          spdlog::warn("resuming a {}-rank run on {}: the replay shard of rank {} is dropped", p->old_world, gpus, q);
+      rank.resume = materialize_rank_resume(*p, rank.run_dir / "resume_from_rank0");
+    } else {
+      rank.resume = run.resume;
+    }
+  }
+  req.stop_signal = &install_stop_signals();
+  req.on_undrained = [&io](int rank, int code) {
+    io.err << "foxhunt train: rank " << rank << " of the run: its GPU work did not drain\n";
+    end_undrained(io, code);
+  };
+  io.out << "foxhunt train: " << gpus << " ranks in this process (rank r on device r), run directory "
+         << fs::absolute(dirs.front().dir).string() << std::endl;
+  LocalRanksResult out;
+  try {
+    out = run_local_ranks(req);
+  } catch (const std::exception& e) {
+    io.err << "foxhunt train: --gpus " << gpus << ": " << e.what() << "\n";
+    return 1;
+  }
+  if (out.first_failed >= 0)
+    io.err << "foxhunt train: rank " << out.first_failed << " of " << gpus << " failed: " << out.cause
+           << "; every rank was ended\n";
+  for (int r = 0; r < gpus; ++r) {
+    const LocalRankResult& x = out.ranks[static_cast<std::size_t>(r)];
+    if (!x.result.checkpoint_error.empty())
+      io.err << "foxhunt train: rank " << r << ": " << x.result.checkpoint_error << "\n";
+  }
+  return out.exit_code();
 }
 
 }  // namespace foxhunt::apps

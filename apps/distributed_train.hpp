@@ -1,6 +1,7 @@
 #pragma once
-// One rank of a data-parallel run (docs/distributed.md): `foxhunt train --config F --rank R
-// --world W --coordinator HOST:PORT`, which `foxhunt launch` starts once per local GPU.
+// A data-parallel run (docs/distributed.md): one rank per process (`foxhunt train --config F
+// --rank R --world W --coordinator HOST:PORT`, which `foxhunt launch` starts once per local GPU),
+// or every rank in this process (`foxhunt train --config F --gpus N`).
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
@@ -30,5 +31,10 @@ void add_distributed_options(CLI::App& cmd, DistributedArgs& args);
 // Runs the rank: checks, rendezvous, NCCL communicator, training (the stage options carry the
 // replica), the exit code (kPeerLostExit with a message naming the lost rank and cause).
 int train_rank(const DistributedArgs& args, CheckedRun run, const std::string& run_dir, bool overwrite, Console& io);
+
+// Runs ranks 0..gpus-1 in this process, rank r on device r (actors::run_local_ranks): checks, each
+// rank's run directory (rank 0's `run_dir`, rank r's `<run_dir>.rank<r>`, as foxhunt launch), one
+// log (rank 0's train.log), the exit code (the failed rank named).
+int train_local_ranks(int gpus, CheckedRun run, const std::string& run_dir, bool overwrite, Console& io);
 
 }  // namespace foxhunt::apps

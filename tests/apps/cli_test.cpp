@@ -126,6 +126,22 @@ TEST_F(Cli, EvalEpisodesInRange) {
   EXPECT_NE(r.err.find("--episodes"), std::string::npos) << r.err;
 }
 
+TEST_F(Cli, GpusIsRefusedWithRankFlagsAndAnUnfitConfig) {
+  const fs::path run = root_ / "gpus_run";
+  Result r = cli({"train", "--config", config_.string(), "--gpus", "2", "--rank", "1", "--run-dir", run.string()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--gpus runs every rank in this process"), std::string::npos) << r.err;
+  r = cli({"train", "--config", config_.string(), "--gpus", "0"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--gpus"), std::string::npos) << r.err;
+  // DQN over several ranks needs the deterministic mode (every replica runs the same updates)
+  r = cli({"train", "--config", config_.string(), "--gpus", "2", "--run-dir", run.string()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--gpus 2: a DQN run over several ranks needs run.deterministic = true"), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(run));
+}
+
 TEST_F(Cli, ExtraArgumentsAreRefused) {
   const Result r = cli({"devices", "now"});
   EXPECT_NE(r.code, 0);
