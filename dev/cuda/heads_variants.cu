@@ -13,15 +13,16 @@
 //       pipelined, and the backward waits for the row's d_logits (and a mask word per step);
 //   (c) few bytes in flight per SM: one float4 of h per lane and resident warp.
 //
-// Variants (all float4 along H, so H % 4 == 0 and 16-byte aligned pointers; lane l owns columns
-// c * 128 + 4l .. 4l + 3 of each 128-column chunk c, as the shipped float4 path):
+// Variants, named fwd_<variant> and bwd_<variant> (all float4 along H, so H % 4 == 0 and 16-byte
+// aligned pointers; lane l owns columns c * 128 + 4l .. 4l + 3 of each 128-column chunk c, as the
+// shipped float4 path):
 //   shipped     models::fused_heads_forward / fused_heads_backward_input themselves.
 //   r1          this program's kernel with the shipped shape (one row per warp, one chunk per step,
 //               MaxO clamped weight loads from global/L1, 4 warps per block): must equal the shipped
 //               kernel bit for bit, which checks the framework the other variants share.
 //   r2, r4      R = 2 / 4 rows per warp: each weight float4 loaded once per step feeds R rows
 //               (L1 weight traffic / R; R rows' h loads in flight per step), against (a) and (c).
-//   pf          forward: the h of 8 chunks (1024 columns: the whole row at H 1024) loaded at the
+//   pf8, pre    forward (pf8): the h of 8 chunks (1024 columns: the whole row at H 1024) loaded at the
 //               start of the row, then the chunks' FMAs: one DRAM round trip per row instead of 8,
 //               against (b). backward (pre): the warp's next row group's d_logits loaded one group
 //               ahead (in flight while this group's d_h is computed), and the ReLU-mask words of
@@ -33,8 +34,11 @@
 //               bytes: 40 KB at the learner's shape), blocks of 8 warps, a persistent grid (SM count
 //               x resident blocks) so that the staging is paid once per resident block: the weight
 //               reads leave L1/global for conflict-free LDS.128, against (a).
-//   smem_r2_pf4, smem_r4_pf2, exact_r2_pf4 (forward) and smem_r2_pre, smem_r4_pre, exact_r2_pre
-//               (backward): the combinations (register budget: R x P float4 of h per lane).
+//   exact_pf8, smem_pf8, exact_r2_pf4, smem_r2_pf4, smem_r4_pf2 (forward) and exact_pre, smem_pre,
+//               exact_r2_pre, smem_r2_pre, smem_r4_pre (backward): the combinations. The register
+//               budget limits them: R x P float4 of h per lane (forward), R x MaxO d_heads values
+//               (backward); ptxas (sm_90) gives ~116-126 registers to pf8 and r2_pf4 at MaxO 16,
+//               ~200 to r4_pf2 (one 8-warp block per SM), ~130 to bwd r4.
 // Every variant keeps the shipped arithmetic: per output and lane the FMAs run over j ascending,
 // chunk by chunk, then the same xor butterfly, bias add and dueling combine (forward); the same
 // dueling backward per row and d_h[b, j] = fmaf over o ascending from 0, then the mask (backward).
@@ -479,6 +483,8 @@ std::vector<Variant<FwdArgs>> fwd_variants() {
           {"fwd_pf8", &fwd_launch<1, 8, kClamped, 4>},
           {"fwd_exact", &fwd_launch<1, 1, kExact, 4>},
           {"fwd_smem", &fwd_launch<1, 1, kShared, 8>},
+          {"fwd_exact_pf8", &fwd_launch<1, 8, kExact, 4>},
+          {"fwd_smem_pf8", &fwd_launch<1, 8, kShared, 8>},
           {"fwd_exact_r2_pf4", &fwd_launch<2, 4, kExact, 4>},
           {"fwd_smem_r2_pf4", &fwd_launch<2, 4, kShared, 8>},
           {"fwd_smem_r4_pf2", &fwd_launch<4, 2, kShared, 8>}};
@@ -492,6 +498,8 @@ std::vector<Variant<BwdArgs>> bwd_variants() {
           {"bwd_pre", &bwd_launch<1, true, kClamped, 4>},
           {"bwd_exact", &bwd_launch<1, false, kExact, 4>},
           {"bwd_smem", &bwd_launch<1, false, kShared, 8>},
+          {"bwd_exact_pre", &bwd_launch<1, true, kExact, 4>},
+          {"bwd_smem_pre", &bwd_launch<1, true, kShared, 8>},
           {"bwd_exact_r2_pre", &bwd_launch<2, true, kExact, 4>},
           {"bwd_smem_r2_pre", &bwd_launch<2, true, kShared, 8>},
           {"bwd_smem_r4_pre", &bwd_launch<4, true, kShared, 8>}};
