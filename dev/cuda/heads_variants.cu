@@ -37,8 +37,10 @@
 //   exact_pf8, smem_pf8, exact_r2_pf4, smem_r2_pf4, smem_r4_pf2 (forward) and exact_pre, smem_pre,
 //               exact_r2_pre, smem_r2_pre, smem_r4_pre (backward): the combinations. The register
 //               budget limits them: R x P float4 of h per lane (forward), R x MaxO d_heads values
-//               (backward); ptxas (sm_90) gives ~116-126 registers to pf8 and r2_pf4 at MaxO 16,
-//               ~200 to r4_pf2 (one 8-warp block per SM), ~130 to bwd r4.
+//               (backward). ptxas (CUDA 13, sm_90, MaxO 16) registers per thread: fwd r1 128,
+//               pf8 138, exact_pf8 194, smem 48, smem_pf8 80, smem_r2_pf4 122, smem_r4_pf2 128;
+//               bwd r1 80, r4 141, pre 64, smem 63, smem_pre 56, smem_r2_pre 80, smem_r4_pre 128
+//               (the shipped kernels: 96 forward, 80 backward at H > 512).
 // Every variant keeps the shipped arithmetic: per output and lane the FMAs run over j ascending,
 // chunk by chunk, then the same xor butterfly, bias add and dueling combine (forward); the same
 // dueling backward per row and d_h[b, j] = fmaf over o ascending from 0, then the mask (backward).
@@ -164,11 +166,11 @@ __global__ void __launch_bounds__(Warps * 32)
     for (i64 s0 = 0; s0 < hidden; s0 += P * kStep) {  // uniform
       float4 x[R][P];
 #pragma unroll
-      for (int p = 0; p < P; ++p) {  // every h load of the step first (columns past H: column 0)
+      for (int p = 0; p < P; ++p) {  // every h load of the step first (predicated: none past H)
         const i64 j = s0 + p * kStep + lane * 4;
-        const i64 jc = j < hidden ? j : 0;
 #pragma unroll
-        for (int r = 0; r < R; ++r) x[r][p] = *reinterpret_cast<const float4*>(hr[r] + jc);
+        for (int r = 0; r < R; ++r)
+          x[r][p] = j < hidden ? *reinterpret_cast<const float4*>(hr[r] + j) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
 #pragma unroll
       for (int p = 0; p < P; ++p) {
