@@ -84,6 +84,10 @@ DqnCollectorStage::DqnCollectorStage(std::unique_ptr<rl::VecEnv> env, const rl::
   lane_.synchronize();  // setup done before the first actor call
 }
 
+// A stage's members are freed after its destructor's body: with its device current, since under
+// placement "split" the last stage destroyed may have left another device current.
+DqnCollectorStage::~DqnCollectorStage() { (void)cudaSetDevice(lane_.device()); }
+
 void DqnCollectorStage::set_features(std::unique_ptr<rl::ObsFeatures> features) {
   FH_EXPECT(features != nullptr, "DqnCollectorStage::set_features: the extractor must not be null");
   FH_EXPECT(features->num_envs() == env_->num_envs() && features->obs_dim() == env_->obs_dim(),
@@ -446,6 +450,8 @@ DqnLearnerStage::DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplaySt
   lane_.synchronize();
 }
 
+DqnLearnerStage::~DqnLearnerStage() { (void)cudaSetDevice(lane_.device()); }
+
 std::int64_t DqnLearnerStage::policy_floats() const {
   return learner_->online_arena().padded_count() + (features_ ? features_->arena().padded_count() : 0);
 }
@@ -555,6 +561,8 @@ PolicyPublishStage::PolicyPublishStage(const float* initial, std::int64_t floats
   }
   lane_.synchronize();
 }
+
+PolicyPublishStage::~PolicyPublishStage() { (void)cudaSetDevice(lane_.device()); }
 
 LocalDeviceHandle PolicyPublishStage::sync(const LocalDeviceHandle& snapshot, int buffer, std::uint64_t reuse_after) {
   FH_EXPECT(buffer == 0 || buffer == 1, "PolicyPublishStage::sync: buffer must be 0 or 1");

@@ -57,6 +57,7 @@ class DqnCollectorStage final : public CollectorStage {
   DqnCollectorStage(std::unique_ptr<rl::VecEnv> env, const rl::DqnLearnerConfig& acting,
                     const TransitionSlotLayout& layout, int slots, std::uint64_t seed, std::int64_t stats_every,
                     int device = 0);
+  ~DqnCollectorStage() override;  // frees on its own device (placement "split": not the learner's)
 
   void wait(std::uint64_t event) override { lane_.wait(event); }
   void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
@@ -176,6 +177,7 @@ class DqnLearnerStage final : public LearnerStage {
                   const std::optional<std::filesystem::path>& resume, int device = 0,
                   const gpu::DataParallel& dp = {}, const FeaturesFactory& make_features = {},
                   float features_lr_scale = 1.f);
+  ~DqnLearnerStage() override;  // frees on its own device
 
   void wait(std::uint64_t event) override { lane_.wait(event); }
   void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
@@ -243,6 +245,7 @@ class PolicyPublishStage final : public TargetSyncStage {
   // snapshot handle's device) is a cudaMemcpyPeerAsync, so the collector only ever reads its own
   // device's memory.
   PolicyPublishStage(const float* initial, std::int64_t floats, int device = 0, int source_device = -1);
+  ~PolicyPublishStage() override;  // frees on its own device
   // Setup only: policy buffer b (1 of 2) on this stage's device, e.g. the collector's initial weights.
   const float* buffer(int b) const { return policy_.at(static_cast<std::size_t>(b)).data(); }
 

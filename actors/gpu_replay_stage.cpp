@@ -31,6 +31,8 @@ GpuReplayStage::GpuReplayStage(const rl::ReplayConfig& config, const TransitionS
   lane_.synchronize();  // allocation and initialisation done before the first actor call
 }
 
+GpuReplayStage::~GpuReplayStage() { (void)cudaSetDevice(lane_.device()); }
+
 std::uint64_t GpuReplayStage::insert(const LocalDeviceHandle& slot) {
   FH_EXPECT(slot.slot >= 0 && slot.slot < static_cast<int>(insert_done_.size()), "transition slot out of range");
   FH_EXPECT(slot.bytes == 0 || slot.bytes >= slot_layout_.bytes, "transition slot smaller than its layout");

@@ -44,6 +44,7 @@ class GpuReplayStage final : public ReplayStage {
   // to a staging slot on this device before inserting (placement "split", see above).
   GpuReplayStage(const rl::ReplayConfig& config, const TransitionSlotLayout& slot_layout, int slots, int batches,
                  int device = 0, bool staged = false);
+  ~GpuReplayStage() override;  // frees on its own device (actors/dqn_stages.cpp says why)
 
   void wait(std::uint64_t event) override { lane_.wait(event); }
   void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
