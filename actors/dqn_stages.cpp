@@ -84,6 +84,10 @@ DqnCollectorStage::DqnCollectorStage(std::unique_ptr<rl::VecEnv> env, const rl::
   lane_.synchronize();  // setup done before the first actor call
 }
 
+// A stage's members are freed after its destructor's body: with its device current, since under
+// placement "split" the last stage destroyed may have left another device current.
+DqnCollectorStage::~DqnCollectorStage() { (void)cudaSetDevice(lane_.device()); }
+
 void DqnCollectorStage::set_features(std::unique_ptr<rl::ObsFeatures> features) {
   FH_EXPECT(features != nullptr, "DqnCollectorStage::set_features: the extractor must not be null");
   FH_EXPECT(features->num_envs() == env_->num_envs() && features->obs_dim() == env_->obs_dim(),
@@ -170,10 +174,21 @@ std::function<void(const std::filesystem::path& dir)> DqnCollectorStage::checkpo
       const std::size_t bytes = static_cast<std::size_t>(policy_floats()) * sizeof(float);
       std::vector<DeviceSpan> spans;
       std::vector<std::int64_t> versions;
+      // Placement "split": the learner's weights live on its device; peer copies on this one.
+      std::vector<gpu::DeviceBuffer<float>> copies;
       bool complete = true;
       for (std::int64_t v = acting_version_ + 1; v <= last && complete; ++v) {
         const float* p = restored_weights(v);
-        if (!p) p = learner_->policy_weights(v, sync_every_);
+        if (!p) {
+          p = learner_->policy_weights(v, sync_every_);
+          lane_.make_current();  // policy_weights may have made the learner's device current
+          if (p && learner_->device() != lane_.device()) {
+            copies.emplace_back(bytes / sizeof(float));
+            FH_CHECK(cudaMemcpyPeerAsync(copies.back().data(), lane_.device(), p, learner_->device(), bytes,
+                                         lane_.stream()));
+            p = copies.back().data();
+          }
+        }
         complete = p != nullptr;
         if (p) {
           spans.push_back({"policy_v" + std::to_string(v), const_cast<float*>(p), bytes});
@@ -435,6 +450,8 @@ DqnLearnerStage::DqnLearnerStage(const rl::DqnLearnerConfig& config, GpuReplaySt
   lane_.synchronize();
 }
 
+DqnLearnerStage::~DqnLearnerStage() { (void)cudaSetDevice(lane_.device()); }
+
 std::int64_t DqnLearnerStage::policy_floats() const {
   return learner_->online_arena().padded_count() + (features_ ? features_->arena().padded_count() : 0);
 }
@@ -533,16 +550,19 @@ bool DqnLearnerStage::poll_metrics(Scalars& out) {
 }
 
 // ------------------------------------------------------------------------ policy publication
-PolicyPublishStage::PolicyPublishStage(const float* initial, std::int64_t floats, int device)
+PolicyPublishStage::PolicyPublishStage(const float* initial, std::int64_t floats, int device, int source_device)
     : lane_(device), floats_(floats) {
   FH_EXPECT(initial != nullptr && floats >= 1, "PolicyPublishStage: needs the initial weights");
   lane_.make_current();
+  const int from = source_device < 0 ? device : source_device;
   for (auto& p : policy_) {
     p = gpu::DeviceBuffer<float>(static_cast<std::size_t>(floats));
-    FH_CHECK(cudaMemcpyAsync(p.data(), initial, p.bytes(), cudaMemcpyDeviceToDevice, lane_.stream()));
+    FH_CHECK(cudaMemcpyPeerAsync(p.data(), device, initial, from, p.bytes(), lane_.stream()));
   }
   lane_.synchronize();
 }
+
+PolicyPublishStage::~PolicyPublishStage() { (void)cudaSetDevice(lane_.device()); }
 
 LocalDeviceHandle PolicyPublishStage::sync(const LocalDeviceHandle& snapshot, int buffer, std::uint64_t reuse_after) {
   FH_EXPECT(buffer == 0 || buffer == 1, "PolicyPublishStage::sync: buffer must be 0 or 1");
@@ -552,8 +572,11 @@ LocalDeviceHandle PolicyPublishStage::sync(const LocalDeviceHandle& snapshot, in
   lane_.wait(snapshot.event);
   lane_.wait(reuse_after);
   const int token = lane_.begin("publish");
-  gpu::DeviceBuffer<float>& p = policy_[buffer];
-  FH_CHECK(cudaMemcpyAsync(p.data(), snapshot.as<const float>(), p.bytes(), cudaMemcpyDeviceToDevice, lane_.stream()));
+  gpu::DeviceBuffer<float>& p = policy_[static_cast<std::size_t>(buffer)];
+  // The snapshot lives on the learner's device: one peer copy per published policy ("all": both
+  // devices are the same and this is a device-local copy).
+  FH_CHECK(cudaMemcpyPeerAsync(p.data(), lane_.device(), snapshot.as<const float>(), snapshot.device, p.bytes(),
+                               lane_.stream()));
   lane_.end(token);
   ready_[buffer].record(lane_.stream());
   LocalDeviceHandle h = f32_handle(lane_.device(), p.data(), floats_, buffer, event_id(ready_[buffer].get()));

@@ -16,10 +16,12 @@
 //                       and is updated inside the graph (hard every target_period applied updates,
 //                       or Polyak), so the target-sync stage does not write learner state.
 //   PolicyPublishStage  the target-sync role: copies a learner snapshot into one of two policy
-//                       buffers, which the collector copies into its acting network on swap.
+//                       buffers on the collector's device (a peer copy under placement "split"),
+//                       which the collector copies into its acting network on swap.
 //
 // Device-to-host traffic: none but the metrics exits (episode statistics, DqnState) and the
 // checkpoint files (DqnLearner::save from a shadow copy, on a worker thread).
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -55,6 +57,7 @@ class DqnCollectorStage final : public CollectorStage {
   DqnCollectorStage(std::unique_ptr<rl::VecEnv> env, const rl::DqnLearnerConfig& acting,
                     const TransitionSlotLayout& layout, int slots, std::uint64_t seed, std::int64_t stats_every,
                     int device = 0);
+  ~DqnCollectorStage() override;  // frees on its own device (placement "split": not the learner's)
 
   void wait(std::uint64_t event) override { lane_.wait(event); }
   void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
@@ -174,6 +177,7 @@ class DqnLearnerStage final : public LearnerStage {
                   const std::optional<std::filesystem::path>& resume, int device = 0,
                   const gpu::DataParallel& dp = {}, const FeaturesFactory& make_features = {},
                   float features_lr_scale = 1.f);
+  ~DqnLearnerStage() override;  // frees on its own device
 
   void wait(std::uint64_t event) override { lane_.wait(event); }
   void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
@@ -193,6 +197,7 @@ class DqnLearnerStage final : public LearnerStage {
   // arena itself without an extractor; else a copy of both, made here, synchronizing).
   const float* current_policy();
   cudaStream_t stream() const noexcept { return lane_.stream(); }
+  int device() const noexcept { return lane_.device(); }
   bool record_timeline(StreamTimeline* t) override {
     lane_.set_timeline(t, "learner");
     return true;
@@ -234,8 +239,15 @@ class DqnLearnerStage final : public LearnerStage {
 
 class PolicyPublishStage final : public TargetSyncStage {
  public:
-  // Both policy buffers start as a copy of `initial` (floats values, device memory; setup only).
-  PolicyPublishStage(const float* initial, std::int64_t floats, int device = 0);
+  // Both policy buffers start as a copy of `initial` (floats values, device memory of
+  // `source_device`; -1: `device`; setup only). The buffers live on `device`, the collector's:
+  // with placement "split" that is not the learner's, and every copy from a snapshot (on the
+  // snapshot handle's device) is a cudaMemcpyPeerAsync, so the collector only ever reads its own
+  // device's memory.
+  PolicyPublishStage(const float* initial, std::int64_t floats, int device = 0, int source_device = -1);
+  ~PolicyPublishStage() override;  // frees on its own device
+  // Setup only: policy buffer b (1 of 2) on this stage's device, e.g. the collector's initial weights.
+  const float* buffer(int b) const { return policy_.at(static_cast<std::size_t>(b)).data(); }
 
   void wait(std::uint64_t event) override { lane_.wait(event); }
   void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
@@ -251,7 +263,7 @@ class PolicyPublishStage final : public TargetSyncStage {
  private:
   CudaLane lane_;
   std::int64_t floats_;
-  gpu::DeviceBuffer<float> policy_[2];
+  std::array<gpu::DeviceBuffer<float>, 2> policy_;
   gpu::Event ready_[2];
 };
 

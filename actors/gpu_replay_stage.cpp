@@ -13,7 +13,7 @@
 namespace foxhunt::actors {
 
 GpuReplayStage::GpuReplayStage(const rl::ReplayConfig& config, const TransitionSlotLayout& slot_layout, int slots,
-                               int batches, int device)
+                               int batches, int device, bool staged)
     : lane_(device), slot_layout_(slot_layout) {
   FH_EXPECT(slots >= 1, "pipeline.slots must be >= 1, got " + std::to_string(slots));
   FH_EXPECT(batches >= 1, "pipeline.batches must be >= 1, got " + std::to_string(batches));
@@ -26,18 +26,34 @@ GpuReplayStage::GpuReplayStage(const rl::ReplayConfig& config, const TransitionS
   pending_.resize(static_cast<std::size_t>(batches));
   td_.assign(static_cast<std::size_t>(batches), nullptr);
   td_generation_ = std::vector<std::atomic<std::uint64_t>>(static_cast<std::size_t>(batches));
+  if (staged)
+    for (int k = 0; k < slots; ++k) staging_.emplace_back(slot_layout.bytes);
   lane_.synchronize();  // allocation and initialisation done before the first actor call
 }
+
+GpuReplayStage::~GpuReplayStage() { (void)cudaSetDevice(lane_.device()); }
 
 std::uint64_t GpuReplayStage::insert(const LocalDeviceHandle& slot) {
   FH_EXPECT(slot.slot >= 0 && slot.slot < static_cast<int>(insert_done_.size()), "transition slot out of range");
   FH_EXPECT(slot.bytes == 0 || slot.bytes >= slot_layout_.bytes, "transition slot smaller than its layout");
   lane_.make_current();
   lane_.wait(slot.event);
+  const gpu::Event& done = insert_done_[static_cast<std::size_t>(slot.slot)];
+  if (staged()) {
+    std::byte* copy = staging_[static_cast<std::size_t>(slot.slot)].data();
+    const int token = lane_.begin("slot copy");
+    FH_CHECK(cudaMemcpyPeerAsync(copy, lane_.device(), slot.as<const void>(), slot.device, slot_layout_.bytes,
+                                 lane_.stream()));
+    lane_.end(token);
+    done.record(lane_.stream());  // the collector's slot is free again: it may refill it now
+    const int insert = lane_.begin("insert");
+    buffer_->insert(producer_, slot_layout_.view(copy), lane_.stream());
+    lane_.end(insert);
+    return event_id(done.get());
+  }
   const int token = lane_.begin("insert");
   buffer_->insert(producer_, slot_layout_.view(slot.as<const void>()), lane_.stream());
   lane_.end(token);
-  const gpu::Event& done = insert_done_[static_cast<std::size_t>(slot.slot)];
   done.record(lane_.stream());
   return event_id(done.get());
 }

@@ -9,6 +9,13 @@
 // the buffers' views from batch_view(b) at construction, and a batch handle names the buffer by
 // its slot (handle.ptr = the indices array, as a check).
 //
+// Placement "split" (staged): the collector's slots live on another device (or, tested, the
+// same one through the same path). insert() then copies the slot (TransitionSlotLayout bytes)
+// with cudaMemcpyPeerAsync into a staging slot of this device, on this stream after the slot's
+// event, and inserts from the copy; the returned event marks the end of the copy, so the
+// collector rewrites its slot while replay still inserts. A staging slot is rewritten by the next
+// insert of the same slot index, which this stream orders after the previous insert's read.
+//
 // Resume: a final checkpoint holds the buffer (kCheckpointFile) and the priority updates whose TD
 // errors the learner had written but replay had not applied yet (kPendingFile: deterministic
 // mode applies update u right before sample u + batches, so the last `batches` of them are still
@@ -25,6 +32,7 @@
 #include "actors/cuda_lane.hpp"
 #include "actors/stages.hpp"
 #include "actors/transition_slot.hpp"
+#include "gpu/buffer.hpp"
 #include "gpu/stream.hpp"
 #include "rl/replay/replay_buffer.hpp"
 
@@ -32,9 +40,11 @@ namespace foxhunt::actors {
 
 class GpuReplayStage final : public ReplayStage {
  public:
-  // `slots`: the collector's transition slots (one insert event each).
+  // `slots`: the collector's transition slots (one insert event each). `staged`: copy each slot
+  // to a staging slot on this device before inserting (placement "split", see above).
   GpuReplayStage(const rl::ReplayConfig& config, const TransitionSlotLayout& slot_layout, int slots, int batches,
-                 int device = 0);
+                 int device = 0, bool staged = false);
+  ~GpuReplayStage() override;  // frees on its own device (actors/dqn_stages.cpp says why)
 
   void wait(std::uint64_t event) override { lane_.wait(event); }
   void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
@@ -77,6 +87,7 @@ class GpuReplayStage final : public ReplayStage {
     lane_.set_timeline(t, "replay");
     return true;
   }
+  bool staged() const noexcept { return !staging_.empty(); }
 
  private:
   CudaLane lane_;
@@ -85,6 +96,7 @@ class GpuReplayStage final : public ReplayStage {
   int producer_ = 0;
   std::vector<rl::SampledBatch> batches_;
   std::vector<gpu::Event> insert_done_, batch_ready_;
+  std::vector<gpu::DeviceBuffer<std::byte>> staging_;  // staged: one per collector slot
 
   // Pending priority updates (replay's thread): per batch buffer, its latest sample's ordinal and
   // generation, and whether its priorities were applied since.

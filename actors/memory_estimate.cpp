@@ -107,6 +107,8 @@ MemoryEstimate estimate_memory(const RunConfig& c) {
   m.replay = rc.device_bytes() + static_cast<std::size_t>(c.pipeline.batches) * batch_bytes;
   m.learner = learner_object + 4 * P /* snapshot ring */ + 2 * P /* published policies */;
   const TransitionSlotLayout slot = TransitionSlotLayout::make(c.env.steps_per_slot, c.env.num_envs, rc.layout);
+  // Placement "split": replay copies each collector slot into a staging slot on its own device.
+  if (c.distributed.placement == "split") m.replay += static_cast<std::size_t>(c.pipeline.slots) * slot.bytes;
   m.collector = learner_object + static_cast<std::size_t>(c.pipeline.slots) * slot.bytes +
                 3 * N * static_cast<std::size_t>(env.obs_dim) * sizeof(float) + env.state_bytes();
   m.fixed = kDeviceContexts * gpu::DeviceContext::kDefaultWorkspace + kGraphAllowanceBytes;

@@ -3,7 +3,8 @@
 // can print it and `foxhunt train` can refuse a run that cannot fit before a cudaMalloc fails
 // half-way through building the stages. What each stage allocates (actors/stage_factory.cpp):
 //   replay     rl::ReplayConfig::device_bytes() (ring, priority tree, state) and the
-//              pipeline.batches sampled batches in flight;
+//              pipeline.batches sampled batches in flight; with placement "split" also one
+//              staging copy of each transition slot (on the learner's device);
 //   learner    online and target arenas (params, grads, Adam m and v each), the policy snapshot
 //              ring and the published double buffer (parameter copies), the update workspaces
 //              (activations and gradients for batch rows, twice the rows with double DQN);
@@ -17,6 +18,8 @@
 //              training rows; PPO with features.shared = false: one for the critic too), the
 //              learner's observation copies and gradients for it, and the acting copy the collector
 //              keeps (DQN; PPO through the actors).
+// The total is the sum as if every role shared one device; under placement "split" across two
+// devices it overstates each (a conservative check).
 // Activations are estimated per row, not measured: the figure is a floor with a margin, not a
 // promise (the fixed allowance absorbs the small buffers not listed).
 #include <cstddef>

@@ -252,7 +252,8 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file, AgentKeys* agent 
   r.integer("rank", c.distributed.rank, 0, 1023);
   r.text("coordinator", c.distributed.coordinator);
   r.integer("bucket_bytes", c.distributed.bucket_bytes, 0, std::int64_t{1} << 40);
-  r.choice("placement", c.distributed.placement, {"all"});
+  r.choice("placement", c.distributed.placement, {"all", "split"});
+  r.integer("collector_device", c.distributed.collector_device, -1, 1023);
   r.integer("timeout_ms", c.distributed.timeout_ms, 100, 3'600'000);
   if (!r.has_error("distributed.coordinator")) {
     try {
@@ -272,6 +273,15 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file, AgentKeys* agent 
              "number of updates, so they must follow the counts)");
   if (c.distributed.world > 1 && agent != nullptr && from_file && !r.has_error("distributed.world"))
     r.fail("distributed.world", "several agents ([[agent]] tables) train on one GPU: world must be 1");
+  // "split" moves DQN's transition slots and policies between devices (docs/distributed.md).
+  const bool split = c.distributed.placement == "split";
+  if (split && ppo && !r.has_error("distributed.placement"))
+    r.fail("distributed.placement", "\"split\" is built for DQN (learner.kind = \"dqn\"); PPO runs \"all\"");
+  if (split && agent != nullptr && from_file && !r.has_error("distributed.placement"))
+    r.fail("distributed.placement",
+           "\"split\" is built for DQN runs of one agent; several agents ([[agent]] tables) run \"all\"");
+  r.no_effect("distributed.collector_device", split, "distributed.placement",
+              "the collector's device of placement \"split\" (\"all\" runs it on run.device)");
 
   // Relations between keys.
   if (ppo) read_ppo_relations(r, c);
@@ -559,6 +569,11 @@ std::string distributed_config_hash(const RunConfig& c) {
   std::string out(16, '0');
   for (int i = 15; i >= 0; --i, h >>= 4) out[static_cast<std::size_t>(i)] = kDigits[h & 0xf];
   return out;
+}
+
+int collector_device(const RunConfig& c) {
+  if (c.distributed.placement != "split" || c.distributed.collector_device < 0) return c.run.device;
+  return c.distributed.collector_device + c.distributed.rank;
 }
 
 std::vector<std::string> run_config_keys() {

@@ -158,7 +158,10 @@ struct RunConfig {
     int rank = 0;
     std::string coordinator = "127.0.0.1:29400";  // host:port rank 0 publishes its coordinator at
     std::int64_t bucket_bytes = 0;                 // gradient all-reduce bucket; 0: one all-reduce
-    std::string placement = "all";                 // every role (collector, replay, learner) on every GPU
+    // "all": every role (collector, replay, learner) on run.device; "split" (DQN): the collector
+    // on collector_device, replay and learner on run.device, slots and policies copied between.
+    std::string placement = "all";
+    int collector_device = -1;  // "split": rank r's collector on collector_device + r; -1: run.device
     std::int64_t timeout_ms = 60'000;              // handshake, and a dead rank's bound on ending the rest
   } distributed;
 
@@ -202,6 +205,9 @@ std::pair<std::string, std::uint16_t> coordinator_address(const std::string& hos
 // The hash every rank of a run compares with rank 0's: FNV-1a 64 of the resolved config with
 // distributed.rank and run.device set to 0 (what differs between ranks by design), as 16 hex digits.
 std::string distributed_config_hash(const RunConfig& c);
+// The device this rank's collector runs on: run.device, or with placement "split" and
+// collector_device >= 0, collector_device + rank (foxhunt launch starts rank r on device r).
+int collector_device(const RunConfig& c);
 // Every key the run config reader accepts ("replay.batch_size"), sorted (docs/configs.md's test);
 // the keys of an [[agent]] table as "agent.name".
 std::vector<std::string> run_config_keys();

@@ -7,6 +7,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "actors/checkpoint_store.hpp"
 #include "actors/dqn_stages.hpp"
@@ -141,16 +142,60 @@ std::unique_ptr<rl::VecEnv> make_env(const RunConfig& config, std::int64_t num_e
       std::move(env), std::vector<std::int32_t>(config.env.observe.begin(), config.env.observe.end()), stream);
 }
 
+namespace {
+
+// Placement "split" across two devices: direct peer copies where both GPUs allow them (NVLink or
+// PCIe P2P). Without peer access cudaMemcpyPeerAsync still works, staged by the driver (slower).
+void enable_peer_access(int learner, int collector) {
+  if (learner == collector) {
+    spdlog::info("placement split: collector and learner on device {} (the copy path on one GPU)", learner);
+    return;
+  }
+  int there = 0, back = 0;
+  FH_CHECK(cudaDeviceCanAccessPeer(&there, learner, collector));
+  FH_CHECK(cudaDeviceCanAccessPeer(&back, collector, learner));
+  if (there == 0 || back == 0) {
+    spdlog::warn("placement split: devices {} and {} have no peer access: slot and policy copies go through the "
+                 "driver's staging (slower)",
+                 learner, collector);
+    return;
+  }
+  for (const auto& [from, to] : {std::pair{learner, collector}, std::pair{collector, learner}}) {
+    FH_CHECK(cudaSetDevice(from));
+    const cudaError_t r = cudaDeviceEnablePeerAccess(to, 0);
+    if (r == cudaErrorPeerAccessAlreadyEnabled)
+      (void)cudaGetLastError();  // enabled by an earlier segment: not an error
+    else
+      FH_CHECK(r);
+  }
+  spdlog::info("placement split: collector on device {}, replay and learner on device {}, peer access enabled",
+               collector, learner);
+}
+
+}  // namespace
+
 PipelineStages make_stages(const RunConfig& config, const std::optional<std::filesystem::path>& resume,
                            const StageOptions& options) {
   std::string why;
-  if (gpu::device_count(&why) < 1)
+  const int devices = gpu::device_count(&why);
+  if (devices < 1)
     throw std::runtime_error("foxhunt train needs a CUDA device: " + (why.empty() ? std::string("none found") : why));
   const int device = config.run.device;
-  FH_CHECK(cudaSetDevice(device));
+  // Placement "split": the collector (environments, acting network, [features], transition slots,
+  // policy buffers) on its own device; replay stages each slot onto the learner's device.
+  const bool split = config.distributed.placement == "split";
+  const int collect_on = collector_device(config);
+  if (split && collect_on >= devices)
+    throw std::invalid_argument("distributed.collector_device = " + std::to_string(config.distributed.collector_device) +
+                                ": rank " + std::to_string(config.distributed.rank) + "'s collector would run on device " +
+                                std::to_string(collect_on) + ", but there are " + std::to_string(devices) +
+                                " (allowed: -1, or a device such that collector_device + rank < the device count)");
+  if (split) enable_peer_access(device, collect_on);
+  FH_CHECK(cudaSetDevice(collect_on));  // the environments' device state lives with the collector
 
   // Markets: one branch per asset over the config's levels (assets > 1: BDQ heads).
   std::unique_ptr<rl::VecEnv> env = make_env(config, config.env.num_envs);
+  FH_CHECK(cudaSetDevice(device));
   const std::int64_t obs_dim = env->obs_dim();
   const rl::ActionSpace space = env->action_space();
   if (space.kind != rl::ActionSpace::Kind::discrete)
@@ -166,7 +211,8 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   const TransitionSlotLayout layout =
       TransitionSlotLayout::make(config.env.steps_per_slot, config.env.num_envs, rc.layout);
 
-  auto replay = std::make_shared<GpuReplayStage>(rc, layout, config.pipeline.slots, config.pipeline.batches, device);
+  auto replay =
+      std::make_shared<GpuReplayStage>(rc, layout, config.pipeline.slots, config.pipeline.batches, device, split);
   // A final checkpoint carries the replay buffer (contents, priorities, sampler and slot state):
   // restored here, before any insert.
   const bool replay_restored = resume && replay->restore(*resume);
@@ -192,8 +238,13 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   const Counters start = resume ? CheckpointStore::read_counters(*resume) : Counters{};
   learner->set_update_base(start.updates);
   const std::int64_t stats_every = std::max(options.stats_every, config.env.num_envs * config.env.steps_per_slot);
+  // A policy: the online weights, then a fine-tuned extractor's. The policy buffers live with the
+  // collector; both start as the learner's current weights.
+  const std::int64_t floats = learner->policy_floats();
+  auto sync = std::make_shared<PolicyPublishStage>(learner->current_policy(), floats, collect_on, device);
   auto collector = std::make_shared<DqnCollectorStage>(std::move(env), lc, layout, config.pipeline.slots,
-                                                       config.run.seed, stats_every, device);
+                                                       config.run.seed, stats_every, collect_on);
+  FH_CHECK(cudaSetDevice(collect_on));  // the extractors below allocate on the collector's device
   // [features]: the extractor fills every observation's feature block as the collector writes it
   // (before a restore, which continues its state with the environments').
   if (const auto& src = source; src && finetune) {
@@ -205,8 +256,6 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
                                                            config.features.noise_step, collector->stream()));
   }
   if (source) log_features(config, *source, collector->features()->features());
-  // A policy: the online weights, then a fine-tuned extractor's.
-  const std::int64_t floats = learner->policy_floats();
   // A final checkpoint carries the collector's state (acting network, exploration counters, and
   // for markets the environments): continue from it; otherwise restart the envs and act with the
   // learner's weights from the resumed step count.
@@ -216,7 +265,7 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
     collector->resume_at(start.env_steps);
     collector->set_policy_version(start.policy_version);
   }
-  if (!restored) collector->load_policy(learner->current_policy(), floats);
+  if (!restored) collector->load_policy(sync->buffer(0), floats);  // a copy on the collector's device
   // The final checkpoint writes replay with the collector's state (checkpoint.replay "final" or
   // "always"; "never": no replay buffer in any checkpoint).
   if (config.checkpoint.replay != "never") collector->attach_replay(replay);
@@ -227,7 +276,7 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   if (resume && !env_restored)
     spdlog::warn("resume: the environments restart from env seed {} (the checkpoint has no {} state){}",
                  config.run.seed, config.env.kind, restored ? "" : "; exploration continues from the step count");
-  auto sync = std::make_shared<PolicyPublishStage>(learner->current_policy(), floats, device);
+  FH_CHECK(cudaSetDevice(device));
 
   PipelineStages stages;
   stages.collector = collector;

@@ -138,7 +138,13 @@ TrainOutcome run_training(const TrainRequest& req) {
     StageSet& agent = *out.agent;
     hooks.timeline = nullptr;
     hooks.timeline_file.clear();
-    if (cfg.logging.timeline && first) {
+    // The timeline times every stream against one origin event, so it needs one device:
+    // placement "split" across two devices records none.
+    const bool one_device = collector_device(cfg) == cfg.run.device;
+    if (cfg.logging.timeline && first && !one_device)
+      spdlog::info("timeline: not recorded (placement \"split\" runs the collector on device {}, the learner on {})",
+                   collector_device(cfg), cfg.run.device);
+    if (cfg.logging.timeline && first && one_device) {
       // Busy intervals of the first ~20k pieces of work (the cap bounds the timing events).
       auto timeline = std::make_shared<StreamTimeline>(20'000);
       bool recorded = false;

@@ -26,6 +26,7 @@
 #include "apps/rank_resume.hpp"
 #include "apps/run_checks.hpp"
 #include "apps/run_dir.hpp"
+#include "gpu/device.hpp"
 
 extern char** environ;
 
@@ -91,6 +92,18 @@ int launch(const LaunchArgs& a, Console& io) {
   if (a.gpus < 1 || a.gpus > 1024) {
     io.err << "foxhunt launch: --gpus must be in [1, 1024], got " << a.gpus << "\n";
     return 2;
+  }
+  // Placement "split": rank r's learner on device r, its collector on collector_device + r.
+  if (const auto& d = run.config.distributed; d.placement == "split" && d.collector_device >= 0) {
+    const int devices = gpu::device_count();
+    if (d.collector_device + a.gpus > devices) {
+      io.err << "foxhunt launch: distributed.collector_device = " << d.collector_device << " with --gpus " << a.gpus
+             << " puts the collectors on devices " << d.collector_device << ".." << d.collector_device + a.gpus - 1
+             << ", but this host has " << devices
+             << " (learners take devices 0..gpus-1; e.g. collector_device = gpus on 2 * gpus devices, or -1: each "
+                "collector beside its learner)\n";
+      return 2;
+    }
   }
   if (run.resume) {  // every rank's share of the checkpoint, before any rank starts
     try {

@@ -17,10 +17,14 @@ fs::path rank_dir(const fs::path& run0, int rank) {
 
 // The hash of a config as another world would have it: world and coordinator (launch picks a
 // free port each time) are the new run's, the rank and device are normalized by the hash itself.
+// The placement only decides which device holds which role's bytes, not the bytes: a run resumes
+// another placement's checkpoint.
 std::string hash_in_world(RunConfig c, const RunConfig& world) {
   c.distributed.world = world.distributed.world;
   c.distributed.coordinator = world.distributed.coordinator;
   c.distributed.timeout_ms = world.distributed.timeout_ms;
+  c.distributed.placement = world.distributed.placement;
+  c.distributed.collector_device = world.distributed.collector_device;
   return actors::distributed_config_hash(c);
 }
 

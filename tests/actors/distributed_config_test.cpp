@@ -1,5 +1,6 @@
 // [distributed]: defaults, values, every bad value an error naming the key and what is allowed,
-// the relations (rank < world, DQN over several ranks only deterministic, no [[agent]] tables);
+// the relations (rank < world, DQN over several ranks only deterministic, no [[agent]] tables;
+// placement "split" for DQN only, collector_device only with it, its device per rank);
 // the coordinator address; the config hash (the same for every rank, different for any other
 // key); the per-rank seeds.
 #include <gtest/gtest.h>
@@ -35,6 +36,7 @@ TEST(DistributedConfigTest, DefaultsAreOneGpu) {
   EXPECT_EQ(c.distributed.coordinator, "127.0.0.1:29400");
   EXPECT_EQ(c.distributed.bucket_bytes, 0);
   EXPECT_EQ(c.distributed.placement, "all");
+  EXPECT_EQ(c.distributed.collector_device, -1);
   EXPECT_EQ(c.distributed.timeout_ms, 60'000);
 }
 
@@ -63,7 +65,10 @@ TEST(DistributedConfigTest, BadValuesNameTheKey) {
       {with("coordinator = \"localhost:0\"\n"), "distributed.coordinator", "65535"},
       {with("coordinator = \"localhost:http\"\n"), "distributed.coordinator", "port"},
       {with("bucket_bytes = 6\n"), "distributed.bucket_bytes", "multiple of 4"},
-      {with("placement = \"split\"\n"), "distributed.placement", "all"},
+      {with("placement = \"columns\"\n"), "distributed.placement", "\"split\""},
+      {with("placement = \"split\"\ncollector_device = -2\n"), "distributed.collector_device", "-1"},
+      {with("placement = \"split\"\ncollector_device = 1024\n"), "distributed.collector_device", "1023"},
+      {with("collector_device = 1\n"), "distributed.collector_device", "distributed.placement"},
       {with("timeout_ms = 5\n"), "distributed.timeout_ms", "100"},
       {with("worlds = 2\n"), "distributed.worlds", "world"},
   };
@@ -82,6 +87,51 @@ TEST(DistributedConfigTest, DqnOverSeveralRanksNeedsDeterministicUpdates) {
   EXPECT_NE(e.find("distributed.world"), std::string::npos) << e;
   // PPO's updates follow the counts in every mode.
   EXPECT_EQ(error_of("[run]\n[env]\nkind = \"cartpole\"\n[learner]\nkind = \"ppo\"\n[distributed]\nworld = 2\n"), "");
+}
+
+TEST(DistributedConfigTest, SplitPlacementReadsTheCollectorDeviceAndRoundTrips) {
+  const RunConfig c = parse_run_config(std::string(kBase) + "[distributed]\nplacement = \"split\"\ncollector_device = 2\n");
+  EXPECT_EQ(c.distributed.placement, "split");
+  EXPECT_EQ(c.distributed.collector_device, 2);
+  const RunConfig back = parse_run_config(resolved_toml(c), "resolved");
+  EXPECT_EQ(back.distributed.placement, "split");
+  EXPECT_EQ(back.distributed.collector_device, 2);
+  EXPECT_EQ(resolved_toml(back), resolved_toml(c));
+  // The resolved "all" config keeps collector_device as a comment: it parses back.
+  const RunConfig all = parse_run_config(kBase);
+  EXPECT_EQ(resolved_toml(parse_run_config(resolved_toml(all), "resolved")), resolved_toml(all));
+}
+
+TEST(DistributedConfigTest, CollectorDevicePerRank) {
+  RunConfig c = parse_run_config(kBase);
+  c.run.device = 3;
+  EXPECT_EQ(collector_device(c), 3);  // "all": the run's device
+  c.distributed.placement = "split";
+  EXPECT_EQ(collector_device(c), 3);  // -1: the run's device too (the copy path on one GPU)
+  c.distributed.collector_device = 4;
+  c.distributed.world = 4;
+  c.distributed.rank = 2;
+  EXPECT_EQ(collector_device(c), 6);  // collector_device + rank
+  c.distributed.placement = "all";
+  EXPECT_EQ(collector_device(c), 3);
+}
+
+TEST(DistributedConfigTest, SplitPlacementIsBuiltForDqnOnly) {
+  const std::string e = error_of(
+      "[run]\n[env]\nkind = \"cartpole\"\n[learner]\nkind = \"ppo\"\n[distributed]\nplacement = \"split\"\n");
+  EXPECT_NE(e.find("distributed.placement"), std::string::npos) << e;
+  EXPECT_NE(e.find("built for DQN"), std::string::npos) << e;
+  std::string agents;
+  try {
+    (void)parse_agents_config(
+        "[run]\ntotal_env_steps = 10000\n[env]\nkind = \"cartpole\"\n[distributed]\nplacement = \"split\"\n"
+        "[[agent]]\nname = \"a\"\n[agent.learner]\nkind = \"dqn\"\n"
+        "[[agent]]\nname = \"b\"\n[agent.learner]\nkind = \"dqn\"\n");
+  } catch (const std::invalid_argument& x) {
+    agents = x.what();
+  }
+  EXPECT_NE(agents.find("distributed.placement"), std::string::npos) << agents;
+  EXPECT_NE(agents.find("built for DQN"), std::string::npos) << agents;
 }
 
 TEST(DistributedConfigTest, CoordinatorAddress) {
@@ -105,6 +155,10 @@ TEST(DistributedConfigTest, ConfigHashIgnoresRankAndDeviceOnly) {
   RunConfig d = a;
   d.distributed.world = 3;
   EXPECT_NE(distributed_config_hash(a), distributed_config_hash(d));
+  // Ranks must agree on the placement (a resume may change it: apps/rank_resume.cpp).
+  RunConfig e = a;
+  e.distributed.placement = "split";
+  EXPECT_NE(distributed_config_hash(a), distributed_config_hash(e));
 }
 
 TEST(DistributedConfigTest, RankSeedsAreDistinctAndRankZeroKeepsTheSeed) {

@@ -58,6 +58,24 @@ TEST(MemoryEstimate, SmallCartPoleByHand) {
   EXPECT_NE(table.find(std::to_string(m.total()) + " bytes"), std::string::npos) << table;
 }
 
+TEST(MemoryEstimate, SplitPlacementCountsTheStagingSlotsWithReplay) {
+  const std::string text =
+      "[run]\ntotal_env_steps = 10000\n"
+      "[env]\nkind = \"cartpole\"\nnum_envs = 4\nsteps_per_slot = 3\n"
+      "[replay]\ncapacity = 100\nbatch_size = 16\n"
+      "[learner]\nkind = \"dqn\"\nhidden = [8]\n"
+      "[pipeline]\nslots = 5\nlearning_starts = 100\n";
+  const MemoryEstimate all = estimate_memory(parse_run_config(text, "memory_test"));
+  const MemoryEstimate split =
+      estimate_memory(parse_run_config(text + "[distributed]\nplacement = \"split\"\n", "memory_test"));
+  const rl::ReplayConfig rc = dqn_replay_config(parse_run_config(text, "memory_test"), 4, 1);
+  const TransitionSlotLayout slot = TransitionSlotLayout::make(3, 4, rc.layout);
+  EXPECT_EQ(split.replay, all.replay + 5 * slot.bytes);  // one staging copy per collector slot
+  EXPECT_EQ(split.learner, all.learner);
+  EXPECT_EQ(split.collector, all.collector);
+  EXPECT_EQ(split.total(), all.total() + 5 * slot.bytes);
+}
+
 TEST(MemoryEstimate, GrowsWithCapacityAndWidth) {
   RunConfig c;
   c.replay.capacity = 1'000;

@@ -324,3 +324,16 @@ TEST_F(DistributedProcesses, LaunchStartsAndSupervisesItsRanks) {
 }
 
 }  // namespace
+
+TEST_F(DistributedProcesses, LaunchRefusesSplitCollectorsOnDevicesTheHostLacks) {
+  // Placement "split": rank r's collector on collector_device + r; devices 64 and 65 exist nowhere.
+  const fs::path p = dir_ / "split.toml";
+  std::ofstream(p) << "[run]\ndeterministic = true\ntotal_env_steps = 20000\n[env]\nkind = \"cartpole\"\n"
+                   << "num_envs = 8\n[learner]\nkind = \"dqn\"\nhidden = [16]\n"
+                   << "[distributed]\nworld = 2\nplacement = \"split\"\ncollector_device = 64\n";
+  Proc launch({"launch", "--gpus", "2", "--config", p.string()}, dir_, "launch_split");
+  EXPECT_EQ(launch.exit_code(), 2) << launch.stderr_text();
+  const std::string e = launch.stderr_text();
+  EXPECT_NE(e.find("distributed.collector_device = 64"), std::string::npos) << e;
+  EXPECT_NE(e.find("64..65"), std::string::npos) << e;
+}

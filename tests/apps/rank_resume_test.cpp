@@ -120,6 +120,18 @@ TEST_F(RankResume, ASingleGpuRunSpreadsOverSeveralRanks) {
   EXPECT_FALSE(plan_rank_resume(ck0, as_rank(old, 2, 1)).own);
 }
 
+TEST_F(RankResume, APlacementChangeResumes) {
+  // The placement moves the roles' bytes between devices, not the bytes: a checkpoint of either
+  // placement resumes under the other (docs/distributed.md, "Placement split").
+  const RunConfig old = config_of("dqn", 2);
+  const fs::path ck0 = write_run(old, 2);
+  RunConfig split = old;
+  split.distributed.placement = "split";
+  split.distributed.collector_device = 2;
+  EXPECT_TRUE(plan_rank_resume(ck0, as_rank(split, 2, 0)).own);
+  EXPECT_TRUE(plan_rank_resume(ck0, as_rank(split, 2, 1)).own);
+}
+
 void expect_refused(const std::function<void()>& f, const std::string& what) {
   try {
     f();
