@@ -119,3 +119,17 @@ def test_vector_env_on_its_stream_equals_the_dlpack_path(markets):
         assert torch.equal(a[4]["final_obs"][ended], b[4]["final_obs"][ended])
     direct.close()
     dlpack.close()
+
+
+def test_the_random_policy_example_runs_and_agrees_with_the_markets_statistics(markets):
+    """examples/python/random_policy.py (the README's example): its episode count and mean return,
+    summed in torch, are the market's own statistics."""
+    import importlib.util
+
+    path = markets.parents[1] / "examples" / "python" / "random_policy.py"
+    spec = importlib.util.spec_from_file_location("random_policy", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    finished, stats = example.main(str(markets / "bench_ou.toml"), num_envs=256, steps=600)
+    assert finished.numel() == stats["episodes"] >= 256  # 600 steps > the 256-step episodes
+    assert abs(finished.double().mean().item() - stats["mean_return"]) <= 1e-4 * max(1.0, abs(stats["mean_return"]))
