@@ -383,10 +383,19 @@ int train_local_ranks(int gpus, CheckedRun run, const std::string& run_dir_arg, 
     return 2;
   }
   std::string why;
-  if (const int count = gpu::device_count(&why); count < gpus) {
+  const int count = gpu::device_count(&why);
+  if (count < gpus) {
     io.err << "foxhunt train: --gpus " << gpus << " needs " << gpus << " CUDA devices (rank r on device r), found "
            << count << (why.empty() ? "" : " (" + why + ")") << "\n";
     return 1;
+  }
+  // Placement "split": rank r's collector on collector_device + r, as under foxhunt launch.
+  if (const auto& d = shared.distributed; d.placement == "split" && d.collector_device + gpus > count &&
+                                          d.collector_device >= 0) {
+    io.err << "foxhunt train: --gpus " << gpus << ": distributed.collector_device = " << d.collector_device
+           << " puts the collectors on devices " << d.collector_device << ".." << d.collector_device + gpus - 1
+           << ", but this host has " << count << "\n";
+    return 2;
   }
   // Each rank as foxhunt launch would start it: its rank, device and seed, its run directory and
   // its share of a resumed run, all checked before anything is created.
