@@ -285,6 +285,9 @@ std::uint64_t PpoGpuLearnerStage::update(const LocalDeviceHandle& rollout) {
   lane_.make_current();
   lane_.wait(rollout.event);
   const cudaStream_t s = lane_.stream();
+  FH_EXPECT(rollout.device == rollouts_device_,
+            "PpoGpuLearnerStage::update: the rollout's device " + std::to_string(rollout.device) +
+                " is not the attached slots' " + std::to_string(rollouts_device_));
   const auto k = static_cast<std::size_t>(rollout.slot);
   const gpu::Event& done = read_done_[k];
   rl::ppo::Rollout* r = rollouts_[k];
