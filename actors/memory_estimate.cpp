@@ -76,6 +76,9 @@ MemoryEstimate estimate_ppo_memory(const RunConfig& c, const EnvShape& env) {
                                    : net.workspace_bytes(pc.minibatch_rows());
   m.learner = 4 * P + act_ws + train_ws + mb * (C + 2 * W + 10) * sizeof(float) + rows * sizeof(std::int32_t);
   m.collector = rollout + env.state_bytes();
+  // Placement "split" (through the actors): the learner's staging copy of each rollout slot.
+  if (c.distributed.placement == "split" && c.pipeline.mode == "actors")
+    m.learner += static_cast<std::size_t>(c.pipeline.policy_lag + 1) * rollout;
   m.fixed = gpu::DeviceContext::kDefaultWorkspace + kGraphAllowanceBytes;
   m.features = estimate_features_memory(c, env.obs_dim, pc.minibatch_rows());
   return m;

@@ -7,7 +7,9 @@
 //              staging copy of each transition slot (on the learner's device);
 //   learner    online and target arenas (params, grads, Adam m and v each), the policy snapshot
 //              ring and the published double buffer (parameter copies), the update workspaces
-//              (activations and gradients for batch rows, twice the rows with double DQN);
+//              (activations and gradients for batch rows, twice the rows with double DQN); PPO:
+//              its arena and workspaces, and with placement "split" (pipeline.mode = "actors")
+//              one staging copy of each rollout slot (policy_lag + 1 rollouts);
 //   collector  its acting network (a full learner: the same two arenas and workspaces, acting
 //              rows = env.num_envs), the transition slots, three observation buffers, env state;
 //   fixed      one cuBLASLt workspace per device context, plus an allowance for captured graphs,

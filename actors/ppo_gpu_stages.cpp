@@ -43,8 +43,13 @@ PpoGpuCollectorStage::PpoGpuCollectorStage(std::unique_ptr<rl::VecEnv> env, cons
   collector_ = std::make_unique<rl::ppo::RolloutCollector>(config_, *env_, *acting_, false, s);
   filled_.resize(static_cast<std::size_t>(slots));
   last_ = slots - 1;  // the first collect (slot 0) continues from the last slot
+  learner_counters_ = gpu::DeviceBuffer<std::uint64_t>(rl::ppo::PpoLearner::kCounterCount + 1);
   lane_.synchronize();
 }
+
+// A stage's members are freed after its destructor's body: with its device current, since under
+// placement "split" the stage destroyed before may have left another device current.
+PpoGpuCollectorStage::~PpoGpuCollectorStage() { (void)cudaSetDevice(lane_.device()); }
 
 void PpoGpuCollectorStage::set_features(std::unique_ptr<rl::ObsFeatures> features) {
   FH_EXPECT(features != nullptr, "PpoGpuCollectorStage::set_features: the extractor must not be null");
@@ -81,8 +86,18 @@ std::vector<DeviceSpan> PpoGpuCollectorStage::state_spans() {
   DeviceSpan f;
   if (features_ != nullptr && features_->has_state())
     f = {"features_state", features_->state_data(), features_->state_bytes()};
-  return ppo_state_spans(carry(), learner_->learner().counters(), collector_->act_counter(),
-                         collector_->reward_normalizer(), features_ != nullptr ? &f : nullptr);
+  return ppo_state_spans(carry(), learner_counters_.data(), collector_->act_counter(), collector_->reward_normalizer(),
+                         features_ != nullptr ? &f : nullptr);
+}
+
+void PpoGpuCollectorStage::copy_learner_counters(bool to_learner, cudaStream_t s) {
+  FH_EXPECT(learner_ != nullptr, "PpoGpuCollectorStage: attach_learner before a checkpoint or restore");
+  std::uint64_t* theirs = learner_->learner().counters();
+  const int there = learner_->device(), here = lane_.device();
+  if (to_learner)
+    FH_CHECK(cudaMemcpyPeerAsync(theirs, there, learner_counters_.data(), here, learner_counters_.bytes(), s));
+  else
+    FH_CHECK(cudaMemcpyPeerAsync(learner_counters_.data(), here, theirs, there, learner_counters_.bytes(), s));
 }
 
 void PpoGpuCollectorStage::restore(const std::filesystem::path& dir, const float* policy, std::int64_t floats,
@@ -94,7 +109,8 @@ void PpoGpuCollectorStage::restore(const std::filesystem::path& dir, const float
   // steps only after one; the spans read next overwrite everything it wrote (the extractor's
   // per-environment state included).
   collector_->reset(config_.seed, carry(), s);
-  read_spans(dir / "ppo.state", state_spans(), s);  // the learner's counters too (its stream is idle)
+  read_spans(dir / "ppo.state", state_spans(), s);
+  copy_learner_counters(true, s);  // the learner's stream is idle (setup); this one synchronizes below
   read_spans(dir / "env.state", env_state_spans(*env_), s);
   if (std::filesystem::exists(dir / kPpoPolicyFile)) {
     acting_->arena().load(dir / kPpoPolicyFile, s);
@@ -164,8 +180,11 @@ std::function<void(const std::filesystem::path& dir)> PpoGpuCollectorStage::chec
   return [this](const std::filesystem::path& dir) {
     lane_.make_current();
     lane_.synchronize();
+    // Quiesced already; the counters are peer-copied from the learner's device after its work.
+    if (learner_ != nullptr) FH_CHECK(cudaStreamSynchronize(learner_->stream()));
     const cudaStream_t s = lane_.stream();
-    write_spans(dir / "ppo.state", state_spans(), s);
+    copy_learner_counters(false, s);
+    write_spans(dir / "ppo.state", state_spans(), s);  // synchronizes s before reading
     write_spans(dir / "env.state", env_state_spans(*env_), s);
     acting_->arena().save(dir / kPpoPolicyFile, s);
     if (rl::TrainableObsFeatures* t = tuned()) t->arena().save(dir / kPpoPolicyFeaturesFile, s);
@@ -188,27 +207,44 @@ bool PpoGpuCollectorStage::poll_metrics(Scalars& out) {
 // --------------------------------------------------------------------------------- learner
 PpoGpuLearnerStage::PpoGpuLearnerStage(const rl::ppo::PpoConfig& config, std::int64_t obs_dim,
                                        std::int64_t metrics_every, int device,
-                                       std::unique_ptr<rl::TrainableObsFeatures> features, float features_lr_scale)
-    : lane_(device), features_(std::move(features)), metrics_every_(metrics_every) {
+                                       std::unique_ptr<rl::TrainableObsFeatures> features, float features_lr_scale,
+                                       int publish_device)
+    : lane_(device),
+      features_(std::move(features)),
+      publish_device_(publish_device < 0 ? device : publish_device),
+      metrics_every_(metrics_every) {
   FH_EXPECT(metrics_every >= 1, "PpoGpuLearnerStage: metrics_every must be >= 1");
   lane_.make_current();
   blas_ = std::make_unique<gpu::DeviceContext>(device, 1);
   learner_ = std::make_unique<rl::ppo::PpoLearner>(config, obs_dim, blas_on(*blas_, lane_.stream()), features_.get(),
                                                    features_lr_scale);
   const auto floats = static_cast<std::size_t>(policy_floats());
+  FH_CHECK(cudaSetDevice(publish_device_));
   for (auto& p : policy_) p = gpu::DeviceBuffer<float>(floats);
+  lane_.make_current();
   lane_.synchronize();
+}
+
+PpoGpuLearnerStage::~PpoGpuLearnerStage() {
+  (void)cudaSetDevice(publish_device_);
+  for (auto& p : policy_) p = gpu::DeviceBuffer<float>();
+  (void)cudaSetDevice(lane_.device());  // the rest: this stage's device
 }
 
 std::int64_t PpoGpuLearnerStage::policy_floats() const {
   return learner_->arena().padded_count() + (features_ != nullptr ? features_->arena().padded_count() : 0);
 }
 
+// Peer copies onto the policy buffers' device (the collector's; the same device: local copies).
 void PpoGpuLearnerStage::copy_policy(int buffer, cudaStream_t s) {
+  const int here = lane_.device();
+  auto copy = [&](float* dst, const float* src, std::int64_t n) {
+    FH_CHECK(cudaMemcpyPeerAsync(dst, publish_device_, src, here, static_cast<std::size_t>(n) * sizeof(float), s));
+  };
   const std::int64_t net = learner_->arena().padded_count();
-  copy_floats(policy_[buffer].data(), learner_->arena().params(), net, s);
+  copy(policy_[buffer].data(), learner_->arena().params(), net);
   if (features_ != nullptr)
-    copy_floats(policy_[buffer].data() + net, features_->arena().params(), features_->arena().padded_count(), s);
+    copy(policy_[buffer].data() + net, features_->arena().params(), features_->arena().padded_count());
 }
 
 const float* PpoGpuLearnerStage::policy_now() {
@@ -218,10 +254,22 @@ const float* PpoGpuLearnerStage::policy_now() {
   return policy_[0].data();
 }
 
-void PpoGpuLearnerStage::attach_rollouts(std::vector<rl::ppo::Rollout*> rollouts) {
+void PpoGpuLearnerStage::attach_rollouts(std::vector<rl::ppo::Rollout*> rollouts, int device, bool staged) {
+  lane_.make_current();  // the events and staging rollouts belong to this device
   rollouts_ = std::move(rollouts);
+  rollouts_device_ = device < 0 ? lane_.device() : device;
+  staging_.clear();
+  if (staged) {
+    const std::int64_t state_features = learner_->network().state_features();
+    for (const rl::ppo::Rollout* r : rollouts_) {
+      FH_EXPECT(r != nullptr, "PpoGpuLearnerStage::attach_rollouts: a rollout slot is null");
+      staging_.push_back(std::make_unique<rl::ppo::Rollout>(r->steps, r->num_envs, r->obs_dim, r->head,
+                                                            state_features, lane_.stream()));
+    }
+  }
   read_done_.clear();
   read_done_.resize(rollouts_.size());
+  lane_.synchronize();
 }
 
 void PpoGpuLearnerStage::load(const std::filesystem::path& dir) {
@@ -237,18 +285,31 @@ std::uint64_t PpoGpuLearnerStage::update(const LocalDeviceHandle& rollout) {
   lane_.make_current();
   lane_.wait(rollout.event);
   const cudaStream_t s = lane_.stream();
+  FH_EXPECT(rollout.device == rollouts_device_,
+            "PpoGpuLearnerStage::update: the rollout's device " + std::to_string(rollout.device) +
+                " is not the attached slots' " + std::to_string(rollouts_device_));
+  const auto k = static_cast<std::size_t>(rollout.slot);
+  const gpu::Event& done = read_done_[k];
+  rl::ppo::Rollout* r = rollouts_[k];
+  if (staged()) {
+    // The staging rollout is rewritten by the next update of this slot, which this stream orders
+    // after the previous update's reads.
+    const int copy = lane_.begin("rollout copy");
+    rl::ppo::copy_rollout(*staging_[k], lane_.device(), *r, rollouts_device_, s);
+    lane_.end(copy);
+    done.record(s);  // the collector may refill its slot now
+    r = staging_[k].get();
+  }
   const int token = lane_.begin("update");
-  rl::ppo::Rollout& r = *rollouts_[static_cast<std::size_t>(rollout.slot)];
-  learner_->record_explained_variance(r, s);
-  learner_->update(r);
+  learner_->record_explained_variance(*r, s);
+  learner_->update(*r);
   ++updates_;
   if (updates_ % metrics_every_ == 0) {
     learner_->publish_stats(s);
     metrics_pending_ = true;
   }
   lane_.end(token);
-  const gpu::Event& done = read_done_[static_cast<std::size_t>(rollout.slot)];
-  done.record(s);
+  if (!staged()) done.record(s);
   return event_id(done.get());
 }
 
@@ -264,7 +325,7 @@ LocalDeviceHandle PpoGpuLearnerStage::publish(int buffer, std::uint64_t version,
   const gpu::Event& ready = ready_[buffer];
   ready.record(s);
   LocalDeviceHandle h;
-  h.device = lane_.device();
+  h.device = publish_device_;  // where the buffer lives (its event is this stage's)
   h.ptr = LocalDeviceHandle::address(policy_[buffer].data());
   h.bytes = static_cast<std::uint64_t>(floats) * sizeof(float);
   h.dtype = static_cast<std::uint8_t>(gpu::DType::f32);

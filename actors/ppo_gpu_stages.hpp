@@ -13,6 +13,17 @@
 //                         publication of its weights into one of two policy buffers.
 // Device-to-host traffic: none but the metrics exits and the final checkpoint.
 //
+// Placement "split" (docs/distributed.md): the collector (environments, acting network, rollout
+// slots, a frozen extractor) runs on its own device, the learner on run.device. The learner then
+// stages each rollout: its stream waits the slot's event, copies every array of the slot into a
+// staging rollout of its own device (cudaMemcpyPeerAsync), records the slot's release event and
+// updates from the copy, so the collector refills the slot while the update runs. The two policy
+// buffers live on the collector's device: a publication is a peer copy from the learner's arena,
+// and the collector's load of a version stays local. The learner's counters that ppo.state holds
+// pass through a mirror on the collector's device (peer copies at the checkpoint and the restore),
+// so the collector's stream only ever copies its own device's memory to or from the host. On one
+// device ("all") nothing is staged; split with both roles on one device runs the same copies.
+//
 // [features] (docs/features.md): a frozen extractor (rl::ObsFeatures) belongs to the collector,
 // which runs it inside its collection graph exactly as the synchronous loop does
 // (rl/ppo/collector.hpp); its per-environment state goes into ppo.state. A fine-tuned extractor
@@ -57,6 +68,7 @@ class PpoGpuCollectorStage final : public PpoCollectorStage {
  public:
   PpoGpuCollectorStage(std::unique_ptr<rl::VecEnv> env, const rl::ppo::PpoConfig& config, int slots,
                        std::int64_t stats_every, int device = 0);
+  ~PpoGpuCollectorStage() override;  // frees on its own device (placement "split": not the learner's)
 
   void wait(std::uint64_t event) override { lane_.wait(event); }
   void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
@@ -107,6 +119,8 @@ class PpoGpuCollectorStage final : public PpoCollectorStage {
   rl::TrainableObsFeatures* tuned() noexcept { return dynamic_cast<rl::TrainableObsFeatures*>(features_.get()); }
   // Copies a policy laid out as published into the acting network (and acting extractor).
   void load_policy(const float* policy, std::int64_t floats, cudaStream_t stream);
+  // Peer copy between the attached learner's counters and their mirror here, on `stream`.
+  void copy_learner_counters(bool to_learner, cudaStream_t stream);
 
   CudaLane lane_;
   std::unique_ptr<gpu::DeviceContext> blas_;
@@ -125,6 +139,7 @@ class PpoGpuCollectorStage final : public PpoCollectorStage {
   std::int64_t restored_version_ = -1;
   gpu::ExitSlot<rl::EpisodeStats> stats_exit_;
   bool stats_pending_ = false;
+  gpu::DeviceBuffer<std::uint64_t> learner_counters_;  // the attached learner's, mirrored for ppo.state
 };
 
 class PpoGpuLearnerStage final : public PpoLearnerStage {
@@ -132,9 +147,12 @@ class PpoGpuLearnerStage final : public PpoLearnerStage {
   // Update statistics are published every `metrics_every` updates. features (nullable): a
   // fine-tuned extractor, the first module of the learner's network (rl::ppo::PpoLearner), trained
   // at features_lr_scale times the agent's learning rate; its weights follow the network's in
-  // every published policy.
+  // every published policy. publish_device: where the two policy buffers live, the collector's
+  // device (-1: `device`).
   PpoGpuLearnerStage(const rl::ppo::PpoConfig& config, std::int64_t obs_dim, std::int64_t metrics_every, int device = 0,
-                     std::unique_ptr<rl::TrainableObsFeatures> features = nullptr, float features_lr_scale = 1.f);
+                     std::unique_ptr<rl::TrainableObsFeatures> features = nullptr, float features_lr_scale = 1.f,
+                     int publish_device = -1);
+  ~PpoGpuLearnerStage() override;  // frees each buffer on its own device
 
   void wait(std::uint64_t event) override { lane_.wait(event); }
   void when_done(std::function<void()> fn) override { lane_.when_done(std::move(fn)); }
@@ -152,8 +170,12 @@ class PpoGpuLearnerStage final : public PpoLearnerStage {
   // extractor's, with its moments).
   std::function<void(const std::filesystem::path& dir)> checkpoint_job() override;
 
-  // Setup only: the rollout slots the updates read (the collector's).
-  void attach_rollouts(std::vector<rl::ppo::Rollout*> rollouts);
+  // Setup only (synchronizes): the collector's rollout slots (memory of `device`, -1: this
+  // stage's). staged: each update copies its slot into a staging rollout on this stage's device
+  // and reads the copy (placement "split"); otherwise it reads the slot in place.
+  void attach_rollouts(std::vector<rl::ppo::Rollout*> rollouts, int device = -1, bool staged = false);
+  bool staged() const noexcept { return !staging_.empty(); }
+  int device() const noexcept { return lane_.device(); }
   // Setup only (synchronizes): parameters and moments from learner.safetensors (and
   // features.safetensors with a fine-tuned extractor).
   void load(const std::filesystem::path& dir);
@@ -173,8 +195,11 @@ class PpoGpuLearnerStage final : public PpoLearnerStage {
   std::unique_ptr<rl::TrainableObsFeatures> features_;  // before learner_, which refers to it
   std::unique_ptr<rl::ppo::PpoLearner> learner_;
   std::vector<rl::ppo::Rollout*> rollouts_;
+  int rollouts_device_ = 0;
+  std::vector<std::unique_ptr<rl::ppo::Rollout>> staging_;  // staged: one per rollout slot, on this device
   std::vector<gpu::Event> read_done_;  // per rollout slot
-  gpu::DeviceBuffer<float> policy_[2];
+  int publish_device_;
+  gpu::DeviceBuffer<float> policy_[2];  // on publish_device_
   gpu::Event ready_[2];
   std::int64_t metrics_every_, updates_ = 0;
   bool metrics_pending_ = false;

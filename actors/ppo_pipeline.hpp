@@ -7,8 +7,9 @@
 //                                          hands a slot to the learner once its collect has
 //                                          COMPLETED; the learner returns it as soon as the update
 //                                          reading it is ENQUEUED, with the event recorded after
-//                                          that update (the next collect into the slot waits on it
-//                                          on the device).
+//                                          that update's last read of the slot (the update, or
+//                                          under placement "split" its copy of the slot; the next
+//                                          collect into the slot waits on it on the device).
 //   policy buffers  learner -> collector   2 (double buffer); each update is enqueued together with
 //                                          the publication of its result (a copy of the weights,
 //                                          and of a fine-tuned feature extractor's, into a free

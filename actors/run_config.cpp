@@ -273,13 +273,16 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file, AgentKeys* agent 
              "number of updates, so they must follow the counts)");
   if (c.distributed.world > 1 && agent != nullptr && from_file && !r.has_error("distributed.world"))
     r.fail("distributed.world", "several agents ([[agent]] tables) train on one GPU: world must be 1");
-  // "split" moves DQN's transition slots and policies between devices (docs/distributed.md).
+  // "split" moves DQN's transition slots, PPO's rollouts, and the policies between devices
+  // (docs/distributed.md); PPO's synchronous loop has no stages to place.
   const bool split = c.distributed.placement == "split";
-  if (split && ppo && !r.has_error("distributed.placement"))
-    r.fail("distributed.placement", "\"split\" is built for DQN (learner.kind = \"dqn\"); PPO runs \"all\"");
+  if (split && ppo && c.pipeline.mode != "actors" && !r.has_error("distributed.placement"))
+    r.fail("distributed.placement",
+           "\"split\" places the actor runtime's stages: PPO needs pipeline.mode = \"actors\" (pipeline.mode = \"" +
+               c.pipeline.mode + "\", the synchronous loop, runs \"all\")");
   if (split && agent != nullptr && from_file && !r.has_error("distributed.placement"))
     r.fail("distributed.placement",
-           "\"split\" is built for DQN runs of one agent; several agents ([[agent]] tables) run \"all\"");
+           "\"split\" is built for runs of one agent; several agents ([[agent]] tables) run \"all\"");
   r.no_effect("distributed.collector_device", split, "distributed.placement",
               "the collector's device of placement \"split\" (\"all\" runs it on run.device)");
 

@@ -168,8 +168,18 @@ void enable_peer_access(int learner, int collector) {
     else
       FH_CHECK(r);
   }
-  spdlog::info("placement split: collector on device {}, replay and learner on device {}, peer access enabled",
-               collector, learner);
+  spdlog::info("placement split: collector on device {}, learner on device {}, peer access enabled", collector,
+               learner);
+}
+
+// The collector's device under placement "split" must exist.
+void check_collector_device(const RunConfig& config, int devices) {
+  const int collect_on = collector_device(config);
+  if (config.distributed.placement == "split" && collect_on >= devices)
+    throw std::invalid_argument("distributed.collector_device = " + std::to_string(config.distributed.collector_device) +
+                                ": rank " + std::to_string(config.distributed.rank) + "'s collector would run on device " +
+                                std::to_string(collect_on) + ", but there are " + std::to_string(devices) +
+                                " (allowed: -1, or a device such that collector_device + rank < the device count)");
 }
 
 }  // namespace
@@ -185,11 +195,7 @@ PipelineStages make_stages(const RunConfig& config, const std::optional<std::fil
   // policy buffers) on its own device; replay stages each slot onto the learner's device.
   const bool split = config.distributed.placement == "split";
   const int collect_on = collector_device(config);
-  if (split && collect_on >= devices)
-    throw std::invalid_argument("distributed.collector_device = " + std::to_string(config.distributed.collector_device) +
-                                ": rank " + std::to_string(config.distributed.rank) + "'s collector would run on device " +
-                                std::to_string(collect_on) + ", but there are " + std::to_string(devices) +
-                                " (allowed: -1, or a device such that collector_device + rank < the device count)");
+  check_collector_device(config, devices);
   if (split) enable_peer_access(device, collect_on);
   FH_CHECK(cudaSetDevice(collect_on));  // the environments' device state lives with the collector
 
@@ -294,12 +300,20 @@ std::int64_t ppo_stats_every(const RunConfig& config, const StageOptions& option
 PpoStages make_ppo_stages(const RunConfig& config, const std::optional<std::filesystem::path>& resume,
                           const StageOptions& options) {
   std::string why;
-  if (gpu::device_count(&why) < 1)
+  const int devices = gpu::device_count(&why);
+  if (devices < 1)
     throw std::runtime_error("foxhunt train needs a CUDA device: " + (why.empty() ? std::string("none found") : why));
   const int device = config.run.device;
-  FH_CHECK(cudaSetDevice(device));
+  // Placement "split": the collector (environments, acting network, [features], rollout slots,
+  // the policy buffers) on its own device; the learner stages each rollout onto run.device.
+  const bool split = config.distributed.placement == "split";
+  const int collect_on = collector_device(config);
+  check_collector_device(config, devices);
+  if (split) enable_peer_access(device, collect_on);
   const rl::ppo::PpoConfig pc = ppo_config(config, env_shape(config));
+  FH_CHECK(cudaSetDevice(collect_on));  // the environments' device state lives with the collector
   std::unique_ptr<rl::VecEnv> env = make_env(config, config.env.num_envs);
+  FH_CHECK(cudaSetDevice(device));
   const std::int64_t obs_dim = env->obs_dim();
   const std::int64_t every = ppo_stats_every(config, options);
   // [features]: finetune: the learner trains the window-form extractor as its network's first
@@ -314,14 +328,15 @@ PpoStages make_ppo_stages(const RunConfig& config, const std::optional<std::file
     tuned = pretrain::make_tuned_features(*source, output, market_config(config), config.env.num_envs,
                                           pc.minibatch_rows(), config.features.noise_step, nullptr);
   auto learner = std::make_shared<PpoGpuLearnerStage>(pc, obs_dim, every, device, std::move(tuned),
-                                                      static_cast<float>(config.features.lr_scale));
+                                                      static_cast<float>(config.features.lr_scale), collect_on);
   // A fine-tuned extractor keeps the learner on the GEMM path (rl/ppo/learner.hpp), and the
   // synchronous loop acts with that learner: the acting copy acts on the GEMM path too, so lag 0
   // gives the synchronous loop's numbers.
   rl::ppo::PpoConfig acting = pc;
   if (finetune) acting.fused_kernels = false;
   auto collector =
-      std::make_shared<PpoGpuCollectorStage>(std::move(env), acting, config.pipeline.policy_lag + 1, every, device);
+      std::make_shared<PpoGpuCollectorStage>(std::move(env), acting, config.pipeline.policy_lag + 1, every, collect_on);
+  FH_CHECK(cudaSetDevice(collect_on));  // the extractors below allocate on the collector's device
   if (finetune) {
     // The acting copy computes step() / peek() only: one training row is all it allocates.
     collector->set_features(pretrain::make_tuned_features(*source, output, market_config(config),
@@ -334,18 +349,21 @@ PpoStages make_ppo_stages(const RunConfig& config, const std::optional<std::file
   if (source) log_features(config, *source, collector->features()->features());
   std::vector<rl::ppo::Rollout*> slots;
   for (int k = 0; k < collector->rollout_slots(); ++k) slots.push_back(&collector->rollout(k));
-  learner->attach_rollouts(std::move(slots));
+  learner->attach_rollouts(std::move(slots), collect_on, split);
   collector->attach_learner(learner);
   rl::ppo::PpoLearner& l = learner->learner();
   if (resume) learner->load(*resume);
   // Before the collector copies the weights it acts with: every replica acts with rank 0's.
+  FH_CHECK(cudaSetDevice(device));
   l.join(options.data_parallel);
+  // policy_now: the learner's weights in a policy buffer on the collector's device.
   if (resume) {
     const Counters start = CheckpointStore::read_counters(*resume);
     collector->restore(*resume, learner->policy_now(), learner->policy_floats(), start.updates, start.policy_version);
   } else {
     collector->start(config.run.seed, learner->policy_now(), learner->policy_floats());
   }
+  FH_CHECK(cudaSetDevice(device));
   PpoStages stages;
   stages.collector = collector;
   stages.learner = learner;

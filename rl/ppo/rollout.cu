@@ -1,5 +1,7 @@
 #include "rl/ppo/rollout.hpp"
 
+#include <string>
+
 #include "gpu/check.hpp"
 
 namespace foxhunt::rl::ppo {
@@ -40,6 +42,45 @@ Rollout::Rollout(std::int64_t t, std::int64_t n, std::int64_t c, const HeadShape
     resets.zero(stream);
     last_done.zero(stream);
   }
+}
+
+namespace {
+
+template <typename T>
+void copy_array(gpu::DeviceBuffer<T>& dst, int dst_device, const gpu::DeviceBuffer<T>& src, int src_device,
+                const char* name, cudaStream_t stream) {
+  FH_EXPECT(dst.size() == src.size(), std::string("copy_rollout: the rollouts' ") + name + " arrays differ in size");
+  if (!src.empty()) FH_CHECK(cudaMemcpyPeerAsync(dst.data(), dst_device, src.data(), src_device, src.bytes(), stream));
+}
+
+}  // namespace
+
+void copy_rollout(Rollout& dst, int dst_device, const Rollout& src, int src_device, cudaStream_t stream) {
+  FH_EXPECT(dst.steps == src.steps && dst.num_envs == src.num_envs && dst.obs_dim == src.obs_dim,
+            "copy_rollout: the rollouts differ in shape");
+  auto copy = [&](auto member, const char* name) {
+    copy_array(dst.*member, dst_device, src.*member, src_device, name, stream);
+  };
+  copy(&Rollout::obs, "obs");
+  copy(&Rollout::next_obs, "next_obs");
+  copy(&Rollout::final_obs, "final_obs");
+  copy(&Rollout::discrete, "discrete");
+  copy(&Rollout::raw, "raw");
+  copy(&Rollout::env_actions, "env_actions");
+  copy(&Rollout::logp, "logp");
+  copy(&Rollout::values, "values");
+  copy(&Rollout::rewards, "rewards");
+  copy(&Rollout::bootstrap, "bootstrap");
+  copy(&Rollout::advantages, "advantages");
+  copy(&Rollout::returns, "returns");
+  copy(&Rollout::next_value, "next_value");
+  copy(&Rollout::terminated, "terminated");
+  copy(&Rollout::truncated, "truncated");
+  copy(&Rollout::state, "state");
+  copy(&Rollout::state0, "state0");
+  copy(&Rollout::scratch_state, "scratch_state");
+  copy(&Rollout::resets, "resets");
+  copy(&Rollout::last_done, "last_done");
 }
 
 }  // namespace foxhunt::rl::ppo

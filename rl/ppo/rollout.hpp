@@ -39,4 +39,9 @@ struct Rollout {
   gpu::DeviceBuffer<std::uint8_t> last_done;  // (N): the last step ended an episode (the next rollout's resets[0])
 };
 
+// Enqueues a copy of every array of `src` (memory of src_device) into `dst` (the same shape, memory
+// of dst_device) on `stream`, by cudaMemcpyPeerAsync (a device-local copy when the devices are
+// equal): the actor runtime's staging of a rollout slot onto the learner's device.
+void copy_rollout(Rollout& dst, int dst_device, const Rollout& src, int src_device, cudaStream_t stream);
+
 }  // namespace foxhunt::rl::ppo

@@ -1,8 +1,8 @@
 // [distributed]: defaults, values, every bad value an error naming the key and what is allowed,
 // the relations (rank < world, DQN over several ranks only deterministic, no [[agent]] tables;
-// placement "split" for DQN only, collector_device only with it, its device per rank);
-// the coordinator address; the config hash (the same for every rank, different for any other
-// key); the per-rank seeds.
+// placement "split" for DQN and for PPO through the actors (not PPO's synchronous loop),
+// collector_device only with it, its device per rank); the coordinator address; the config hash
+// (the same for every rank, different for any other key); the per-rank seeds.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -116,11 +116,23 @@ TEST(DistributedConfigTest, CollectorDevicePerRank) {
   EXPECT_EQ(collector_device(c), 3);
 }
 
-TEST(DistributedConfigTest, SplitPlacementIsBuiltForDqnOnly) {
-  const std::string e = error_of(
-      "[run]\n[env]\nkind = \"cartpole\"\n[learner]\nkind = \"ppo\"\n[distributed]\nplacement = \"split\"\n");
-  EXPECT_NE(e.find("distributed.placement"), std::string::npos) << e;
-  EXPECT_NE(e.find("built for DQN"), std::string::npos) << e;
+TEST(DistributedConfigTest, SplitPlacementTakesPpoThroughTheActorsOnly) {
+  const std::string ppo = "[run]\n[env]\nkind = \"cartpole\"\n[learner]\nkind = \"ppo\"\n";
+  const std::string split = "[distributed]\nplacement = \"split\"\ncollector_device = 1\n";
+  for (const int lag : {0, 1}) {
+    const RunConfig c =
+        parse_run_config(ppo + "[pipeline]\nmode = \"actors\"\npolicy_lag = " + std::to_string(lag) + "\n" + split);
+    EXPECT_EQ(c.distributed.placement, "split");
+    EXPECT_EQ(c.distributed.collector_device, 1);
+    EXPECT_EQ(c.pipeline.policy_lag, lag);
+  }
+  // The synchronous loop (PPO's default mode, or named) has no stages to place.
+  for (const std::string mode : {"", "[pipeline]\nmode = \"sync\"\n"}) {
+    const std::string e = error_of(ppo + mode + split);
+    EXPECT_NE(e.find("distributed.placement"), std::string::npos) << e;
+    EXPECT_NE(e.find("pipeline.mode"), std::string::npos) << e;
+    EXPECT_NE(e.find("\"actors\""), std::string::npos) << e;
+  }
   std::string agents;
   try {
     (void)parse_agents_config(
@@ -131,7 +143,7 @@ TEST(DistributedConfigTest, SplitPlacementIsBuiltForDqnOnly) {
     agents = x.what();
   }
   EXPECT_NE(agents.find("distributed.placement"), std::string::npos) << agents;
-  EXPECT_NE(agents.find("built for DQN"), std::string::npos) << agents;
+  EXPECT_NE(agents.find("runs of one agent"), std::string::npos) << agents;
 }
 
 TEST(DistributedConfigTest, CoordinatorAddress) {

@@ -14,22 +14,46 @@
 //   PlacementSplit.TwoGpusEqualOneGpu: with 2+ GPUs, split across devices 0 (learner) and 1
 //     (collector) equals the "all" run on device 0, and its checkpoint resumes on one GPU to the
 //     same end (skips with "needs 2 GPUs" otherwise).
+// PPO through the actors (pipeline.mode = "actors"; CartPole, 8 envs x 32 steps per rollout):
+//   PlacementSplit.RolloutCopyCarriesEveryArray: rl::ppo::copy_rollout of random rollouts
+//     (feed-forward and recurrent) into NaN-poisoned ones equals the source in every array.
+//   PlacementSplit.PpoStagedUpdateReleasesTheSlotAfterTheCopy: PpoGpuLearnerStage alone: staged
+//     updates of random rollouts (two slots in turn), the slot poisoned right after its release
+//     event, end with the same weights and Adam moments as in-place updates, byte for byte.
+//   PlacementSplit.PpoOneGpuSplitEqualsAllBitwise: split with collector_device = run.device ends
+//     byte for byte as "all" (learner.safetensors, ppo.state, env.state, policy.safetensors,
+//     counters.json), for policy_lag 0 and 1 and a recurrent policy; its learner stages the slots.
+//   PlacementSplit.PpoSplitCheckpointResumesBitExactlyAsAll: a split run stopped at N resumes to
+//     2N as "all" equal to the uninterrupted "all" 2N run (policy_lag 0 and 1), and an "all"
+//     checkpoint resumes as split (lag 1).
+//   PlacementSplit.PpoTwoGpusEqualOneGpu: with 2+ GPUs, split across devices 0 (learner) and 1
+//     (collector) equals "all" on device 0 for both lags, and its checkpoint resumes on one GPU.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "actors/dqn_stages.hpp"
+#include "actors/env_shape.hpp"
 #include "actors/gpu_replay_stage.hpp"
+#include "actors/ppo_gpu_stages.hpp"
+#include "actors/ppo_run.hpp"
 #include "actors/stage_factory.hpp"
 #include "actors/train_run.hpp"
 #include "gpu/device.hpp"
+#include "rl/ppo/rollout.hpp"
 #include "tests/support/file_bytes.hpp"
 #include "tests/support/gpu_test.hpp"
 
@@ -97,6 +121,10 @@ class PlacementSplit : public test::GpuTest {
     EXPECT_TRUE(out.result.final_checkpoint.has_value()) << name << ": " << out.result.checkpoint_error;
     return out;
   }
+  // PPO through the actors (the config of ppo_text below).
+  RunConfig ppo_config_of(const std::string& name, std::int64_t total, int lag, bool recurrent, const Placement& p);
+  TrainOutcome train_ppo(const std::string& name, std::int64_t total, int lag, bool recurrent, const Placement& p,
+                         const std::optional<fs::path>& resume = {});
 };
 
 // The same counts and every final-checkpoint file equal byte for byte.
@@ -223,6 +251,252 @@ TEST_F(PlacementSplit, TwoGpusEqualOneGpu) {
   ASSERT_TRUE(half.result.final_checkpoint);
   TrainOutcome resumed = train("resumed", 2 * kN, all, *half.result.final_checkpoint);
   expect_same_end(resumed, one, "two-GPU split N -> stop -> all 2N on one GPU vs all 2N");
+}
+
+// ------------------------------------------------------------------------------------------ PPO
+
+std::string ppo_text(std::int64_t total, int lag, bool recurrent, const Placement& p) {
+  std::string t = "[run]\nname = \"ppo_split_test\"\nseed = 5\ndevice = " + std::to_string(p.device) +
+                  "\ntotal_env_steps = " + std::to_string(total) + "\n[env]\nkind = \"cartpole\"\nnum_envs = 8\n" +
+                  (recurrent ? "observe = [0, 2]\n" : "") +
+                  "[learner]\nkind = \"ppo\"\nrollout_steps = 32\nminibatches = 4\nlr = 0.001\nlr_end = 0.001\n" +
+                  (recurrent ? "hidden = [16]\nlstm_hidden = 16\n" : "hidden = [32, 32]\n") +
+                  "[pipeline]\nmode = \"actors\"\npolicy_lag = " + std::to_string(lag) +
+                  "\n[checkpoint]\nevery_env_steps = 0\n[logging]\ntimeline = false\ntensorboard = false\n"
+                  "progress_interval_ms = 100\n[distributed]\nplacement = \"" +
+                  p.placement + "\"\n";
+  if (p.placement == "split") t += "collector_device = " + std::to_string(p.collector_device) + "\n";
+  return t;
+}
+
+constexpr std::int64_t kPpoN = 8 * 32 * 6;  // 6 rollouts
+
+const std::vector<std::string> kPpoFiles = {"learner.safetensors", "ppo.state", "env.state", kPpoPolicyFile,
+                                            "counters.json"};
+
+void expect_same_ppo_end(const TrainOutcome& a, const TrainOutcome& b, const std::string& what) {
+  ASSERT_TRUE(a.result.final_checkpoint && b.result.final_checkpoint) << what;
+  EXPECT_EQ(a.result.counters.env_steps, b.result.counters.env_steps) << what;
+  EXPECT_EQ(a.result.counters.updates, b.result.counters.updates) << what;
+  EXPECT_EQ(a.result.counters.policy_version, b.result.counters.policy_version) << what;
+  for (const auto& f : kPpoFiles) {
+    const fs::path fa = *a.result.final_checkpoint / f, fb = *b.result.final_checkpoint / f;
+    ASSERT_TRUE(fs::exists(fa) && fs::exists(fb)) << f << " missing: " << what;
+    EXPECT_EQ(differing_bytes(fa, fb), 0) << f << " differs: " << what;
+  }
+}
+
+RunConfig PlacementSplit::ppo_config_of(const std::string& name, std::int64_t total, int lag, bool recurrent,
+                                        const Placement& p) {
+  fs::create_directories(dir_ / name);
+  std::ofstream(dir_ / name / "run.toml") << ppo_text(total, lag, recurrent, p);
+  return load_run_config(dir_ / name / "run.toml");
+}
+
+TrainOutcome PlacementSplit::train_ppo(const std::string& name, std::int64_t total, int lag, bool recurrent,
+                                       const Placement& p, const std::optional<fs::path>& resume) {
+  TrainRequest req;
+  req.config = ppo_config_of(name, total, lag, recurrent, p);
+  req.run_dir = dir_ / name / "run";
+  req.resume = resume;
+  req.console = false;
+  TrainOutcome out = run_training(req);
+  EXPECT_EQ(out.result.outcome.kind, RunOutcome::Kind::completed) << name << ": " << out.result.outcome.reason;
+  EXPECT_TRUE(out.result.final_checkpoint.has_value()) << name << ": " << out.result.checkpoint_error;
+  return out;
+}
+
+// Every array of a rollout filled with fresh random values: observations and floats uniform,
+// log-probabilities negative, discrete actions in [0, choices), flags 0/1.
+template <class T>
+void put(gpu::DeviceBuffer<T>& b, const std::vector<T>& host, cudaStream_t stream) {
+  b.upload(std::span<const T>(host), stream);
+  FH_CHECK(cudaStreamSynchronize(stream));  // the host vector dies after this
+}
+
+void fill_random(rl::ppo::Rollout& r, std::mt19937_64& rng, cudaStream_t stream) {
+  auto floats = [&](gpu::DeviceBuffer<float>& b, float lo, float hi) {
+    if (!b.empty()) put(b, test::random_uniform(b.size(), lo, hi, rng), stream);
+  };
+  for (auto* b : {&r.obs, &r.next_obs, &r.final_obs, &r.raw, &r.env_actions, &r.values, &r.rewards, &r.bootstrap,
+                  &r.advantages, &r.returns, &r.next_value, &r.state, &r.state0, &r.scratch_state})
+    floats(*b, -2.f, 2.f);
+  floats(r.logp, -3.f, -0.05f);
+  if (!r.discrete.empty()) {
+    std::uniform_int_distribution<std::int32_t> a(0, r.head.choices - 1);
+    std::vector<std::int32_t> host(r.discrete.size());
+    for (auto& x : host) x = a(rng);
+    put(r.discrete, host, stream);
+  }
+  std::bernoulli_distribution flag(0.1);
+  for (auto* b : {&r.terminated, &r.truncated, &r.resets, &r.last_done}) {
+    if (b->empty()) continue;
+    std::vector<std::uint8_t> host(b->size());
+    for (auto& x : host) x = flag(rng) ? 1 : 0;
+    put(*b, host, stream);
+  }
+}
+
+template <class T>
+void expect_same_array(const gpu::DeviceBuffer<T>& a, const gpu::DeviceBuffer<T>& b, const char* name) {
+  ASSERT_EQ(a.size(), b.size()) << name;
+  if (a.empty()) return;
+  const std::vector<T> x = test::download(a), y = test::download(b);
+  EXPECT_EQ(std::memcmp(x.data(), y.data(), a.bytes()), 0) << name << " differs";
+}
+
+TEST_F(PlacementSplit, RolloutCopyCarriesEveryArray) {
+  SCOPED_TRACE(seed_note());
+  for (const std::int64_t state_features : {0, 24}) {
+    SCOPED_TRACE(state_features > 0 ? "recurrent" : "feed-forward");
+    rl::ppo::HeadShape head;
+    head.branches = 2;
+    head.choices = 3;
+    rl::ppo::Rollout src(5, 7, 6, head, state_features, stream()), dst(5, 7, 6, head, state_features, stream());
+    fill_random(src, rng(), stream());
+    for (auto* b : {&dst.obs, &dst.next_obs, &dst.final_obs, &dst.raw, &dst.env_actions, &dst.logp, &dst.values,
+                    &dst.rewards, &dst.bootstrap, &dst.advantages, &dst.returns, &dst.next_value, &dst.state,
+                    &dst.state0, &dst.scratch_state})
+      test::poison(*b, stream());
+    test::poison(dst.discrete, stream());
+    for (auto* b : {&dst.terminated, &dst.truncated, &dst.resets, &dst.last_done}) test::poison(*b, stream());
+    rl::ppo::copy_rollout(dst, 0, src, 0, stream());
+    FH_CHECK(cudaStreamSynchronize(stream()));
+    expect_same_array(dst.obs, src.obs, "obs");
+    expect_same_array(dst.next_obs, src.next_obs, "next_obs");
+    expect_same_array(dst.final_obs, src.final_obs, "final_obs");
+    expect_same_array(dst.discrete, src.discrete, "discrete");
+    expect_same_array(dst.env_actions, src.env_actions, "env_actions");
+    expect_same_array(dst.logp, src.logp, "logp");
+    expect_same_array(dst.values, src.values, "values");
+    expect_same_array(dst.rewards, src.rewards, "rewards");
+    expect_same_array(dst.bootstrap, src.bootstrap, "bootstrap");
+    expect_same_array(dst.advantages, src.advantages, "advantages");
+    expect_same_array(dst.returns, src.returns, "returns");
+    expect_same_array(dst.next_value, src.next_value, "next_value");
+    expect_same_array(dst.terminated, src.terminated, "terminated");
+    expect_same_array(dst.truncated, src.truncated, "truncated");
+    expect_same_array(dst.state, src.state, "state");
+    expect_same_array(dst.state0, src.state0, "state0");
+    expect_same_array(dst.scratch_state, src.scratch_state, "scratch_state");
+    expect_same_array(dst.resets, src.resets, "resets");
+    expect_same_array(dst.last_done, src.last_done, "last_done");
+    EXPECT_EQ(dst.state.empty(), state_features == 0);
+  }
+  {  // a gaussian head's raw actions
+    rl::ppo::HeadShape head;
+    head.kind = rl::ppo::HeadShape::Kind::gaussian;
+    head.dim = 2;
+    rl::ppo::Rollout src(3, 4, 5, head, 0, stream()), dst(3, 4, 5, head, 0, stream());
+    fill_random(src, rng(), stream());
+    test::poison(dst.raw, stream());
+    rl::ppo::copy_rollout(dst, 0, src, 0, stream());
+    FH_CHECK(cudaStreamSynchronize(stream()));
+    expect_same_array(dst.raw, src.raw, "raw");
+  }
+}
+
+TEST_F(PlacementSplit, PpoStagedUpdateReleasesTheSlotAfterTheCopy) {
+  SCOPED_TRACE(seed_note());
+  const RunConfig c = ppo_config_of("stage", kPpoN, 1, false, Placement{});
+  const rl::ppo::PpoConfig pc = actors::ppo_config(c, env_shape(c));
+  const std::int64_t obs_dim = env_shape(c).obs_dim;
+  PpoGpuLearnerStage in_place(pc, obs_dim, 1, 0), staged(pc, obs_dim, 1, 0);
+  std::vector<std::unique_ptr<rl::ppo::Rollout>> slots;
+  std::vector<rl::ppo::Rollout*> ptrs;
+  for (int k = 0; k < 2; ++k) {
+    slots.push_back(std::make_unique<rl::ppo::Rollout>(pc.rollout_steps, pc.num_envs, obs_dim, pc.head, 0, stream()));
+    ptrs.push_back(slots.back().get());
+  }
+  in_place.attach_rollouts(ptrs, 0, false);
+  staged.attach_rollouts(ptrs, 0, true);
+  ASSERT_FALSE(in_place.staged());
+  ASSERT_TRUE(staged.staged());
+  for (int i = 0; i < 4; ++i) {
+    const int k = i % 2;
+    rl::ppo::Rollout& slot = *slots[static_cast<std::size_t>(k)];
+    fill_random(slot, rng(), stream());
+    LocalDeviceHandle h;
+    h.device = 0;
+    h.ptr = LocalDeviceHandle::address(slot.obs.data());
+    h.bytes = slot.obs.bytes();
+    h.slot = k;
+    (void)in_place.update(h);
+    in_place.synchronize();
+    const std::uint64_t released = staged.update(h);
+    ASSERT_NE(released, 0u);
+    // The collector's refill: after the release event, while the staged update may still run.
+    FH_CHECK(cudaStreamWaitEvent(stream(), as_event(released), 0));
+    for (auto* b : {&slot.obs, &slot.logp, &slot.values, &slot.advantages, &slot.returns}) test::poison(*b, stream());
+    test::poison(slot.discrete, stream());
+  }
+  staged.synchronize();
+  FH_CHECK(cudaStreamSynchronize(stream()));
+  gpu::ParameterArena &a = in_place.learner().arena(), &b = staged.learner().arena();
+  ASSERT_EQ(a.padded_count(), b.padded_count());
+  const auto n = static_cast<std::size_t>(a.padded_count());
+  for (const auto& [x, y, what] : {std::tuple{a.params(), b.params(), "parameters"},
+                                   std::tuple{a.adam_m(), b.adam_m(), "Adam m"},
+                                   std::tuple{a.adam_v(), b.adam_v(), "Adam v"}}) {
+    const std::vector<float> hx = test::download(x, n), hy = test::download(y, n);
+    EXPECT_EQ(std::memcmp(hx.data(), hy.data(), n * sizeof(float)), 0) << what << " differ";
+  }
+  const std::vector<float> p = test::download(a.params(), n);
+  const bool finite = std::all_of(p.begin(), p.end(), [](float v) { return std::isfinite(v); });
+  EXPECT_TRUE(finite) << "the in-place updates read poisoned data";
+}
+
+TEST_F(PlacementSplit, PpoOneGpuSplitEqualsAllBitwise) {
+  const Placement all, split{"split", 0, 0};
+  {  // the split learner stages its rollouts; the "all" one reads them in place
+    PpoStages s = make_ppo_stages(ppo_config_of("stages_split", kPpoN, 1, false, split), std::nullopt);
+    EXPECT_TRUE(std::dynamic_pointer_cast<PpoGpuLearnerStage>(s.learner)->staged());
+    PpoStages a = make_ppo_stages(ppo_config_of("stages_all", kPpoN, 1, false, all), std::nullopt);
+    EXPECT_FALSE(std::dynamic_pointer_cast<PpoGpuLearnerStage>(a.learner)->staged());
+  }
+  for (const auto& [lag, recurrent] : {std::pair{0, false}, std::pair{1, false}, std::pair{1, true}}) {
+    const std::string tag = "lag" + std::to_string(lag) + (recurrent ? "_lstm" : "_mlp");
+    SCOPED_TRACE(tag);
+    TrainOutcome a = train_ppo(tag + "_all", kPpoN, lag, recurrent, all);
+    TrainOutcome s = train_ppo(tag + "_split", kPpoN, lag, recurrent, split);
+    EXPECT_EQ(a.result.counters.updates, 6);
+    expect_same_ppo_end(a, s, tag + ": split on one GPU vs all");
+  }
+}
+
+TEST_F(PlacementSplit, PpoSplitCheckpointResumesBitExactlyAsAll) {
+  const Placement all, split{"split", -1, 0};  // -1: run.device
+  for (const int lag : {0, 1}) {
+    const std::string tag = "lag" + std::to_string(lag);
+    SCOPED_TRACE(tag);
+    TrainOutcome whole = train_ppo(tag + "_whole", 2 * kPpoN, lag, false, all);
+    TrainOutcome split_half = train_ppo(tag + "_split_half", kPpoN, lag, false, split);
+    ASSERT_TRUE(split_half.result.final_checkpoint);
+    TrainOutcome as_all = train_ppo(tag + "_as_all", 2 * kPpoN, lag, false, all, *split_half.result.final_checkpoint);
+    expect_same_ppo_end(as_all, whole, tag + ": split N -> stop -> all 2N vs all 2N");
+    if (lag == 0) continue;  // the reverse once (lag 1: the acting policy one version behind)
+    TrainOutcome all_half = train_ppo(tag + "_all_half", kPpoN, lag, false, all);
+    ASSERT_TRUE(all_half.result.final_checkpoint);
+    TrainOutcome as_split =
+        train_ppo(tag + "_as_split", 2 * kPpoN, lag, false, split, *all_half.result.final_checkpoint);
+    expect_same_ppo_end(as_split, whole, tag + ": all N -> stop -> split 2N vs all 2N");
+  }
+}
+
+TEST_F(PlacementSplit, PpoTwoGpusEqualOneGpu) {
+  if (gpu::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  const Placement all, across{"split", 1, 0};  // learner on 0, collector on 1
+  for (const int lag : {0, 1}) {
+    const std::string tag = "lag" + std::to_string(lag);
+    SCOPED_TRACE(tag);
+    TrainOutcome one = train_ppo(tag + "_one", 2 * kPpoN, lag, false, all);
+    TrainOutcome two = train_ppo(tag + "_two", 2 * kPpoN, lag, false, across);
+    expect_same_ppo_end(one, two, tag + ": split across devices 0 and 1 vs all on device 0");
+    TrainOutcome half = train_ppo(tag + "_half", kPpoN, lag, false, across);
+    ASSERT_TRUE(half.result.final_checkpoint);
+    TrainOutcome resumed = train_ppo(tag + "_resumed", 2 * kPpoN, lag, false, all, *half.result.final_checkpoint);
+    expect_same_ppo_end(resumed, one, tag + ": two-GPU split N -> stop -> all 2N on one GPU vs all 2N");
+  }
 }
 
 }  // namespace

@@ -14,7 +14,12 @@
 //   PpoActorsFeatures.ShippedRegimeConfigTrainsThroughTheActors: configs/ppo_features_regime.toml
 //     with pipeline.mode = "actors" (policy_lag 1) and an extractor of the shipped shape (LSTM 64 on
 //     64 returns, random weights) trains 2 iterations to a final checkpoint that checks as
-//     resumable.
+//     resumable;
+//   PpoActorsFeatures.SplitPlacementEqualsAll: placement "split" (docs/distributed.md) with the
+//     collector on the learner's GPU ends byte for byte as "all", frozen and fine-tuned, policy_lag
+//     1 (the extractor's acting copy travels in the policy buffers on the collector's device);
+//   PpoActorsFeatures.SplitAcrossTwoGpusEqualsOneGpu: the same with the collector on device 1
+//     (skips with "needs 2 GPUs" otherwise).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -29,6 +34,7 @@
 #include "actors/pretrain_run.hpp"
 #include "actors/train_run.hpp"
 #include "gpu/arena.hpp"
+#include "gpu/device.hpp"
 #include "gpu/safetensors.hpp"
 #include "models/dense.hpp"
 #include "pretrain/feature_source.hpp"
@@ -103,8 +109,10 @@ class PpoActorsFeatures : public test::GpuTest {
   }
 
   // The run config text: PPO on regime2 (16 envs x 32 steps an iteration) with [features] from
-  // dir_/pre and the extra `features` lines; pipeline.mode `mode` ("actors": with policy_lag `lag`).
-  std::string run_text(std::int64_t total, const std::string& mode, int lag, const std::string& features) const {
+  // dir_/pre and the extra `features` lines; pipeline.mode `mode` ("actors": with policy_lag `lag`);
+  // `distributed`: a [distributed] table's lines (none: placement "all").
+  std::string run_text(std::int64_t total, const std::string& mode, int lag, const std::string& features,
+                       const std::string& distributed = "") const {
     std::ostringstream t;
     t << "[run]\nseed = 4\ntotal_env_steps = " << total << "\n[env]\nkind = \"market\"\nnum_envs = 16\nmarket = \""
       << (test::configs_dir() / "markets" / "regime2.toml").string() << "\"\n"
@@ -113,6 +121,7 @@ class PpoActorsFeatures : public test::GpuTest {
     if (mode == "actors") t << "policy_lag = " << lag << "\n";
     t << "[checkpoint]\nevery_env_steps = 0\n[logging]\ntimeline = false\ntensorboard = false\n"
       << "progress_interval_ms = 100\n";
+    if (!distributed.empty()) t << "[distributed]\n" << distributed;
     return t.str();
   }
 
@@ -137,6 +146,9 @@ class PpoActorsFeatures : public test::GpuTest {
     c.run.total_env_steps *= 4;
     return check_checkpoint(c, ckpt);
   }
+
+  // Placement "split" with the collector on `collector_device` against "all" (below).
+  void expect_split_equals_all(int collector_device);
 
   fs::path dir_;
 };
@@ -235,6 +247,45 @@ TEST_F(PpoActorsFeatures, ShippedRegimeConfigTrainsThroughTheActors) {
   RunConfig more = req.config;
   more.run.total_env_steps = 4 * rows;
   for (const std::string& p : check_checkpoint(more, ckpt)) ADD_FAILURE() << p;
+}
+
+// Placement "split" against "all": every checkpoint file byte for byte, frozen and fine-tuned.
+void PpoActorsFeatures::expect_split_equals_all(int collector_device) {
+  ASSERT_FALSE(pretrain_run().empty());
+  constexpr std::int64_t kSteps = 16 * 32 * 3;  // 3 iterations
+  const std::string split = "placement = \"split\"\ncollector_device = " + std::to_string(collector_device) + "\n";
+  for (const bool finetune : {false, true}) {
+    SCOPED_TRACE(finetune ? "finetune" : "frozen");
+    const std::string tag = std::string(finetune ? "tuned" : "frozen") + "_d" + std::to_string(collector_device) + "_";
+    const std::string features = finetune ? kFinetune : "";
+    const fs::path all = train(tag + "all", run_text(kSteps, "actors", 1, features));
+    const fs::path s = train(tag + "split", run_text(kSteps, "actors", 1, features, split));
+    ASSERT_FALSE(all.empty());
+    ASSERT_FALSE(s.empty());
+    std::vector<std::string> files{"learner.safetensors", "ppo.state", "env.state", "policy.safetensors",
+                                   "counters.json"};
+    if (finetune) {
+      files.emplace_back("features.safetensors");
+      files.emplace_back("policy.features.safetensors");
+    }
+    for (const std::string& f : files) {
+      SCOPED_TRACE(f);
+      const auto a = bytes_of(all / f), b = bytes_of(s / f);
+      ASSERT_FALSE(a.empty());
+      EXPECT_TRUE(a == b) << "the split run differs from the \"all\" run";
+    }
+  }
+}
+
+TEST_F(PpoActorsFeatures, SplitPlacementEqualsAll) {
+  SCOPED_TRACE(seed_note());
+  expect_split_equals_all(0);
+}
+
+TEST_F(PpoActorsFeatures, SplitAcrossTwoGpusEqualsOneGpu) {
+  if (gpu::device_count() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  SCOPED_TRACE(seed_note());
+  expect_split_equals_all(1);
 }
 
 }  // namespace

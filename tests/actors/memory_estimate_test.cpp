@@ -76,6 +76,27 @@ TEST(MemoryEstimate, SplitPlacementCountsTheStagingSlotsWithReplay) {
   EXPECT_EQ(split.total(), all.total() + 5 * slot.bytes);
 }
 
+TEST(MemoryEstimate, PpoSplitCountsOneStagingRolloutPerSlotWithTheLearner) {
+  const std::string base =
+      "[run]\ntotal_env_steps = 10000\n"
+      "[env]\nkind = \"cartpole\"\nnum_envs = 4\n"
+      "[learner]\nkind = \"ppo\"\nhidden = [8]\nrollout_steps = 16\nminibatches = 2\n";
+  for (const int lag : {0, 1}) {
+    SCOPED_TRACE("policy_lag " + std::to_string(lag));
+    const std::string text = base + "[pipeline]\nmode = \"actors\"\npolicy_lag = " + std::to_string(lag) + "\n";
+    const MemoryEstimate all = estimate_memory(parse_run_config(text, "memory_test"));
+    const MemoryEstimate split =
+        estimate_memory(parse_run_config(text + "[distributed]\nplacement = \"split\"\n", "memory_test"));
+    // The collector's rollout estimate: 64 rows x (2 x 4 observation columns + 10 per-step floats
+    // + 1 action) floats; the learner stages one copy per slot (policy_lag + 1).
+    const std::size_t rollout = 64 * (2 * 4 + 10 + 1) * 4;
+    EXPECT_EQ(split.collector, all.collector);
+    EXPECT_EQ(split.learner, all.learner + static_cast<std::size_t>(lag + 1) * rollout);
+    EXPECT_EQ(split.total(), all.total() + static_cast<std::size_t>(lag + 1) * rollout);
+    EXPECT_GE(all.collector, rollout);  // the slot the staging copies mirror
+  }
+}
+
 TEST(MemoryEstimate, GrowsWithCapacityAndWidth) {
   RunConfig c;
   c.replay.capacity = 1'000;
