@@ -57,7 +57,7 @@ std::size_t estimate_features_memory(const RunConfig& c, std::int64_t obs_dim, s
          2 * sizeof(float) + pretrain::tuned_features_bytes(*source, output, market, N, 1);
 }
 
-// PPO: one arena (4 arrays), the rollout (T x N rows of observations, final observations and
+// PPO: one arena (4 arrays), the rollouts (T x N rows of observations, final observations and
 // per-step scalars), the acting and minibatch workspaces of the networks, the environments.
 MemoryEstimate estimate_ppo_memory(const RunConfig& c, const EnvShape& env) {
   const rl::ppo::PpoConfig pc = ppo_config(c, env);
@@ -75,10 +75,12 @@ MemoryEstimate estimate_ppo_memory(const RunConfig& c, const EnvShape& env) {
                                    ? net.sequence_workspace_bytes(pc.rollout_steps, pc.num_envs / pc.minibatches)
                                    : net.workspace_bytes(pc.minibatch_rows());
   m.learner = 4 * P + act_ws + train_ws + mb * (C + 2 * W + 10) * sizeof(float) + rows * sizeof(std::int32_t);
-  m.collector = rollout + env.state_bytes();
+  // Through the actors the collector fills policy_lag + 1 rollout slots (actors/ppo_pipeline.hpp);
+  // the synchronous loop one rollout.
+  const std::size_t slots = c.pipeline.mode == "actors" ? static_cast<std::size_t>(c.pipeline.policy_lag + 1) : 1;
+  m.collector = slots * rollout + env.state_bytes();
   // Placement "split" (through the actors): the learner's staging copy of each rollout slot.
-  if (c.distributed.placement == "split" && c.pipeline.mode == "actors")
-    m.learner += static_cast<std::size_t>(c.pipeline.policy_lag + 1) * rollout;
+  if (c.distributed.placement == "split" && c.pipeline.mode == "actors") m.learner += slots * rollout;
   m.fixed = gpu::DeviceContext::kDefaultWorkspace + kGraphAllowanceBytes;
   m.features = estimate_features_memory(c, env.obs_dim, pc.minibatch_rows());
   return m;

@@ -97,6 +97,20 @@ TEST(MemoryEstimate, PpoSplitCountsOneStagingRolloutPerSlotWithTheLearner) {
   }
 }
 
+TEST(MemoryEstimate, PpoThroughTheActorsCountsEveryRolloutSlot) {
+  const std::string base =
+      "[run]\ntotal_env_steps = 10000\n"
+      "[env]\nkind = \"cartpole\"\nnum_envs = 4\n"
+      "[learner]\nkind = \"ppo\"\nhidden = [8]\nrollout_steps = 16\nminibatches = 2\n";
+  const std::size_t rollout = 64 * (2 * 4 + 10 + 1) * 4;  // as in the test above
+  const auto collector = [&](const std::string& pipeline) {
+    return estimate_memory(parse_run_config(base + "[pipeline]\n" + pipeline, "memory_test")).collector;
+  };
+  const std::size_t sync = collector("mode = \"sync\"\n");
+  EXPECT_EQ(collector("mode = \"actors\"\npolicy_lag = 0\n"), sync);            // one slot, as the loop's rollout
+  EXPECT_EQ(collector("mode = \"actors\"\npolicy_lag = 1\n"), sync + rollout);  // two slots
+}
+
 TEST(MemoryEstimate, GrowsWithCapacityAndWidth) {
   RunConfig c;
   c.replay.capacity = 1'000;
