@@ -94,16 +94,9 @@ int launch(const LaunchArgs& a, Console& io) {
     return 2;
   }
   // Placement "split": rank r's learner on device r, its collector on collector_device + r.
-  if (const auto& d = run.config.distributed; d.placement == "split" && d.collector_device >= 0) {
-    const int devices = gpu::device_count();
-    if (d.collector_device + a.gpus > devices) {
-      io.err << "foxhunt launch: distributed.collector_device = " << d.collector_device << " with --gpus " << a.gpus
-             << " puts the collectors on devices " << d.collector_device << ".." << d.collector_device + a.gpus - 1
-             << ", but this host has " << devices
-             << " (learners take devices 0..gpus-1; e.g. collector_device = gpus on 2 * gpus devices, or -1: each "
-                "collector beside its learner)\n";
-      return 2;
-    }
+  if (const std::string why = split_collectors_problem(run.config, a.gpus, gpu::device_count()); !why.empty()) {
+    io.err << "foxhunt launch: " << why << "\n";
+    return 2;
   }
   if (run.resume) {  // every rank's share of the checkpoint, before any rank starts
     try {

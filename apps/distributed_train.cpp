@@ -390,11 +390,8 @@ int train_local_ranks(int gpus, CheckedRun run, const std::string& run_dir_arg, 
     return 1;
   }
   // Placement "split": rank r's collector on collector_device + r, as under foxhunt launch.
-  if (const auto& d = shared.distributed; d.placement == "split" && d.collector_device + gpus > count &&
-                                          d.collector_device >= 0) {
-    io.err << "foxhunt train: --gpus " << gpus << ": distributed.collector_device = " << d.collector_device
-           << " puts the collectors on devices " << d.collector_device << ".." << d.collector_device + gpus - 1
-           << ", but this host has " << count << "\n";
+  if (const std::string problem = split_collectors_problem(shared, gpus, count); !problem.empty()) {
+    io.err << "foxhunt train: " << problem << "\n";
     return 2;
   }
   // Each rank as foxhunt launch would start it: its rank, device and seed, its run directory and

@@ -60,4 +60,14 @@ CheckedAgents check_agents(const std::filesystem::path& config, const std::strin
   return run;
 }
 
+std::string split_collectors_problem(const actors::RunConfig& config, int ranks, int devices) {
+  const auto& d = config.distributed;
+  if (d.placement != "split" || d.collector_device < 0 || d.collector_device + ranks <= devices) return "";
+  return "distributed.collector_device = " + std::to_string(d.collector_device) + " with --gpus " +
+         std::to_string(ranks) + " puts the collectors on devices " + std::to_string(d.collector_device) + ".." +
+         std::to_string(d.collector_device + ranks - 1) + ", but this host has " + std::to_string(devices) +
+         " (learners take devices 0..gpus-1; e.g. collector_device = gpus on 2 * gpus devices, or -1: each "
+         "collector beside its learner)";
+}
+
 }  // namespace foxhunt::apps

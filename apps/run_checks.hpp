@@ -42,4 +42,9 @@ struct CheckedAgents {
 // std::invalid_argument as check_run's, naming the agent.
 CheckedAgents check_agents(const std::filesystem::path& config, const std::string& seeds, const std::string& resume);
 
+// Placement "split" over --gpus `ranks` (rank r's learner on device r, its collector on
+// collector_device + r): "" when every collector's device is among `devices`, else the problem,
+// naming distributed.collector_device and the devices it asks for (foxhunt launch, train --gpus).
+std::string split_collectors_problem(const actors::RunConfig& config, int ranks, int devices);
+
 }  // namespace foxhunt::apps
