@@ -127,13 +127,15 @@ class PlacementSplit : public test::GpuTest {
                          const std::optional<fs::path>& resume = {});
 };
 
-// The same counts and every final-checkpoint file equal byte for byte.
-void expect_same_end(const TrainOutcome& a, const TrainOutcome& b, const std::string& what) {
+// The same counts and every final-checkpoint file of `files` (DQN's kFiles by default) equal byte
+// for byte.
+void expect_same_end(const TrainOutcome& a, const TrainOutcome& b, const std::string& what,
+                     const std::vector<std::string>& files = kFiles) {
   ASSERT_TRUE(a.result.final_checkpoint && b.result.final_checkpoint) << what;
   EXPECT_EQ(a.result.counters.env_steps, b.result.counters.env_steps) << what;
   EXPECT_EQ(a.result.counters.updates, b.result.counters.updates) << what;
   EXPECT_EQ(a.result.counters.policy_version, b.result.counters.policy_version) << what;
-  for (const auto& f : kFiles) {
+  for (const auto& f : files) {
     const fs::path fa = *a.result.final_checkpoint / f, fb = *b.result.final_checkpoint / f;
     ASSERT_TRUE(fs::exists(fa) && fs::exists(fb)) << f << " missing: " << what;
     EXPECT_EQ(differing_bytes(fa, fb), 0) << f << " differs: " << what;
@@ -273,18 +275,6 @@ constexpr std::int64_t kPpoN = 8 * 32 * 6;  // 6 rollouts
 
 const std::vector<std::string> kPpoFiles = {"learner.safetensors", "ppo.state", "env.state", kPpoPolicyFile,
                                             "counters.json"};
-
-void expect_same_ppo_end(const TrainOutcome& a, const TrainOutcome& b, const std::string& what) {
-  ASSERT_TRUE(a.result.final_checkpoint && b.result.final_checkpoint) << what;
-  EXPECT_EQ(a.result.counters.env_steps, b.result.counters.env_steps) << what;
-  EXPECT_EQ(a.result.counters.updates, b.result.counters.updates) << what;
-  EXPECT_EQ(a.result.counters.policy_version, b.result.counters.policy_version) << what;
-  for (const auto& f : kPpoFiles) {
-    const fs::path fa = *a.result.final_checkpoint / f, fb = *b.result.final_checkpoint / f;
-    ASSERT_TRUE(fs::exists(fa) && fs::exists(fb)) << f << " missing: " << what;
-    EXPECT_EQ(differing_bytes(fa, fb), 0) << f << " differs: " << what;
-  }
-}
 
 RunConfig PlacementSplit::ppo_config_of(const std::string& name, std::int64_t total, int lag, bool recurrent,
                                         const Placement& p) {
@@ -460,7 +450,7 @@ TEST_F(PlacementSplit, PpoOneGpuSplitEqualsAllBitwise) {
     TrainOutcome a = train_ppo(tag + "_all", kPpoN, lag, recurrent, all);
     TrainOutcome s = train_ppo(tag + "_split", kPpoN, lag, recurrent, split);
     EXPECT_EQ(a.result.counters.updates, 6);
-    expect_same_ppo_end(a, s, tag + ": split on one GPU vs all");
+    expect_same_end(a, s, tag + ": split on one GPU vs all", kPpoFiles);
   }
 }
 
@@ -473,13 +463,13 @@ TEST_F(PlacementSplit, PpoSplitCheckpointResumesBitExactlyAsAll) {
     TrainOutcome split_half = train_ppo(tag + "_split_half", kPpoN, lag, false, split);
     ASSERT_TRUE(split_half.result.final_checkpoint);
     TrainOutcome as_all = train_ppo(tag + "_as_all", 2 * kPpoN, lag, false, all, *split_half.result.final_checkpoint);
-    expect_same_ppo_end(as_all, whole, tag + ": split N -> stop -> all 2N vs all 2N");
+    expect_same_end(as_all, whole, tag + ": split N -> stop -> all 2N vs all 2N", kPpoFiles);
     if (lag == 0) continue;  // the reverse once (lag 1: the acting policy one version behind)
     TrainOutcome all_half = train_ppo(tag + "_all_half", kPpoN, lag, false, all);
     ASSERT_TRUE(all_half.result.final_checkpoint);
     TrainOutcome as_split =
         train_ppo(tag + "_as_split", 2 * kPpoN, lag, false, split, *all_half.result.final_checkpoint);
-    expect_same_ppo_end(as_split, whole, tag + ": all N -> stop -> split 2N vs all 2N");
+    expect_same_end(as_split, whole, tag + ": all N -> stop -> split 2N vs all 2N", kPpoFiles);
   }
 }
 
@@ -491,11 +481,11 @@ TEST_F(PlacementSplit, PpoTwoGpusEqualOneGpu) {
     SCOPED_TRACE(tag);
     TrainOutcome one = train_ppo(tag + "_one", 2 * kPpoN, lag, false, all);
     TrainOutcome two = train_ppo(tag + "_two", 2 * kPpoN, lag, false, across);
-    expect_same_ppo_end(one, two, tag + ": split across devices 0 and 1 vs all on device 0");
+    expect_same_end(one, two, tag + ": split across devices 0 and 1 vs all on device 0", kPpoFiles);
     TrainOutcome half = train_ppo(tag + "_half", kPpoN, lag, false, across);
     ASSERT_TRUE(half.result.final_checkpoint);
     TrainOutcome resumed = train_ppo(tag + "_resumed", 2 * kPpoN, lag, false, all, *half.result.final_checkpoint);
-    expect_same_ppo_end(resumed, one, tag + ": two-GPU split N -> stop -> all 2N on one GPU vs all 2N");
+    expect_same_end(resumed, one, tag + ": two-GPU split N -> stop -> all 2N on one GPU vs all 2N", kPpoFiles);
   }
 }
 
