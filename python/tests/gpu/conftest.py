@@ -28,3 +28,21 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def markets():
     return MARKETS
+
+
+@pytest.fixture(scope="session")
+def random_actions():
+    """make(config, steps, n, gen): (steps, n, assets) random actions on cuda:0 for the market
+    `config`: int32 levels with -1 (hold) included, or float32 weights, some clamped, 5% NaN holds."""
+
+    def make(config, steps, n, gen):
+        dev = "cuda:0"
+        if config.action == "discrete":
+            # -1 (hold) included: every branch of the action decoding is exercised
+            return torch.randint(-1, len(config.levels), (steps, n, config.assets), generator=gen, device=dev,
+                                 dtype=torch.int32)
+        a = torch.rand((steps, n, config.assets), generator=gen, device=dev) * 2.4 - 1.2  # some clamped
+        a[torch.rand(a.shape, generator=gen, device=dev) < 0.05] = float("nan")  # NaN holds
+        return a
+
+    return make

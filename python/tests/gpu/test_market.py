@@ -9,22 +9,12 @@ import foxhunt  # noqa: E402
 DEV = "cuda:0"
 
 
-def random_actions(config, steps, n, gen):
-    if config.action == "discrete":
-        # -1 (hold) included: every branch of the action decoding is exercised
-        return torch.randint(-1, len(config.levels), (steps, n, config.assets), generator=gen, device=DEV,
-                             dtype=torch.int32)
-    a = torch.rand((steps, n, config.assets), generator=gen, device=DEV) * 2.4 - 1.2  # some clamped
-    a[torch.rand(a.shape, generator=gen, device=DEV) < 0.05] = float("nan")  # NaN holds
-    return a
-
-
 def outputs(arrays):
     return [torch.from_dlpack(a).clone() for a in arrays]
 
 
 @pytest.mark.parametrize("name", ["bench_ou.toml", "ou4_continuous.toml", "regime_jumps.toml", "gbm8_correlated.toml"])
-def test_torch_driven_steps_equal_one_cpp_call_bitwise(markets, name):
+def test_torch_driven_steps_equal_one_cpp_call_bitwise(markets, random_actions, name):
     """T steps from Python, one call each with a torch tensor of actions, against one C++ call of T
     steps (MarketEnv::step with the (T, N, assets) buffer): obs, reward, flags and final_obs equal
     bit for bit, episode ends included (T > episode_length for bench_ou's 256 steps)."""
@@ -55,7 +45,7 @@ def test_torch_driven_steps_equal_one_cpp_call_bitwise(markets, name):
     assert obs.isfinite().all() and reward.isfinite().all()
 
 
-def test_same_seed_and_actions_repeat_bitwise_and_other_seed_differs(markets):
+def test_same_seed_and_actions_repeat_bitwise_and_other_seed_differs(markets, random_actions):
     config = foxhunt.load_market_config(markets / "bench_ou.toml")
     gen = torch.Generator(device=DEV).manual_seed(3)
     acts = random_actions(config, 20, 256, gen)

@@ -9,21 +9,12 @@ import foxhunt  # noqa: E402
 DEV = "cuda:0"
 
 
-def random_actions(config, steps, n, gen):
-    if config.action == "discrete":
-        return torch.randint(-1, len(config.levels), (steps, n, config.assets), generator=gen, device=DEV,
-                             dtype=torch.int32)
-    a = torch.rand((steps, n, config.assets), generator=gen, device=DEV) * 2.4 - 1.2
-    a[torch.rand(a.shape, generator=gen, device=DEV) < 0.05] = float("nan")
-    return a
-
-
 def bits(t):
     return t.view(torch.uint8) if t.dtype == torch.bool else t.view(torch.int32)
 
 
 @pytest.mark.parametrize("name", ["bench_ou.toml", "ou4_continuous.toml", "regime_jumps.toml"])
-def test_steps_equal_the_dlpack_market_bitwise(markets, name):
+def test_steps_equal_the_dlpack_market_bitwise(markets, random_actions, name):
     """300 steps (bench_ou's episodes end at 256) of TorchMarket and of Market on its own stream,
     same seed and actions: obs, reward and flags equal bit for bit at every step, and final_obs
     where an episode ended."""
