@@ -31,14 +31,20 @@ namespace {
 
 // [features]' device memory (see the header); 0 without it. obs_dim: the agent's observation
 // columns (the feature block included), which the learners' copies for the extractor hold;
-// train_rows: the learner's batch (DQN) or minibatch rows (PPO).
-std::size_t estimate_features_memory(const RunConfig& c, std::int64_t obs_dim, std::int64_t train_rows) {
+// train_rows: the learner's batch (DQN) or minibatch rows (PPO); *collector_part: the collector's
+// share of the result.
+std::size_t estimate_features_memory(const RunConfig& c, std::int64_t obs_dim, std::int64_t train_rows,
+                                     std::size_t* collector_part) {
   const std::optional<pretrain::FeatureSource> source = feature_source(c);
   if (!source) return 0;
   const pretrain::FeatureOutput output = pretrain::parse_feature_output(c.features.output);
   const rl::MarketConfig market = market_config(c);
   const std::int64_t N = c.env.num_envs;
-  if (c.features.mode != "finetune") return pretrain::frozen_features_bytes(*source, output, market, N);
+  if (c.features.mode != "finetune") {
+    const std::size_t bytes = pretrain::frozen_features_bytes(*source, output, market, N);
+    if (collector_part != nullptr) *collector_part = bytes;  // the collector computes them
+    return bytes;
+  }
   const auto row = static_cast<std::size_t>(obs_dim) * sizeof(float);
   if (c.learner.kind == "ppo") {
     const std::int64_t mb = train_rows;
@@ -47,14 +53,20 @@ std::size_t estimate_features_memory(const RunConfig& c, std::int64_t obs_dim, s
     std::size_t bytes = extractors * pretrain::tuned_features_bytes(*source, output, market, N, mb) +
                         2 * extractors * static_cast<std::size_t>(mb) * row;
     // Through the actors the collector acts with a copy (one training row).
-    if (c.pipeline.mode == "actors") bytes += pretrain::tuned_features_bytes(*source, output, market, N, 1);
+    if (c.pipeline.mode == "actors") {
+      const std::size_t copy = pretrain::tuned_features_bytes(*source, output, market, N, 1);
+      bytes += copy;
+      if (collector_part != nullptr) *collector_part = copy;
+    }
     return bytes;
   }
   // DQN: the learner's extractor (one acting row, the batch's training rows), its observation pair
   // (s; s') and d_obs, two scalars; the collector's acting copy (one training row).
   const std::int64_t B = train_rows;
+  const std::size_t copy = pretrain::tuned_features_bytes(*source, output, market, N, 1);
+  if (collector_part != nullptr) *collector_part = copy;
   return pretrain::tuned_features_bytes(*source, output, market, 1, B) + 3 * static_cast<std::size_t>(B) * row +
-         2 * sizeof(float) + pretrain::tuned_features_bytes(*source, output, market, N, 1);
+         2 * sizeof(float) + copy;
 }
 
 // PPO: one arena (4 arrays), the rollouts (T x N rows of observations, final observations and
@@ -82,7 +94,7 @@ MemoryEstimate estimate_ppo_memory(const RunConfig& c, const EnvShape& env) {
   // Placement "split" (through the actors): the learner's staging copy of each rollout slot.
   if (c.distributed.placement == "split" && c.pipeline.mode == "actors") m.learner += slots * rollout;
   m.fixed = gpu::DeviceContext::kDefaultWorkspace + kGraphAllowanceBytes;
-  m.features = estimate_features_memory(c, env.obs_dim, pc.minibatch_rows());
+  m.features = estimate_features_memory(c, env.obs_dim, pc.minibatch_rows(), &m.collector_features);
   return m;
 }
 
@@ -117,8 +129,16 @@ MemoryEstimate estimate_memory(const RunConfig& c) {
   m.collector = learner_object + static_cast<std::size_t>(c.pipeline.slots) * slot.bytes +
                 3 * N * static_cast<std::size_t>(env.obs_dim) * sizeof(float) + env.state_bytes();
   m.fixed = kDeviceContexts * gpu::DeviceContext::kDefaultWorkspace + kGraphAllowanceBytes;
-  m.features = estimate_features_memory(c, env.obs_dim, lc.batch);
+  m.features = estimate_features_memory(c, env.obs_dim, lc.batch, &m.collector_features);
   return m;
+}
+
+std::vector<DeviceMemoryShare> per_device(const RunConfig& c, const MemoryEstimate& m) {
+  const int collector_at = collector_device(c);
+  if (collector_at == c.run.device) return {{c.run.device, m.total(), "replay, learner, collector"}};
+  const std::size_t per_context = gpu::DeviceContext::kDefaultWorkspace + kGraphAllowanceBytes;
+  return {{c.run.device, m.replay + m.learner + (m.features - m.collector_features) + per_context, "replay, learner"},
+          {collector_at, m.collector + m.collector_features + per_context, "collector"}};
 }
 
 std::string human_bytes(std::size_t b) {

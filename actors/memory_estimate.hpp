@@ -20,13 +20,14 @@
 //              training rows; PPO with features.shared = false: one for the critic too), the
 //              learner's observation copies and gradients for it, and the acting copy the collector
 //              keeps (DQN; PPO through the actors).
-// The total is the sum as if every role shared one device; under placement "split" across two
-// devices it overstates each (a conservative check).
+// The total is the sum as if every role shared one device. Under placement "split" with the
+// collector on another device, per_device() says what each of the two holds.
 // Activations are estimated per row, not measured: the figure is a floor with a margin, not a
 // promise (the fixed allowance absorbs the small buffers not listed).
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "actors/run_config.hpp"
 
@@ -35,9 +36,22 @@ namespace foxhunt::actors {
 struct MemoryEstimate {
   std::int64_t parameters = 0;  // one Q-network's padded parameter count
   std::size_t replay = 0, learner = 0, collector = 0, fixed = 0;
-  std::size_t features = 0;  // 0 without [features]
+  std::size_t features = 0;            // 0 without [features]
+  std::size_t collector_features = 0;  // the part of `features` the collector holds
   std::size_t total() const { return replay + learner + collector + fixed + features; }
 };
+
+// The bytes one device holds.
+struct DeviceMemoryShare {
+  int device = 0;
+  std::size_t bytes = 0;
+  std::string roles;  // "replay, learner, collector" or the subset on this device
+};
+
+// One share on run.device (the total), or under placement "split" with the collector on another
+// device two: replay, learner and their features on run.device, the collector and its features on
+// collector_device; each with one device context's workspace and the graph allowance.
+std::vector<DeviceMemoryShare> per_device(const RunConfig& config, const MemoryEstimate& estimate);
 
 inline constexpr std::size_t kGraphAllowanceBytes = std::size_t{256} << 20;
 inline constexpr int kDeviceContexts = 2;  // the learner's and the collector's cuBLASLt handles

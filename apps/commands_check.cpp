@@ -109,6 +109,10 @@ void add_check_command(CLI::App& app, Console& io) {
     io.out << "device: run.device = " << run.config.run.device
            << " (not checked without a GPU: `foxhunt devices` lists the devices of a GPU host)\n";
     io.out << actors::format_memory_table(run.memory);
+    if (const auto shares = actors::per_device(run.config, run.memory); shares.size() > 1)
+      for (const actors::DeviceMemoryShare& share : shares)
+        io.out << "  on device " << share.device << " (" << share.roles << "): " << actors::human_bytes(share.bytes)
+               << "\n";
     if (run.resume)
       io.out << "resume: " << run.resume->string() << ": ok (env_steps " << run.resume_counters.env_steps
              << ", updates " << run.resume_counters.updates << ")\n";

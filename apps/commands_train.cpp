@@ -40,24 +40,32 @@ struct TrainArgs {
   DistributedArgs distributed;
 };
 
-// run.device among the devices present, and the estimate within its free memory. Returns the
-// problem ("" when the run fits).
+// run.device (and under placement "split" the collector's device) among the devices present, and
+// each device's share of the estimate within its free memory. Returns the problem ("" when the run
+// fits).
 std::string device_problem(const RunConfig& config, const MemoryEstimate& memory, int count) {
-  const int d = config.run.device;
-  if (d < 0 || d >= count) {
-    std::string list;
-    for (const auto& info : gpu::list_devices())
-      list += "\n  " + std::to_string(info.ordinal) + ": " + info.name + " (" + human_bytes(info.total_memory) + ")";
-    return "run.device = " + std::to_string(d) + ": this machine has " + std::to_string(count) +
-           (count == 1 ? " device" : " devices") + " (run.device in [0, " + std::to_string(count - 1) + "]):" + list;
-  }
-  const gpu::DeviceMemory m = gpu::device_memory(d);
-  if (memory.total() > m.free)
-    return "the run needs an estimated " + human_bytes(memory.total()) + " of device memory (replay " +
-           human_bytes(memory.replay) + ", learner " + human_bytes(memory.learner) + ", collector " +
-           human_bytes(memory.collector) + ", fixed " + human_bytes(memory.fixed) + "), device " + std::to_string(d) +
-           " has " + human_bytes(m.free) + " free of " + human_bytes(m.total) +
+  const std::vector<actors::DeviceMemoryShare> shares = actors::per_device(config, memory);
+  for (const actors::DeviceMemoryShare& share : shares) {
+    const int d = share.device;
+    const std::string key = d == config.run.device ? "run.device" : "distributed.collector_device";
+    if (d < 0 || d >= count) {
+      std::string list;
+      for (const auto& info : gpu::list_devices())
+        list += "\n  " + std::to_string(info.ordinal) + ": " + info.name + " (" + human_bytes(info.total_memory) + ")";
+      return key + " = " + std::to_string(d) + ": this machine has " + std::to_string(count) +
+             (count == 1 ? " device" : " devices") + " (" + key + " in [0, " + std::to_string(count - 1) + "]):" + list;
+    }
+    const gpu::DeviceMemory m = gpu::device_memory(d);
+    if (share.bytes <= m.free) continue;
+    const std::string what =
+        shares.size() == 1
+            ? "the run needs an estimated " + human_bytes(memory.total()) + " of device memory (replay " +
+                  human_bytes(memory.replay) + ", learner " + human_bytes(memory.learner) + ", collector " +
+                  human_bytes(memory.collector) + ", fixed " + human_bytes(memory.fixed) + ")"
+            : "the run's " + share.roles + " need an estimated " + human_bytes(share.bytes) + " of device memory";
+    return what + ", device " + std::to_string(d) + " has " + human_bytes(m.free) + " free of " + human_bytes(m.total) +
            ": lower replay.capacity, learner.hidden or env.num_envs (foxhunt check prints the estimate)";
+  }
   return "";
 }
 

@@ -97,6 +97,41 @@ TEST(MemoryEstimate, PpoSplitCountsOneStagingRolloutPerSlotWithTheLearner) {
   }
 }
 
+// per_device: one share on run.device unless the collector sits on another device; then the replay
+// and learner on run.device and the collector on its own, each with a context and the allowance.
+TEST(MemoryEstimate, PerDeviceSharesFollowThePlacement) {
+  const std::string text =
+      "[run]\ntotal_env_steps = 10000\ndevice = 2\n"
+      "[env]\nkind = \"cartpole\"\nnum_envs = 4\n"
+      "[replay]\ncapacity = 100\nbatch_size = 16\n"
+      "[learner]\nkind = \"dqn\"\nhidden = [8]\n"
+      "[pipeline]\nslots = 5\nlearning_starts = 100\n";
+  const RunConfig all = parse_run_config(text, "memory_test");
+  const MemoryEstimate a = estimate_memory(all);
+  const auto one = per_device(all, a);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].device, 2);
+  EXPECT_EQ(one[0].bytes, a.total());
+
+  const RunConfig same = parse_run_config(text + "[distributed]\nplacement = \"split\"\n", "memory_test");
+  ASSERT_EQ(per_device(same, estimate_memory(same)).size(), 1u);  // collector_device -1: run.device
+
+  const RunConfig split =
+      parse_run_config(text + "[distributed]\nplacement = \"split\"\ncollector_device = 0\n", "memory_test");
+  const MemoryEstimate m = estimate_memory(split);
+  const auto two = per_device(split, m);
+  ASSERT_EQ(two.size(), 2u);
+  const std::size_t context = gpu::DeviceContext::kDefaultWorkspace + kGraphAllowanceBytes;
+  EXPECT_EQ(two[0].device, 2);
+  EXPECT_EQ(two[0].bytes, m.replay + m.learner + context);
+  EXPECT_EQ(two[0].roles, "replay, learner");
+  EXPECT_EQ(two[1].device, 0);
+  EXPECT_EQ(two[1].bytes, m.collector + context);
+  EXPECT_EQ(two[1].roles, "collector");
+  EXPECT_LT(two[0].bytes, m.total());
+  EXPECT_LT(two[1].bytes, m.total());
+}
+
 TEST(MemoryEstimate, PpoThroughTheActorsCountsEveryRolloutSlot) {
   const std::string base =
       "[run]\ntotal_env_steps = 10000\n"
@@ -165,6 +200,31 @@ TEST(MemoryEstimate, FeaturesLineCountsTheFrozenExtractor) {
     EXPECT_NE(table.find("  features"), std::string::npos) << table;
     EXPECT_NE(table.find(std::to_string(with.features) + " bytes"), std::string::npos) << table;
     EXPECT_EQ(format_memory_table(without).find("features"), std::string::npos);
+  }
+}
+
+// The collector's part of [features]: all of a frozen extractor (it computes them), the acting copy
+// of a fine-tuned one; per_device puts it on the collector's device.
+TEST(MemoryEstimate, CollectorFeaturesAreTheCollectorsPart) {
+  for (const char* name : {"dqn_features_regime.toml", "ppo_features_regime.toml"}) {
+    SCOPED_TRACE(name);
+    RunConfig c = shipped_features_config(name);
+    const MemoryEstimate frozen = estimate_memory(c);
+    EXPECT_GT(frozen.features, 0u);
+    EXPECT_EQ(frozen.collector_features, frozen.features);
+    c.features.mode = "finetune";
+    c.pipeline.mode = "actors";
+    const MemoryEstimate tuned = estimate_memory(c);
+    EXPECT_GT(tuned.collector_features, 0u);
+    EXPECT_LT(tuned.collector_features, tuned.features);
+    c.distributed.placement = "split";
+    c.distributed.collector_device = c.run.device + 1;
+    const MemoryEstimate split = estimate_memory(c);
+    const auto shares = per_device(c, split);
+    ASSERT_EQ(shares.size(), 2u);
+    const std::size_t context = gpu::DeviceContext::kDefaultWorkspace + kGraphAllowanceBytes;
+    EXPECT_EQ(shares[1].bytes, split.collector + split.collector_features + context);
+    EXPECT_EQ(shares[0].bytes + shares[1].bytes, split.total() - split.fixed + 2 * context);
   }
 }
 

@@ -170,6 +170,18 @@ TEST_F(Cli, CheckPrintsTheResolvedConfigAndTheMemoryEstimate) {
     EXPECT_NE(r.out.find(std::string("  ") + row), std::string::npos) << row << "\n" << r.out;
 }
 
+// Placement "split" with the collector on another device: the estimate's share of each device.
+TEST_F(Cli, CheckPrintsEachDevicesShareOfASplitRun) {
+  const fs::path split =
+      write("split.toml", config_text() + "[distributed]\nplacement = \"split\"\ncollector_device = 1\n");
+  const Result r = cli({"check", "--config", split.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("on device 0 (replay, learner): "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("on device 1 (collector): "), std::string::npos) << r.out;
+  const Result one = cli({"check", "--config", config_.string()});
+  EXPECT_EQ(one.out.find("on device"), std::string::npos) << one.out;
+}
+
 // Every run config the project ships passes `foxhunt check` as shipped (configs/markets/ holds
 // market files, which a run config names; the [features] ones beside a stand-in of the pretrain
 // run they name: tests/support/staged_configs.hpp).
