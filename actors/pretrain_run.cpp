@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -19,11 +20,13 @@
 #include "gpu/check.hpp"
 #include "gpu/context.hpp"
 #include "gpu/device.hpp"
+#include "models/tft/tft.hpp"
 #include "pretrain/csv_windows.hpp"
 #include "pretrain/diffusion_trainer.hpp"
 #include "pretrain/hmm_filter.hpp"
 #include "pretrain/linear_baseline.hpp"
 #include "pretrain/market_windows.hpp"
+#include "pretrain/tft_interpretation.hpp"
 #include "pretrain/trainer.hpp"
 #include "rl/envs/ohlcv_csv.hpp"
 
@@ -38,6 +41,7 @@ constexpr std::uint64_t kEvalSeedMix = 0x9E3779B97F4A7C15ull;
 constexpr std::uint64_t kFitSeedMix = 0xC2B2AE3D27D4EB4Full;
 constexpr const char* kStateFile = "pretrain.state";
 constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kInterpretationFile = "interpretation.json";  // run.interpret
 constexpr const char* kKeptMarket = "market.resolved.toml";
 
 pretrain::TrainerSpec trainer_spec(const PretrainConfig& c, std::int64_t assets, std::int64_t regimes) {
@@ -257,9 +261,42 @@ std::vector<std::pair<std::string, std::string>> kept_pretrain_files(const Pretr
 
 namespace {
 
+// interpretation.json: a TftInterpretation's means with their shapes, the validation's step, and
+// each variable's selection weight averaged over the steps. Written to a temporary file and renamed.
+void write_interpretation(const fs::path& file, const pretrain::TftWeights& w, std::int64_t step) {
+  const auto rows = [](const std::vector<double>& a, std::int64_t n, std::int64_t m) {
+    nlohmann::json out = nlohmann::json::array();
+    for (std::int64_t i = 0; i < n; ++i) out.push_back(std::vector<double>(a.begin() + i * m, a.begin() + (i + 1) * m));
+    return out;
+  };
+  std::vector<double> per_variable(static_cast<std::size_t>(w.variables), 0.0);
+  for (std::int64_t t = 0; t < w.steps; ++t)
+    for (std::int64_t v = 0; v < w.variables; ++v)
+      per_variable[static_cast<std::size_t>(v)] +=
+          w.selection[static_cast<std::size_t>(t * w.variables + v)] / static_cast<double>(w.steps);
+  const nlohmann::json doc = {{"model", "tft"},
+                              {"step", step},
+                              {"windows", w.windows},
+                              {"heads", w.heads},
+                              {"steps", w.steps},
+                              {"variables", w.variables},
+                              {"attention_of_last_step", rows(w.attention, w.heads, w.steps)},
+                              {"selection", rows(w.selection, w.steps, w.variables)},
+                              {"selection_mean_over_steps", per_variable}};
+  fs::path tmp = file;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << doc.dump(1) << "\n";
+    if (!out) throw std::runtime_error("cannot write " + tmp.string());
+  }
+  fs::rename(tmp, file);
+}
+
 // The training loop of a run, its reports and checkpoints, for either trainer (PretrainTrainer,
 // DiffusionTrainer: the same step, statistics, validation and checkpoint interface). evaluate
-// starts a validation; summarize words its metrics for the progress line and the log.
+// starts a validation; summarize(metrics, step) words its metrics for the progress line and the
+// log once they have arrived.
 template <class Trainer, class Evaluate, class Summarize>
 PretrainOutcome train_loop(const PretrainRequest& req, Trainer& trainer, Counters counters,
                            const std::vector<std::pair<std::string, std::string>>& kept, const RunData& data,
@@ -316,7 +353,7 @@ PretrainOutcome train_loop(const PretrainRequest& req, Trainer& trainer, Counter
     put(sc, "baseline/linear_r2", m.baseline_r2);
     put(sc, "baseline/hmm_accuracy", m.baseline_accuracy);
     report(eval_step, sc);
-    const std::string summary = summarize(m);
+    const std::string summary = summarize(m, eval_step);
     reporter.set_summary(summary);
     spdlog::info("step {}: validation over {} windows:{}", eval_step, m.windows, summary);
     out.last_eval = m;
@@ -425,7 +462,9 @@ PretrainOutcome run_pretraining(const PretrainRequest& req) {
   if (cfg.model.kind == "diffusion") {
     pretrain::DiffusionTrainer trainer(pretrain::diffusion_trainer_spec(cfg, data.assets), data.train, ctx.blas());
     const auto evaluate = [&] { trainer.evaluate(data.validation, data.validation_seed, cfg.run.eval_windows); };
-    const auto summarize = [](const pretrain::EvalMetrics& m) { return " | val eps loss " + fmt(m.loss); };
+    const auto summarize = [](const pretrain::EvalMetrics& m, std::int64_t) {
+      return " | val eps loss " + fmt(m.loss);
+    };
     return train_loop(req, trainer, counters, kept, data, evaluate, summarize, s);
   }
   pretrain::PretrainTrainer trainer(trainer_spec(cfg, data.assets, data.regimes), data.train, ctx.blas());
@@ -445,11 +484,26 @@ PretrainOutcome run_pretraining(const PretrainRequest& req) {
     }
   }
 
+  // run.interpret (tft only, checked by the config): the weights the model looks at, averaged over
+  // each validation's windows, written to interpretation.json when its metrics arrive.
+  std::unique_ptr<pretrain::TftInterpretation> interpretation;
+  if (cfg.run.interpret)
+    interpretation =
+        std::make_unique<pretrain::TftInterpretation>(dynamic_cast<const models::tft::Tft&>(trainer.model()));
   const bool regime = task.kind == pretrain::TaskKind::regime;
   const auto evaluate = [&] {
-    trainer.evaluate(data.validation, data.validation_seed, cfg.run.eval_windows, linear.get(), hmm.get());
+    pretrain::PretrainTrainer::BatchHook hook;
+    if (interpretation) {
+      interpretation->reset(s);
+      hook = [&](std::int64_t n, cudaStream_t stream) {
+        interpretation->accumulate(trainer.model_workspace(), n, stream);
+      };
+    }
+    trainer.evaluate(data.validation, data.validation_seed, cfg.run.eval_windows, linear.get(), hmm.get(), hook);
+    if (interpretation) interpretation->publish(s);
   };
-  const auto summarize = [&](const pretrain::EvalMetrics& m) {
+  const auto summarize = [&](const pretrain::EvalMetrics& m, std::int64_t at) {
+    if (interpretation) write_interpretation(req.run_dir / kInterpretationFile, interpretation->wait(), at);
     std::string summary = " | val loss " + fmt(m.loss);
     if (task.regression()) summary += " | val R2 " + fmt(m.r2) + " (linear " + fmt(m.baseline_r2) + ")";
     if (!task.regression()) summary += " | val acc " + fmt(m.accuracy);

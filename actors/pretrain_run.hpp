@@ -4,6 +4,8 @@
 //   config.resolved.toml    the resolved pretrain config (a market run: naming market.resolved.toml)
 //   market.resolved.toml    data.source = "market": the market as read
 //   train.log, metrics.jsonl, tensorboard/   the log and the metrics (train/*, val/*, baseline/*)
+//   interpretation.json     run.interpret (tft): the attention of the window's last step and the
+//                           variable selection weights, means over the latest validation's windows
 //   checkpoints/step_<S>/   every run.checkpoint_every steps and at the end, written atomically
 //                           (actors/checkpoint_store), each holding
 //     model.safetensors     the model's and the head's parameters under their names

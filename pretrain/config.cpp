@@ -131,6 +131,7 @@ void read_all(config::Reader& r, PretrainConfig& c, bool all_families) {
   r.integer("device", c.run.device, 0, 63);
   r.integer("eval_every", c.run.eval_every, 1, kBig);
   r.integer("eval_windows", c.run.eval_windows, 1, 1 << 24);
+  r.boolean("interpret", c.run.interpret);
   r.integer("baseline_fit_samples", c.run.baseline_fit_samples, 1, 1 << 26);
   r.integer("checkpoint_every", c.run.checkpoint_every, 0, kBig);
   r.integer("keep", c.run.keep, 0, 1'000'000);
@@ -147,6 +148,8 @@ void read_all(config::Reader& r, PretrainConfig& c, bool all_families) {
   const bool generative = c.model.kind == "diffusion";
   r.relation(generative == (c.task.kind == "generate"), "task.kind", "model.kind",
              "a diffusion model learns to generate windows (task.kind = \"generate\"), and only it does");
+  r.relation(!c.run.interpret || c.model.kind == "tft", "run.interpret", "model.kind",
+             "only the Temporal Fusion Transformer (\"tft\") has attention and variable selection weights to export");
   r.relation(c.optim.warmup_steps <= c.optim.steps, "optim.warmup_steps", "optim.steps",
              "the warm-up must fit in the run");
   if (csv && !by_bar)
@@ -319,6 +322,7 @@ std::string resolved_pretrain_toml(const PretrainConfig& c) {
     << "\nsteps = " << c.optim.steps << "\nmath = " << toml_string(c.optim.math) << "\n";
   o << "\n[run]\nname = " << toml_string(c.run.name) << "\nseed = " << c.run.seed << "\ndevice = " << c.run.device
     << "\neval_every = " << c.run.eval_every << "\neval_windows = " << c.run.eval_windows << "\n";
+  if (c.model.kind == "tft") o << "interpret = " << toml_bool(c.run.interpret) << "\n";
   if (c.task.kind == "returns" || c.task.kind == "volatility")
     o << "baseline_fit_samples = " << c.run.baseline_fit_samples << "\n";
   o << "checkpoint_every = " << c.run.checkpoint_every << "\nkeep = " << c.run.keep

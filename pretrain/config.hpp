@@ -78,6 +78,7 @@ struct PretrainConfig {
     int device = 0;
     std::int64_t eval_every = 500;        // steps between validations (and one at the end)
     std::int64_t eval_windows = 8192;     // held-out windows per validation
+    bool interpret = false;               // tft: what the model looks at, at each validation
     std::int64_t baseline_fit_samples = 65536;  // training windows the linear baseline is fitted on
     std::int64_t checkpoint_every = 0;    // steps between checkpoints (0: only at the end)
     std::int64_t keep = 5;                // newest checkpoints kept (0: all)

@@ -213,7 +213,7 @@ void PretrainTrainer::fit_linear_baseline(LinearBaseline& linear, const Generate
 }
 
 void PretrainTrainer::evaluate(const GenerateFn& data, std::uint64_t seed, std::int64_t windows, LinearBaseline* linear,
-                               HmmFilter* hmm) {
+                               HmmFilter* hmm, const BatchHook& after_forward) {
   FH_EXPECT(windows >= 1, "evaluate: windows must be >= 1");
   FH_EXPECT(!eval_pending_, "evaluate: the previous metrics were not read (poll_eval / wait_eval)");
   FH_EXPECT(hmm == nullptr || spec_.task.kind == TaskKind::regime, "evaluate: the HMM baseline needs the regime task");
@@ -229,6 +229,7 @@ void PretrainTrainer::evaluate(const GenerateFn& data, std::uint64_t seed, std::
     const std::int64_t n = std::min(spec_.batch, windows - done);
     data(b, n, seed, counters_.data() + kEvalCounter, s);
     forward(b.x, n, true, lane_);
+    if (after_forward) after_forward(n, s);
     metrics_.accumulate(head_out_.data(), t, n, s);
     if (linear != nullptr) linear->evaluate(b.x, t.values, n, s);
     if (hmm != nullptr) hmm->accuracy(hmm_correct_.data(), b.x, b.regime, n, s);

@@ -97,11 +97,15 @@ class PretrainTrainer {
 
   // Fits `linear` on `samples` windows of (data, seed) from counter 0 (set-up: eager, no sync).
   void fit_linear_baseline(LinearBaseline& linear, const GenerateFn& data, std::uint64_t seed, std::int64_t samples);
+  // Called after each validation batch's forward with its row count, on the trainer's stream, while
+  // model_workspace() holds that forward (TftInterpretation::accumulate).
+  using BatchHook = std::function<void(std::int64_t batch, cudaStream_t stream)>;
+
   // Validation over `windows` windows of (data, seed) from counter 0; linear / hmm (nullable): the
   // baselines on the same windows. Publishes the metrics (poll_eval / wait_eval); read the previous
   // one first.
   void evaluate(const GenerateFn& data, std::uint64_t seed, std::int64_t windows, LinearBaseline* linear,
-                HmmFilter* hmm);
+                HmmFilter* hmm, const BatchHook& after_forward = {});
   bool eval_pending() const noexcept { return eval_pending_; }
   bool poll_eval(EvalMetrics& out);
   EvalMetrics wait_eval();
@@ -114,6 +118,7 @@ class PretrainTrainer {
 
   gpu::ParameterArena& arena() noexcept { return arena_; }
   models::RecurrentModule& model() noexcept { return *model_; }
+  const models::Workspace& model_workspace() const noexcept { return model_ws_.view; }
   models::Dense& head() noexcept { return *head_; }
   // Device state a checkpoint keeps beside the arena: kCounterCount uint64, kStatsSums doubles.
   std::uint64_t* counters() noexcept { return counters_.data(); }

@@ -3,8 +3,9 @@
 // parameters and the trainer state); a run of N steps equals N/2 steps then a resume for the rest,
 // bitwise (parameters, optimizer moments, counters); a stop signal ends the run with a final
 // checkpoint and the outcome "stopped" (exit code 0); a resume with another config's split or past
-// its steps is refused.
+// its steps is refused; run.interpret writes a TFT's attention and selection weights.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "actors/env_state.hpp"
 #include "actors/pretrain_run.hpp"
@@ -44,14 +46,18 @@ class PretrainRunTest : public test::GpuTest {
     if (!root_.empty()) fs::remove_all(root_, ec);
     test::GpuTest::TearDown();
   }
-  pretrain::PretrainConfig config(std::int64_t steps = 40) {
+  // model: the [model] table's lines; extra_run: more [run] lines.
+  pretrain::PretrainConfig config(std::int64_t steps = 40,
+                                  const std::string& model = "kind = \"lstm\"\nhidden = 8\nlayers = 2\n",
+                                  const std::string& extra_run = "") {
     const fs::path market = test::configs_dir() / "markets" / "ou_mean_reversion.toml";
     std::ostringstream t;
-    t << "[model]\nkind = \"lstm\"\nhidden = 8\nlayers = 2\n"
-      << "[data]\nsource = \"market\"\nmarket = \"" << market.string() << "\"\nwindow = 16\n"
+    t << "[model]\n"
+      << model << "[data]\nsource = \"market\"\nmarket = \"" << market.string() << "\"\nwindow = 16\n"
       << "[task]\nkind = \"returns\"\n"
       << "[optim]\nlr = 0.003\nwarmup_steps = 5\nbatch = 64\nsteps = " << steps << "\n"
-      << "[run]\nseed = 5\neval_every = 20\neval_windows = 512\nbaseline_fit_samples = 2048\nlog_every = 10\n";
+      << "[run]\nseed = 5\neval_every = 20\neval_windows = 512\nbaseline_fit_samples = 2048\nlog_every = 10\n"
+      << extra_run;
     const fs::path file = root_ / "p.toml";
     std::ofstream(file) << t.str();
     return pretrain::load_pretrain_config(file);
@@ -141,6 +147,46 @@ TEST_F(PretrainRunTest, ResumeContinuesBitwise) {
   // A checkpoint at or past the run's end is refused before anything runs.
   EXPECT_THROW(run(c, "again", a), std::invalid_argument);
   EXPECT_FALSE(fs::exists(root_ / "again"));
+}
+
+// run.interpret: a TFT run writes interpretation.json at its last validation (step 40, 512
+// windows): each head's attention of the last step and each step's selection weights sum to 1, and
+// the per-variable means are those of the steps.
+TEST_F(PretrainRunTest, InterpretWritesTheTftWeights) {
+  const PretrainOutcome out =
+      run(config(40, "kind = \"tft\"\nhidden = 8\nlayers = 1\nheads = 2\n", "interpret = true\n"), "t");
+  ASSERT_EQ(out.result.outcome.kind, RunOutcome::Kind::completed) << out.result.outcome.reason;
+  const fs::path file = root_ / "t" / "interpretation.json";
+  ASSERT_TRUE(fs::is_regular_file(file));
+  const nlohmann::json doc = nlohmann::json::parse(text_of(file));
+  EXPECT_EQ(doc.at("model"), "tft");
+  EXPECT_EQ(doc.at("step"), 40);
+  EXPECT_EQ(doc.at("windows"), 512);
+  const std::int64_t heads = doc.at("heads"), steps = doc.at("steps"), variables = doc.at("variables");
+  EXPECT_EQ(heads, 2);
+  EXPECT_EQ(steps, 16);
+  EXPECT_EQ(variables, 1);  // one asset's returns
+  ASSERT_EQ(doc.at("attention_of_last_step").size(), static_cast<std::size_t>(heads));
+  for (const auto& row : doc.at("attention_of_last_step")) {
+    ASSERT_EQ(row.size(), static_cast<std::size_t>(steps));
+    double sum = 0;
+    for (const auto& v : row) sum += v.get<double>();
+    EXPECT_NEAR(sum, 1.0, 1e-4);
+  }
+  ASSERT_EQ(doc.at("selection").size(), static_cast<std::size_t>(steps));
+  std::vector<double> mean(static_cast<std::size_t>(variables), 0.0);
+  for (const auto& row : doc.at("selection")) {
+    ASSERT_EQ(row.size(), static_cast<std::size_t>(variables));
+    double sum = 0;
+    for (std::size_t v = 0; v < row.size(); ++v) {
+      sum += row[v].get<double>();
+      mean[v] += row[v].get<double>() / static_cast<double>(steps);
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-4);
+  }
+  for (std::size_t v = 0; v < mean.size(); ++v)
+    EXPECT_NEAR(doc.at("selection_mean_over_steps")[v].get<double>(), mean[v], 1e-12);
+  EXPECT_FALSE(fs::exists(root_ / "t" / "interpretation.json.tmp"));
 }
 
 TEST_F(PretrainRunTest, StopSignalWritesAFinalCheckpoint) {

@@ -143,6 +143,20 @@ TEST(PretrainConfigTest, ResolvedTomlOfDefaultsRoundTrips) {
   }
 }
 
+// run.interpret is written for a TFT (either value) and kept through the resolved config.
+TEST(PretrainConfigTest, InterpretRoundTripsForTft) {
+  std::string text = kMinimal;
+  text.replace(text.find("kind = \"lstm\""), 13, "kind = \"tft\"");
+  for (const bool on : {false, true}) {
+    const PretrainConfig c = parse_pretrain_config(text + (on ? "[run]\ninterpret = true\n" : ""));
+    EXPECT_EQ(c.run.interpret, on);
+    const std::string resolved = resolved_pretrain_toml(c);
+    EXPECT_NE(resolved.find(on ? "interpret = true" : "interpret = false"), std::string::npos) << resolved;
+    EXPECT_EQ(parse_pretrain_config(resolved, "resolved").run.interpret, on);
+  }
+  EXPECT_EQ(resolved_pretrain_toml(parse_pretrain_config(kMinimal)).find("interpret"), std::string::npos);
+}
+
 // Each malformed key gives a message naming it and what is allowed.
 TEST(PretrainConfigTest, EachMalformedKeyIsNamed) {
   struct Case {
@@ -219,6 +233,11 @@ TEST(PretrainConfigTest, EachMalformedKeyIsNamed) {
       {"[run]\nname = \"a/b\"\n", {"run.name = \"a/b\""}},
       {"[run]\nlevel = \"loud\"\n", {"run.level = \"loud\": must be one of"}},
       {"[run]\njsonl = 1\n", {"run.jsonl = 1"}},
+      {model + market + task + "[run]\ninterpret = true\n",
+       {"run.interpret = true, model.kind = \"lstm\": only the Temporal Fusion Transformer"}, true},
+      {"[model]\nkind = \"tft\"\n" + market + task + "[run]\ninterpret = true\n", {}, true},
+      {"[model]\nkind = \"tft\"\n" + market + task + "[run]\ninterpret = \"yes\"\n", {"run.interpret = \"yes\""},
+       true},
   };
   for (const Case& c : cases) {
     const std::string text = c.full ? c.extra : std::string(kMinimal) + c.extra;
