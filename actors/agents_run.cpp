@@ -162,7 +162,7 @@ AgentsTrainOutcome run_agents_training(const AgentsTrainRequest& req) {
     hooks.stall_timeout = req.stall_timeout;
     hooks.stop_signal = req.stop_signal;
     hooks.low_latency_scheduler = true;  // a GPU host: message hops without CAF's 50 us sleeps
-    hooks.scheduler_threads = std::max<int>(4, static_cast<int>(2 * specs.size()));
+    hooks.scheduler_threads = scheduler_threads(shared, specs.size());
     if (first) {
       hooks.timeline_file = req.run_dir / "timeline.json";
       hooks.on_started = req.on_started;

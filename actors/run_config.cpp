@@ -124,6 +124,7 @@ void read_all(config::Reader& r, RunConfig& c, bool from_file, AgentKeys* agent 
   r.integer("total_env_steps", c.run.total_env_steps, 1, kBig);
   r.integer("device", c.run.device, 0, 63);
   r.boolean("deterministic", c.run.deterministic);
+  r.integer("host_threads", c.run.host_threads, 0, 1024);
 
   if (agent != nullptr) {
     if (r.table("agent") && from_file)
@@ -572,6 +573,11 @@ std::string distributed_config_hash(const RunConfig& c) {
   std::string out(16, '0');
   for (int i = 15; i >= 0; --i, h >>= 4) out[static_cast<std::size_t>(i)] = kDigits[h & 0xf];
   return out;
+}
+
+int scheduler_threads(const RunConfig& c, std::size_t agents) {
+  if (c.run.host_threads > 0) return c.run.host_threads;
+  return std::max<int>(4, static_cast<int>(2 * agents));
 }
 
 int collector_device(const RunConfig& c) {

@@ -27,6 +27,7 @@ struct RunConfig {
     std::int64_t total_env_steps = 500'000;
     int device = 0;
     bool deterministic = false;  // PipelineConfig::deterministic: operations follow the counts
+    int host_threads = 0;        // CAF scheduler threads (0: scheduler_threads' default)
   } run;
   struct Env {
     std::string kind = "cartpole";  // cartpole | market (required in a file)
@@ -208,6 +209,9 @@ std::string distributed_config_hash(const RunConfig& c);
 // The device this rank's collector runs on: run.device, or with placement "split" and
 // collector_device >= 0, collector_device + rank (foxhunt launch starts rank r on device r).
 int collector_device(const RunConfig& c);
+// The actor system's scheduler threads for a run of `agents` agents: run.host_threads, or by default
+// 4 for one agent and 2 per agent for several (each agent's collector and learner hop at once).
+int scheduler_threads(const RunConfig& c, std::size_t agents);
 // Every key the run config reader accepts ("replay.batch_size"), sorted (docs/configs.md's test);
 // the keys of an [[agent]] table as "agent.name".
 std::vector<std::string> run_config_keys();

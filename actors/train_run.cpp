@@ -103,6 +103,7 @@ TrainOutcome run_training(const TrainRequest& req) {
   hooks.learner_stall_timeout = std::chrono::milliseconds(cfg.pipeline.stall_timeout_ms);
   hooks.on_learner_stall = req.on_learner_stall;
   hooks.low_latency_scheduler = true;  // a GPU host: message hops without CAF's 50 us sleeps
+  hooks.scheduler_threads = scheduler_threads(cfg, 1);
   hooks.on_progress = [&reporter, &req](const ProgressSnapshot& s) {
     if (req.extend) {
       ProgressSnapshot extended = s;

@@ -80,6 +80,30 @@ TEST(RunConfigTest, StallTimeoutDefaultsToTenMinutesAndZeroTurnsItOff) {
   EXPECT_EQ(quick.pipeline.stall_timeout_ms, 200);
 }
 
+// run.host_threads: 0 (the default) gives 4 scheduler threads for one agent and 2 per agent for
+// several; a positive value is taken as it is; out of range is refused naming the key.
+TEST(RunConfigTest, HostThreadsSetTheSchedulerThreads) {
+  const RunConfig automatic = parse_run_config(kMinimal);
+  EXPECT_EQ(automatic.run.host_threads, 0);
+  EXPECT_EQ(scheduler_threads(automatic, 1), 4);
+  EXPECT_EQ(scheduler_threads(automatic, 2), 4);
+  EXPECT_EQ(scheduler_threads(automatic, 8), 16);
+  const std::string text = "[run]\nhost_threads = 6\n[env]\nkind = \"cartpole\"\n[learner]\nkind = \"dqn\"\n";
+  const RunConfig six = parse_run_config(text);
+  EXPECT_EQ(scheduler_threads(six, 1), 6);
+  EXPECT_EQ(scheduler_threads(six, 8), 6);
+  const std::string resolved = resolved_toml(six);
+  EXPECT_NE(resolved.find("\nhost_threads = 6\n"), std::string::npos) << resolved;
+  EXPECT_EQ(parse_run_config(resolved, "resolved").run.host_threads, 6);
+  try {
+    parse_run_config("[run]\nhost_threads = -1\n[env]\nkind = \"cartpole\"\n[learner]\nkind = \"dqn\"\n", "h.toml");
+    FAIL() << "host_threads = -1 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("run.host_threads = -1: must be an integer in [0, 1024]"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(RunConfigTest, ListsTheKeysItAccepts) {
   const std::vector<std::string> keys = run_config_keys();
   for (const char* k : {"run.name", "env.kind", "env.market", "learner.kind", "replay.batch_size", "logging.level"})
