@@ -20,11 +20,6 @@ __global__ void add_column_sums_kernel(double* __restrict__ sums, const float* _
   sums[j] += s;
 }
 
-__global__ void scale_kernel(double* __restrict__ out, const double* __restrict__ sums, std::int64_t n, double scale) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = sums[i] * scale;
-}
-
 }  // namespace
 
 TftInterpretation::TftInterpretation(const models::tft::Tft& tft)
@@ -32,7 +27,7 @@ TftInterpretation::TftInterpretation(const models::tft::Tft& tft)
       heads_(tft.spec().heads),
       steps_(tft.spec().sequence_length),
       variables_(tft.spec().in + tft.spec().known),
-      sums_(static_cast<std::size_t>(2 * (heads_ * steps_ + steps_ * variables_))),
+      sums_(static_cast<std::size_t>(heads_ * steps_ + steps_ * variables_)),
       exit_(static_cast<std::size_t>(heads_ * steps_ + steps_ * variables_)) {}
 
 void TftInterpretation::reset(cudaStream_t stream) {
@@ -56,16 +51,12 @@ void TftInterpretation::accumulate(const models::Workspace& ws, std::int64_t bat
 
 void TftInterpretation::publish(cudaStream_t stream) {
   FH_EXPECT(windows_ >= 1, "TftInterpretation::publish: no windows were accumulated since reset");
-  const std::int64_t n = heads_ * steps_ + steps_ * variables_;
-  double* means = sums_.data() + n;
-  scale_kernel<<<gpu::ceil_div(n, gpu::kBlock), gpu::kBlock, 0, stream>>>(means, sums_.data(), n,
-                                                                          1.0 / static_cast<double>(windows_));
-  FH_CHECK_LAUNCH();
-  exit_.publish(means, stream);
+  exit_.publish(sums_.data(), stream);
 }
 
 TftWeights TftInterpretation::wait() const {
-  const std::vector<double> all = exit_.wait();
+  std::vector<double> all = exit_.wait();
+  for (double& v : all) v /= static_cast<double>(windows_);  // sums -> means
   TftWeights w;
   w.heads = heads_;
   w.steps = steps_;

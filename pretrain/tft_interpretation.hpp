@@ -6,8 +6,8 @@
 //              the T steps, per head, mean over the windows;
 //   selection  (T, V): the variable selection weights of each step, V = C + K (past inputs, then
 //              the known ones), mean over the windows.
-// Sums are accumulated in double per batch (accumulate, after each forward), then divided by the
-// window count and published (publish); wait() reads the result on the host.
+// Sums are accumulated in double per batch (accumulate, after each forward) and published
+// (publish); wait() reads them on the host and divides by the window count.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -37,9 +37,9 @@ class TftInterpretation {
   void reset(cudaStream_t stream);
   // Adds the `batch` windows of the forward that just ran in ws (on `stream`, after it).
   void accumulate(const models::Workspace& ws, std::int64_t batch, cudaStream_t stream);
-  // Divides the sums by the windows accumulated since reset and publishes them.
+  // Publishes the sums over the windows accumulated since reset.
   void publish(cudaStream_t stream);
-  // Blocks until the published means are on the host.
+  // Blocks until the published sums are on the host; returns their means.
   TftWeights wait() const;
 
  private:
