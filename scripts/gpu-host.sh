@@ -46,8 +46,10 @@ provoked="GraphTest.CheckedSyncInsideCaptureThrowsAndStreamStaysUsable:GraphTest
 sanitizer_filter="$filter-$provoked:$learning"
 # Tests that take minutes under instrumentation (the end-to-end actor runs, short trainings): each
 # gets its own sanitizer process per tool, so a shard never waits behind them. ActorEndToEnd.*
-# is the sanitizer-sized run of the real DQN pipeline (one per completion mode).
-solo=${FOXHUNT_SANITIZER_SOLO:-ActorEndToEnd.*:GpuPipelineTest.*:DqnTrainerTest.LearnsContextualBandit:DqnLearnerTest.EveryVariantFitsFixedTargets:DqnLearnerTest.GraphReplayEqualsEagerBitwise:LayerNormTest.BackwardMatchesFiniteDifferences}
+# is the sanitizer-sized run of the real DQN pipeline (one per completion mode); GpuAgents.*,
+# *DqnFinetuneRun.*, PpoActorsFeatures.*, LocalRanks.* and PlacementSplit.* are whole runs through
+# the actor runtime (several agents, fine-tuned extractors, PPO with features, ranks, placements).
+solo=${FOXHUNT_SANITIZER_SOLO:-ActorEndToEnd.*:GpuPipelineTest.*:DqnTrainerTest.LearnsContextualBandit:DqnLearnerTest.EveryVariantFitsFixedTargets:DqnLearnerTest.GraphReplayEqualsEagerBitwise:LayerNormTest.BackwardMatchesFiniteDifferences:GpuAgents.*:*DqnFinetuneRun.*:PpoActorsFeatures.*:LocalRanks.*:PlacementSplit.*}
 learning_gpu=${FOXHUNT_LEARNING_GPU:-$sanitizer_gpu}  # 0: after the benchmarks, beside the suite
 
 # One sanitizer run over the whole suite takes longer than a device call allows: gtest shards,
