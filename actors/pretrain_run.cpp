@@ -17,6 +17,7 @@
 #include "actors/env_state.hpp"
 #include "actors/metrics_log.hpp"
 #include "actors/progress_reporter.hpp"
+#include "gpu/atomic_file.hpp"
 #include "gpu/check.hpp"
 #include "gpu/context.hpp"
 #include "gpu/device.hpp"
@@ -262,7 +263,7 @@ std::vector<std::pair<std::string, std::string>> kept_pretrain_files(const Pretr
 namespace {
 
 // interpretation.json: a TftInterpretation's means with their shapes, the validation's step, and
-// each variable's selection weight averaged over the steps. Written to a temporary file and renamed.
+// each variable's selection weight averaged over the steps. Replaced atomically (gpu/atomic_file).
 void write_interpretation(const fs::path& file, const pretrain::TftWeights& w, std::int64_t step) {
   const auto rows = [](const std::vector<double>& a, std::int64_t n, std::int64_t m) {
     nlohmann::json out = nlohmann::json::array();
@@ -283,14 +284,8 @@ void write_interpretation(const fs::path& file, const pretrain::TftWeights& w, s
                               {"attention_of_last_step", rows(w.attention, w.heads, w.steps)},
                               {"selection", rows(w.selection, w.steps, w.variables)},
                               {"selection_mean_over_steps", per_variable}};
-  fs::path tmp = file;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << doc.dump(1) << "\n";
-    if (!out) throw std::runtime_error("cannot write " + tmp.string());
-  }
-  fs::rename(tmp, file);
+  const std::string text = doc.dump(1) + "\n";
+  gpu::write_file_atomically(file, {std::as_bytes(std::span<const char>(text))}, "interpretation");
 }
 
 // The training loop of a run, its reports and checkpoints, for either trainer (PretrainTrainer,
