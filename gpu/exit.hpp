@@ -102,6 +102,33 @@ class ExitSlot {
   ExitBuffer buf_;
 };
 
+// An ExitSlot read once per publish: it remembers whether the latest value is still unread, for
+// owners that must not publish over a value nobody has read (the pretrain trainers' metrics).
+template <class T>
+class PendingExit {
+ public:
+  bool pending() const noexcept { return pending_; }
+  void publish(const T* device_src, cudaStream_t stream) {
+    slot_.publish(device_src, stream);
+    pending_ = true;
+  }
+  // Non-blocking: true (and no longer pending) once the pending value has arrived in out.
+  bool poll(T& out) {
+    if (!pending_ || !slot_.try_read(out)) return false;
+    pending_ = false;
+    return true;
+  }
+  // Blocks for the latest value (shutdown and tests); throws std::logic_error before any publish.
+  T wait() {
+    pending_ = false;
+    return slot_.wait();
+  }
+
+ private:
+  ExitSlot<T> slot_;
+  bool pending_ = false;
+};
+
 // N values of T leaving the device together (e.g. one chosen action per environment).
 template <class T>
 class ExitArray {

@@ -191,7 +191,7 @@ void DiffusionTrainer::step_eager() { enqueue_step(lane_.stream); }
 
 void DiffusionTrainer::evaluate(const GenerateFn& data, std::uint64_t seed, std::int64_t windows) {
   FH_EXPECT(windows >= 1, "evaluate: windows must be >= 1");
-  FH_EXPECT(!eval_pending_, "evaluate: the previous metrics were not read (poll_eval / wait_eval)");
+  FH_EXPECT(!eval_exit_.pending(), "evaluate: the previous metrics were not read (poll_eval / wait_eval)");
   const cudaStream_t s = lane_.stream;
   eval_sums_.zero(s);
   FH_CHECK(cudaMemsetAsync(counters_.data() + kEvalCounter, 0, sizeof(std::uint64_t), s));
@@ -207,38 +207,26 @@ void DiffusionTrainer::evaluate(const GenerateFn& data, std::uint64_t seed, std:
   eval_finish_kernel<<<1, 1, 0, s>>>(eval_dev_.data(), eval_sums_.data());
   FH_CHECK_LAUNCH();
   eval_exit_.publish(eval_dev_.data(), s);
-  eval_pending_ = true;
 }
 
-bool DiffusionTrainer::poll_eval(EvalMetrics& out) {
-  if (!eval_pending_ || !eval_exit_.try_read(out)) return false;
-  eval_pending_ = false;
-  return true;
-}
+bool DiffusionTrainer::poll_eval(EvalMetrics& out) { return eval_exit_.poll(out); }
 
 EvalMetrics DiffusionTrainer::wait_eval() {
-  FH_EXPECT(eval_pending_, "wait_eval: no validation is pending");
-  eval_pending_ = false;
+  FH_EXPECT(eval_exit_.pending(), "wait_eval: no validation is pending");
   return eval_exit_.wait();
 }
 
 void DiffusionTrainer::publish_stats() {
-  FH_EXPECT(!stats_pending_, "publish_stats: the previous statistics were not read (poll_stats / wait_stats)");
+  FH_EXPECT(!stats_exit_.pending(), "publish_stats: the previous statistics were not read (poll_stats / wait_stats)");
   const cudaStream_t s = lane_.stream;
   launch_step_stats(stats_dev_.data(), stats_sums_.data(), counters_.data(), scalars_.data(), s);
   stats_exit_.publish(stats_dev_.data(), s);
-  stats_pending_ = true;
 }
 
-bool DiffusionTrainer::poll_stats(TrainStats& out) {
-  if (!stats_pending_ || !stats_exit_.try_read(out)) return false;
-  stats_pending_ = false;
-  return true;
-}
+bool DiffusionTrainer::poll_stats(TrainStats& out) { return stats_exit_.poll(out); }
 
 TrainStats DiffusionTrainer::wait_stats() {
-  FH_EXPECT(stats_pending_, "wait_stats: no statistics are pending");
-  stats_pending_ = false;
+  FH_EXPECT(stats_exit_.pending(), "wait_stats: no statistics are pending");
   return stats_exit_.wait();
 }
 

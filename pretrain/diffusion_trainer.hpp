@@ -74,12 +74,12 @@ class DiffusionTrainer {
   void step_eager();  // the same work enqueued directly
 
   void evaluate(const GenerateFn& data, std::uint64_t seed, std::int64_t windows);
-  bool eval_pending() const noexcept { return eval_pending_; }
+  bool eval_pending() const noexcept { return eval_exit_.pending(); }
   bool poll_eval(EvalMetrics& out);
   EvalMetrics wait_eval();
 
   void publish_stats();
-  bool stats_pending() const noexcept { return stats_pending_; }
+  bool stats_pending() const noexcept { return stats_exit_.pending(); }
   bool poll_stats(TrainStats& out);
   TrainStats wait_stats();
 
@@ -133,9 +133,8 @@ class DiffusionTrainer {
   gpu::DeviceBuffer<double> stats_sums_, eval_sums_;
   gpu::DeviceBuffer<TrainStats> stats_dev_;
   gpu::DeviceBuffer<EvalMetrics> eval_dev_;
-  gpu::ExitSlot<TrainStats> stats_exit_;
-  gpu::ExitSlot<EvalMetrics> eval_exit_;
-  bool stats_pending_ = false, eval_pending_ = false;
+  gpu::PendingExit<TrainStats> stats_exit_;
+  gpu::PendingExit<EvalMetrics> eval_exit_;
   gpu::CudaGraph graph_;
 };
 

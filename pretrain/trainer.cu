@@ -215,7 +215,7 @@ void PretrainTrainer::fit_linear_baseline(LinearBaseline& linear, const Generate
 void PretrainTrainer::evaluate(const GenerateFn& data, std::uint64_t seed, std::int64_t windows, LinearBaseline* linear,
                                HmmFilter* hmm, const BatchHook& after_forward) {
   FH_EXPECT(windows >= 1, "evaluate: windows must be >= 1");
-  FH_EXPECT(!eval_pending_, "evaluate: the previous metrics were not read (poll_eval / wait_eval)");
+  FH_EXPECT(!eval_exit_.pending(), "evaluate: the previous metrics were not read (poll_eval / wait_eval)");
   FH_EXPECT(hmm == nullptr || spec_.task.kind == TaskKind::regime, "evaluate: the HMM baseline needs the regime task");
   FH_EXPECT(linear == nullptr || spec_.task.regression(), "evaluate: the linear baseline needs a regression task");
   const cudaStream_t s = lane_.stream;
@@ -240,38 +240,26 @@ void PretrainTrainer::evaluate(const GenerateFn& data, std::uint64_t seed, std::
   metrics_.finish(eval_dev_.data(), linear != nullptr ? linear->r2() : nullptr,
                   hmm != nullptr ? hmm_correct_.data() : nullptr, s);
   eval_exit_.publish(eval_dev_.data(), s);
-  eval_pending_ = true;
 }
 
-bool PretrainTrainer::poll_eval(EvalMetrics& out) {
-  if (!eval_pending_ || !eval_exit_.try_read(out)) return false;
-  eval_pending_ = false;
-  return true;
-}
+bool PretrainTrainer::poll_eval(EvalMetrics& out) { return eval_exit_.poll(out); }
 
 EvalMetrics PretrainTrainer::wait_eval() {
-  FH_EXPECT(eval_pending_, "wait_eval: no validation is pending");
-  eval_pending_ = false;
+  FH_EXPECT(eval_exit_.pending(), "wait_eval: no validation is pending");
   return eval_exit_.wait();
 }
 
 void PretrainTrainer::publish_stats() {
-  FH_EXPECT(!stats_pending_, "publish_stats: the previous statistics were not read (poll_stats / wait_stats)");
+  FH_EXPECT(!stats_exit_.pending(), "publish_stats: the previous statistics were not read (poll_stats / wait_stats)");
   const cudaStream_t s = lane_.stream;
   launch_step_stats(stats_dev_.data(), stats_sums_.data(), counters_.data(), scalars_.data(), s);
   stats_exit_.publish(stats_dev_.data(), s);
-  stats_pending_ = true;
 }
 
-bool PretrainTrainer::poll_stats(TrainStats& out) {
-  if (!stats_pending_ || !stats_exit_.try_read(out)) return false;
-  stats_pending_ = false;
-  return true;
-}
+bool PretrainTrainer::poll_stats(TrainStats& out) { return stats_exit_.poll(out); }
 
 TrainStats PretrainTrainer::wait_stats() {
-  FH_EXPECT(stats_pending_, "wait_stats: no statistics are pending");
-  stats_pending_ = false;
+  FH_EXPECT(stats_exit_.pending(), "wait_stats: no statistics are pending");
   return stats_exit_.wait();
 }
 

@@ -106,13 +106,13 @@ class PretrainTrainer {
   // one first.
   void evaluate(const GenerateFn& data, std::uint64_t seed, std::int64_t windows, LinearBaseline* linear,
                 HmmFilter* hmm, const BatchHook& after_forward = {});
-  bool eval_pending() const noexcept { return eval_pending_; }
+  bool eval_pending() const noexcept { return eval_exit_.pending(); }
   bool poll_eval(EvalMetrics& out);
   EvalMetrics wait_eval();
 
   // Publishes the statistics window and starts the next one (poll_stats / wait_stats).
   void publish_stats();
-  bool stats_pending() const noexcept { return stats_pending_; }
+  bool stats_pending() const noexcept { return stats_exit_.pending(); }
   bool poll_stats(TrainStats& out);
   TrainStats wait_stats();
 
@@ -158,9 +158,8 @@ class PretrainTrainer {
   gpu::DeviceBuffer<double> stats_sums_;
   gpu::DeviceBuffer<TrainStats> stats_dev_;
   gpu::DeviceBuffer<EvalMetrics> eval_dev_;
-  gpu::ExitSlot<TrainStats> stats_exit_;
-  gpu::ExitSlot<EvalMetrics> eval_exit_;
-  bool stats_pending_ = false, eval_pending_ = false;
+  gpu::PendingExit<TrainStats> stats_exit_;
+  gpu::PendingExit<EvalMetrics> eval_exit_;
   gpu::CudaGraph graph_;
 };
 

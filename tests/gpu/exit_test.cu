@@ -1,5 +1,6 @@
 // The exit: values computed on the device reach the host through mapped memory, published by a
-// copy kernel and an event; repeated publishes overwrite; try_read stays false while blocked.
+// copy kernel and an event; repeated publishes overwrite; try_read stays false while blocked;
+// a PendingExit hands each value out once.
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -193,6 +194,29 @@ TEST_F(ExitTest, MovedSlotKeepsItsValueAndSourceIsEmpty) {
   int out = 0;
   EXPECT_THROW(a.publish(value.data(), stream()), std::invalid_argument);
   EXPECT_THROW(a.try_read(out), std::invalid_argument);
+}
+
+TEST_F(ExitTest, PendingExitIsPendingFromPublishUntilRead) {
+  PendingExit<int> exit;
+  int out = -1;
+  EXPECT_FALSE(exit.pending());
+  EXPECT_FALSE(exit.poll(out));
+  EXPECT_EQ(out, -1);
+  DeviceBuffer<int> value(1);
+  for (const int v : {7, 8}) {
+    value.upload(std::span<const int>(&v, 1), stream());
+    exit.publish(value.data(), stream());
+    EXPECT_TRUE(exit.pending());
+    if (v == 7) {
+      FH_CHECK(cudaStreamSynchronize(stream()));
+      ASSERT_TRUE(exit.poll(out));  // completed: the poll reads it and clears pending
+    } else {
+      out = exit.wait();
+    }
+    EXPECT_EQ(out, v);
+    EXPECT_FALSE(exit.pending());
+    EXPECT_FALSE(exit.poll(out)) << "a value is read once";
+  }
 }
 
 }  // namespace
