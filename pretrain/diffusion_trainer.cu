@@ -5,7 +5,6 @@
 #include <random>
 #include <utility>
 
-#include "gpu/adam.hpp"
 #include "gpu/check.hpp"
 #include "gpu/grad_norm.hpp"
 #include "gpu/launch.cuh"
@@ -164,22 +163,7 @@ void DiffusionTrainer::enqueue_step(cudaStream_t s) {
   train_data_(b, B, spec_.seed, counters_.data() + kDataCounter, s);
   loss(scalars_.data() + kLossScalar, d_eps_.data(), B, spec_.seed, counters_.data() + kDataCounter, lane);
   denoiser_->backward(nullptr, nullptr, d_eps_.data(), B, ws_view_, lane);
-  gpu::global_grad_norm(scalars_.data() + kNormScalar, arena_.grads(), arena_.padded_count(), norm_ws_.data(), s);
-  const float* scale = nullptr;
-  if (o.grad_clip > 0.f) {
-    gpu::clip_scale(scalars_.data() + kScaleScalar, scalars_.data() + kNormScalar, o.grad_clip, s);
-    scale = scalars_.data() + kScaleScalar;
-  }
-  gpu::AdamConfig adam;
-  adam.beta1 = o.beta1;
-  adam.beta2 = o.beta2;
-  adam.eps = o.eps;
-  adam.weight_decay = o.weight_decay;
-  adam.decoupled = true;
-  auto* adam_steps = reinterpret_cast<const std::int64_t*>(counters_.data() + kStep);
-  gpu::adam_step_device(arena_.params(), arena_.adam_m(), arena_.adam_v(), arena_.grads(), arena_.padded_count(), adam,
-                        scalars_.data() + kLrScalar, adam_steps, scale, nullptr, s);
-  launch_step_advance(counters_.data(), stats_sums_.data(), scalars_.data(), s);
+  launch_optimizer_step(arena_, o, scalars_.data(), counters_.data(), stats_sums_.data(), norm_ws_.data(), s);
 }
 
 void DiffusionTrainer::step() {

@@ -2,7 +2,9 @@
 
 #include <cmath>
 
+#include "gpu/adam.hpp"
 #include "gpu/check.hpp"
+#include "gpu/grad_norm.hpp"
 
 namespace foxhunt::pretrain {
 namespace {
@@ -49,6 +51,26 @@ void launch_step_lr(float* lr, const std::uint64_t* step, float lr0, std::int64_
                     Decay decay, cudaStream_t stream) {
   lr_kernel<<<1, 1, 0, stream>>>(lr, step, lr0, warmup, steps, decay);
   FH_CHECK_LAUNCH();
+}
+
+void launch_optimizer_step(gpu::ParameterArena& arena, const OptimSpec& o, float* scalars, std::uint64_t* counters,
+                           double* sums, std::byte* norm_ws, cudaStream_t stream) {
+  gpu::global_grad_norm(scalars + kNormScalar, arena.grads(), arena.padded_count(), norm_ws, stream);
+  const float* scale = nullptr;
+  if (o.grad_clip > 0.f) {
+    gpu::clip_scale(scalars + kScaleScalar, scalars + kNormScalar, o.grad_clip, stream);
+    scale = scalars + kScaleScalar;
+  }
+  gpu::AdamConfig adam;
+  adam.beta1 = o.beta1;
+  adam.beta2 = o.beta2;
+  adam.eps = o.eps;
+  adam.weight_decay = o.weight_decay;
+  adam.decoupled = true;
+  auto* adam_steps = reinterpret_cast<const std::int64_t*>(counters + kStepIndex);
+  gpu::adam_step_device(arena.params(), arena.adam_m(), arena.adam_v(), arena.grads(), arena.padded_count(), adam,
+                        scalars + kLrScalar, adam_steps, scale, nullptr, stream);
+  launch_step_advance(counters, sums, scalars, stream);
 }
 
 void launch_step_advance(std::uint64_t* counters, double* sums, const float* scalars, cudaStream_t stream) {
