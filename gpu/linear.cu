@@ -3,13 +3,14 @@
 
 #include <algorithm>
 #include <array>
-#include <cstddef>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "gpu/cast.hpp"
 #include "gpu/check.hpp"
@@ -48,6 +49,22 @@ void expect_supported(Activation act, const char* op) {
                 act == Activation::tanh,
             std::string(op) + ": act must be identity, relu, gelu or tanh, got " +
                 std::string(activation_name(act)) + "; compose other activations with a separate kernel");
+}
+
+// Calls f(std::integral_constant<Activation, A>{}) with A = act, for the activations the layer
+// fuses (expect_supported; any other reads as identity): the one switch behind each templated launch.
+template <class F>
+void with_activation(Activation act, F&& f) {
+  switch (act) {
+    case Activation::relu:
+      return f(std::integral_constant<Activation, Activation::relu>{});
+    case Activation::gelu:
+      return f(std::integral_constant<Activation, Activation::gelu>{});
+    case Activation::tanh:
+      return f(std::integral_constant<Activation, Activation::tanh>{});
+    default:
+      return f(std::integral_constant<Activation, Activation::identity>{});
+  }
 }
 
 // Largest power of two (<= 256) dividing the address: what cuBLASLt's heuristic may assume.
@@ -860,24 +877,11 @@ void launch_small_gemm(float* c, std::int64_t ldc, void* aux, std::int64_t aux_l
 void small_linear_forward(float* out, void* aux, const float* in, const float* w, const float* bias, std::int64_t batch,
                           std::int64_t in_f, std::int64_t out_f, Activation act, cudaStream_t stream) {
   const std::int64_t ld = aux_ld(out_f, act);
-  switch (act) {
-    case Activation::relu:
-      launch_small_gemm<Activation::relu, true, true>(out, out_f, aux, ld, in, in_f, w, in_f, bias, batch, out_f, in_f,
-                                                      0.f, stream);
-      break;
-    case Activation::gelu:
-      launch_small_gemm<Activation::gelu, true, true>(out, out_f, aux, ld, in, in_f, w, in_f, bias, batch, out_f, in_f,
-                                                      0.f, stream);
-      break;
-    case Activation::tanh:
-      launch_small_gemm<Activation::tanh, true, true>(out, out_f, aux, ld, in, in_f, w, in_f, bias, batch, out_f, in_f,
-                                                      0.f, stream);
-      break;
-    default:
-      launch_small_gemm<Activation::identity, true, true>(out, out_f, nullptr, 0, in, in_f, w, in_f, bias, batch, out_f,
-                                                          in_f, 0.f, stream);
-      break;
-  }
+  with_activation(act, [&](auto a) {
+    constexpr Activation A = decltype(a)::value;
+    launch_small_gemm<A, true, true>(out, out_f, A == Activation::identity ? nullptr : aux, ld, in, in_f, w, in_f, bias,
+                                     batch, out_f, in_f, 0.f, stream);
+  });
 }
 
 void launch_epilogue(float* out, void* aux, const float* bias, std::int64_t batch, std::int64_t out_f, Activation act,
@@ -889,38 +893,16 @@ void launch_epilogue(float* out, void* aux, const float* bias, std::int64_t batc
   // aux is 16-byte aligned (checked by linear_forward) and ld % 8 == 0 for gelu
   if (out_f % 4 == 0 && aligned16(out) && aligned16(bias)) {
     const dim3 grid(static_cast<unsigned>(ceil_div(out_f, kVecTileCols)), row_blocks);
-    switch (act) {
-      case Activation::relu:
-        epilogue_vec4_kernel<Activation::relu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
-        break;
-      case Activation::gelu:
-        epilogue_vec4_kernel<Activation::gelu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
-        break;
-      case Activation::tanh:
-        epilogue_vec4_kernel<Activation::tanh><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
-        break;
-      default:
-        epilogue_vec4_kernel<Activation::identity><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
-        break;
-    }
+    with_activation(act, [&](auto a) {
+      epilogue_vec4_kernel<decltype(a)::value><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
+    });
     FH_CHECK_LAUNCH();
     return;
   }
   const dim3 grid(static_cast<unsigned>(ceil_div(out_f, kTileCols)), row_blocks);
-  switch (act) {
-    case Activation::relu:
-      epilogue_kernel<Activation::relu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
-      break;
-    case Activation::gelu:
-      epilogue_kernel<Activation::gelu><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
-      break;
-    case Activation::tanh:
-      epilogue_kernel<Activation::tanh><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
-      break;
-    default:
-      epilogue_kernel<Activation::identity><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
-      break;
-  }
+  with_activation(act, [&](auto a) {
+    epilogue_kernel<decltype(a)::value><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
+  });
   FH_CHECK_LAUNCH();
 }
 
@@ -1079,24 +1061,10 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
     const std::int64_t ld = aux_ld(out_features, act);
     const dim3 block(kTileCols, kDpreRows);
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
-    switch (act) {
-      case Activation::relu:
-        dpre_bias_kernel<Activation::relu><<<grid, block, 0, lane.stream>>>(
-            pre_out, bias_out, d_out, aux, batch, out_features, ld, rows_per_split, accumulate_param_grads);
-        break;
-      case Activation::gelu:
-        dpre_bias_kernel<Activation::gelu><<<grid, block, 0, lane.stream>>>(
-            pre_out, bias_out, d_out, aux, batch, out_features, ld, rows_per_split, accumulate_param_grads);
-        break;
-      case Activation::tanh:
-        dpre_bias_kernel<Activation::tanh><<<grid, block, 0, lane.stream>>>(
-            pre_out, bias_out, d_out, aux, batch, out_features, ld, rows_per_split, accumulate_param_grads);
-        break;
-      default:
-        dpre_bias_kernel<Activation::identity><<<grid, block, 0, lane.stream>>>(
-            pre_out, bias_out, d_out, aux, batch, out_features, ld, rows_per_split, accumulate_param_grads);
-        break;
-    }
+    with_activation(act, [&](auto a) {
+      dpre_bias_kernel<decltype(a)::value><<<grid, block, 0, lane.stream>>>(
+          pre_out, bias_out, d_out, aux, batch, out_features, ld, rows_per_split, accumulate_param_grads);
+    });
     FH_CHECK_LAUNCH();
     if (d_bias != nullptr && splits > 1) {
       bias_finish_kernel<<<grid_stride_blocks(out_features), kBlock, 0, lane.stream>>>(
