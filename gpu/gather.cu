@@ -1,5 +1,7 @@
 #include "gpu/gather.hpp"
 
+#include <string>
+
 #include "gpu/pointwise.cuh"
 
 namespace foxhunt::gpu {
@@ -66,6 +68,42 @@ __global__ void __launch_bounds__(kBlock) scatter_kernel(float* table, const flo
   }
 }
 
+// Grid-stride over the packed (rows, width) block. kDir: gather (packed <- strided), scatter
+// (strided <- packed) or expand (every strided element: its packed value or zero).
+enum class Columns { gather, scatter, expand };
+template <Columns kDir>
+__global__ void __launch_bounds__(kBlock)
+    columns_kernel(float* __restrict__ dst, const float* __restrict__ src, std::int64_t rows, std::int64_t width,
+                   std::int64_t stride, std::int64_t col) {
+  const std::int64_t total = rows * (kDir == Columns::expand ? stride : width);
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    if constexpr (kDir == Columns::gather) {
+      const std::int64_t i = e / width, j = e - i * width;
+      dst[e] = src[i * stride + col + j];
+    } else if constexpr (kDir == Columns::scatter) {
+      const std::int64_t i = e / width, j = e - i * width;
+      dst[i * stride + col + j] = src[e];
+    } else {
+      const std::int64_t i = e / stride, j = e - i * stride - col;
+      dst[e] = j >= 0 && j < width ? src[i * width + j] : 0.f;
+    }
+  }
+}
+
+template <Columns kDir>
+void launch_columns(float* dst, const float* src, std::int64_t rows, std::int64_t width, std::int64_t stride,
+                    std::int64_t col, cudaStream_t stream) {
+  FH_EXPECT(rows >= 0 && width >= 0, "columns: rows and width must be >= 0");
+  FH_EXPECT(col >= 0 && col + width <= stride, "columns: the block [" + std::to_string(col) + ", " +
+                                                   std::to_string(col + width) + ") must lie within rows " +
+                                                   std::to_string(stride) + " wide");
+  const std::int64_t total = rows * (kDir == Columns::expand ? stride : width);
+  if (total == 0) return;
+  columns_kernel<kDir><<<grid_stride_blocks(total), kBlock, 0, stream>>>(dst, src, rows, width, stride, col);
+  FH_CHECK_LAUNCH();
+}
+
 void check_sizes(std::int64_t num_indices, std::int64_t width) {
   FH_EXPECT(num_indices >= 0, "num_indices must be >= 0");
   FH_EXPECT(width >= 0, "width must be >= 0");
@@ -122,6 +160,19 @@ void scatter_rows(float* table, const float* rows, const std::int32_t* indices, 
 void scatter_add_rows(float* table, const float* rows, const std::int32_t* indices, std::int64_t num_indices,
                       std::int64_t width, cudaStream_t stream) {
   launch_scatter<true>(table, rows, indices, num_indices, width, stream);
+}
+
+void gather_columns(float* cols, const float* src, std::int64_t rows, std::int64_t width, std::int64_t stride,
+                    std::int64_t col, cudaStream_t stream) {
+  launch_columns<Columns::gather>(cols, src, rows, width, stride, col, stream);
+}
+void scatter_columns(float* dst, const float* cols, std::int64_t rows, std::int64_t width, std::int64_t stride,
+                     std::int64_t col, cudaStream_t stream) {
+  launch_columns<Columns::scatter>(dst, cols, rows, width, stride, col, stream);
+}
+void expand_columns(float* dst, const float* cols, std::int64_t rows, std::int64_t width, std::int64_t stride,
+                    std::int64_t col, cudaStream_t stream) {
+  launch_columns<Columns::expand>(dst, cols, rows, width, stride, col, stream);
 }
 
 }  // namespace foxhunt::gpu

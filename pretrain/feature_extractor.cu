@@ -4,33 +4,12 @@
 #include <string>
 
 #include "gpu/check.hpp"
+#include "gpu/gather.hpp"
 #include "gpu/launch.cuh"
 #include "rl/envs/market_params.hpp"
 
 namespace foxhunt::pretrain {
 namespace {
-
-// in (N, A) <- obs[:, col .. col + A): the newest return of each asset.
-__global__ void gather_newest_kernel(float* __restrict__ in, const float* __restrict__ obs, std::int64_t n,
-                                     std::int64_t assets, std::int64_t obs_dim, std::int64_t col) {
-  const std::int64_t total = n * assets;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t i = e / assets, a = e - i * assets;
-    in[e] = obs[i * obs_dim + col + a];
-  }
-}
-
-// obs[:, col .. col + F) <- f (N, F).
-__global__ void scatter_features_kernel(float* __restrict__ obs, const float* __restrict__ f, std::int64_t n,
-                                        std::int64_t width, std::int64_t obs_dim, std::int64_t col) {
-  const std::int64_t total = n * width;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t i = e / width, j = e - i * width;
-    obs[i * obs_dim + col + j] = f[e];
-  }
-}
 
 __global__ void done_kernel(std::uint8_t* __restrict__ done, const std::uint8_t* __restrict__ terminated,
                             const std::uint8_t* __restrict__ truncated, std::int64_t n) {
@@ -141,18 +120,14 @@ std::size_t FeatureExtractor::allocated_bytes() const {
 
 void FeatureExtractor::extract(float* obs, float* state, const std::uint8_t* reset, gpu::BlasLane lane) {
   const cudaStream_t s = lane.stream;
-  gather_newest_kernel<<<gpu::grid_stride_blocks(n_ * assets_), gpu::kBlock, 0, s>>>(input_.data(), obs, n_, assets_,
-                                                                                      obs_dim_, newest_col_);
-  FH_CHECK_LAUNCH();
+  gpu::gather_columns(input_.data(), obs, n_, assets_, obs_dim_, newest_col_, s);  // the newest return of each asset
   model_->step(embedding_.data(), state, input_.data(), reset, n_, step_view_, lane);
   const float* out = embedding_.data();
   if (output_ == FeatureOutput::head) {
     head_->forward(head_out_.data(), embedding_.data(), n_, true, head_ws_.view, lane);
     out = head_out_.data();
   }
-  scatter_features_kernel<<<gpu::grid_stride_blocks(n_ * width_), gpu::kBlock, 0, s>>>(obs, out, n_, width_, obs_dim_,
-                                                                                        feature_col_);
-  FH_CHECK_LAUNCH();
+  gpu::scatter_columns(obs, out, n_, width_, obs_dim_, feature_col_, s);
 }
 
 void FeatureExtractor::step(float* obs, const std::uint8_t* terminated, const std::uint8_t* truncated,

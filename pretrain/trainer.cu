@@ -8,8 +8,8 @@
 #include <utility>
 
 #include "gpu/check.hpp"
+#include "gpu/gather.hpp"
 #include "gpu/grad_norm.hpp"
-#include "gpu/launch.cuh"
 #include "pretrain/hmm_filter.hpp"
 #include "pretrain/linear_baseline.hpp"
 #include "pretrain/step_kernels.hpp"
@@ -23,28 +23,6 @@ static_assert(PretrainTrainer::kStep == kStepIndex && PretrainTrainer::kDataCoun
               PretrainTrainer::kCounterCount == kStepCounterCount);
 
 __global__ void eval_advance_kernel(std::uint64_t* counters) { counters[PretrainTrainer::kEvalCounter] += 1; }
-
-// last (B, F) = features[:, T - 1, :] of features (B, T, F).
-__global__ void last_step_kernel(float* __restrict__ last, const float* __restrict__ features, std::int64_t B,
-                                 std::int64_t T, std::int64_t F) {
-  const std::int64_t n = B * F;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t b = i / F, f = i % F;
-    last[i] = features[(b * T + T - 1) * F + f];
-  }
-}
-
-// d_features (B, T, F): d_last at the last step, zero elsewhere.
-__global__ void scatter_last_kernel(float* __restrict__ d_features, const float* __restrict__ d_last, std::int64_t B,
-                                    std::int64_t T, std::int64_t F) {
-  const std::int64_t n = B * T * F;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t f = i % F, t = (i / F) % T, b = i / (F * T);
-    d_features[i] = t == T - 1 ? d_last[b * F + f] : 0.f;
-  }
-}
 
 std::size_t n_of(std::int64_t a, std::int64_t b = 1, std::int64_t c = 1) { return static_cast<std::size_t>(a * b * c); }
 
@@ -147,9 +125,7 @@ TaskTargets PretrainTrainer::targets_of(const WindowBatch& b) const {
 void PretrainTrainer::forward(const float* x, std::int64_t batch, bool eval, gpu::BlasLane lane) {
   const std::int64_t T = spec_.window.window, F = model_->out_features();
   model_->forward(features_.data(), x, batch, eval, model_ws_.view, lane);
-  last_step_kernel<<<gpu::grid_stride_blocks(batch * F), gpu::kBlock, 0, lane.stream>>>(last_.data(), features_.data(),
-                                                                                         batch, T, F);
-  FH_CHECK_LAUNCH();
+  gpu::gather_columns(last_.data(), features_.data(), batch, F, T * F, (T - 1) * F, lane.stream);  // the last step
   head_->forward(head_out_.data(), last_.data(), batch, eval, head_ws_.view, lane);
 }
 
@@ -163,9 +139,7 @@ void PretrainTrainer::enqueue_step(cudaStream_t s) {
   forward(train_batch_.x, B, false, lane);
   task_loss(d_head_.data(), scalars_.data() + kLossScalar, head_out_.data(), targets_of(train_batch_), B, spec_.task, s);
   head_->backward(d_last_.data(), d_head_.data(), last_.data(), B, head_ws_.view, lane, nullptr);
-  scatter_last_kernel<<<gpu::grid_stride_blocks(B * T * F), gpu::kBlock, 0, s>>>(d_features_.data(), d_last_.data(), B,
-                                                                                  T, F);
-  FH_CHECK_LAUNCH();
+  gpu::expand_columns(d_features_.data(), d_last_.data(), B, F, T * F, (T - 1) * F, s);  // zero before the last step
   model_->backward(nullptr, d_features_.data(), train_batch_.x, B, model_ws_.view, lane, nullptr);
   launch_optimizer_step(arena_, o, scalars_.data(), counters_.data(), stats_sums_.data(), norm_ws_.data(), s);
 }

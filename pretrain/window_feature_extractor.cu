@@ -4,58 +4,11 @@
 #include <string>
 
 #include "gpu/check.hpp"
-#include "gpu/launch.cuh"
+#include "gpu/gather.hpp"
 #include "rl/envs/market_params.hpp"
 
 namespace foxhunt::pretrain {
 namespace {
-
-// cols (B, W) <- src[:, col .. col + W) of rows `stride` wide.
-__global__ void gather_columns_kernel(float* __restrict__ cols, const float* __restrict__ src, std::int64_t rows,
-                                      std::int64_t width, std::int64_t stride, std::int64_t col) {
-  const std::int64_t total = rows * width;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t i = e / width, j = e - i * width;
-    cols[e] = src[i * stride + col + j];
-  }
-}
-
-// dst[:, col .. col + W) <- cols (B, W), rows `stride` wide.
-__global__ void scatter_columns_kernel(float* __restrict__ dst, const float* __restrict__ cols, std::int64_t rows,
-                                       std::int64_t width, std::int64_t stride, std::int64_t col) {
-  const std::int64_t total = rows * width;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t i = e / width, j = e - i * width;
-    dst[i * stride + col + j] = cols[e];
-  }
-}
-
-// d_sequence (B, T, H): d_last (B, H) at the last step, zero elsewhere.
-__global__ void scatter_last_kernel(float* __restrict__ d_sequence, const float* __restrict__ d_last, std::int64_t B,
-                                    std::int64_t T, std::int64_t H) {
-  const std::int64_t total = B * T * H;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t b = e / (T * H), r = e - b * T * H, t = r / H, h = r - t * H;
-    d_sequence[e] = t == T - 1 ? d_last[b * H + h] : 0.f;
-  }
-}
-
-void gather_columns(float* cols, const float* src, std::int64_t rows, std::int64_t width, std::int64_t stride,
-                    std::int64_t col, cudaStream_t s) {
-  gather_columns_kernel<<<gpu::grid_stride_blocks(rows * width), gpu::kBlock, 0, s>>>(cols, src, rows, width, stride,
-                                                                                       col);
-  FH_CHECK_LAUNCH();
-}
-
-void scatter_columns(float* dst, const float* cols, std::int64_t rows, std::int64_t width, std::int64_t stride,
-                     std::int64_t col, cudaStream_t s) {
-  scatter_columns_kernel<<<gpu::grid_stride_blocks(rows * width), gpu::kBlock, 0, s>>>(dst, cols, rows, width, stride,
-                                                                                        col);
-  FH_CHECK_LAUNCH();
-}
 
 std::size_t count(std::int64_t a, std::int64_t b, std::int64_t c = 1) { return static_cast<std::size_t>(a * b * c); }
 
@@ -178,16 +131,16 @@ WindowFeatureExtractor::Buffers WindowFeatureExtractor::make_buffers(std::int64_
 void WindowFeatureExtractor::forward(float* obs, std::int64_t rows, Buffers& b, gpu::BlasLane lane) {
   FH_EXPECT(rows >= 1 && rows <= b.rows, "WindowFeatureExtractor: rows out of range");
   const cudaStream_t s = lane.stream;
-  gather_columns(b.input.data(), obs, rows, window_ * assets_, obs_dim_, 0, s);  // (B, T, A): oldest first
+  gpu::gather_columns(b.input.data(), obs, rows, window_ * assets_, obs_dim_, 0, s);  // (B, T, A): oldest first
   model_->forward(b.sequence.data(), b.input.data(), rows, false, b.model_ws.view, lane);
   // last (B, H) = sequence[:, T - 1, :]: columns (T - 1) H .. T H of rows T H wide.
-  gather_columns(b.last.data(), b.sequence.data(), rows, hidden_, window_ * hidden_, (window_ - 1) * hidden_, s);
+  gpu::gather_columns(b.last.data(), b.sequence.data(), rows, hidden_, window_ * hidden_, (window_ - 1) * hidden_, s);
   const float* out = b.last.data();
   if (output_ == FeatureOutput::head) {
     head_->forward(b.head_out.data(), b.last.data(), rows, false, b.head_ws.view, lane);
     out = b.head_out.data();
   }
-  scatter_columns(obs, out, rows, width_, obs_dim_, feature_col_, s);
+  gpu::scatter_columns(obs, out, rows, width_, obs_dim_, feature_col_, s);
 }
 
 void WindowFeatureExtractor::step(float* obs, const std::uint8_t*, const std::uint8_t*, gpu::BlasLane lane) {
@@ -204,14 +157,13 @@ void WindowFeatureExtractor::train_backward(const float* d_obs, std::int64_t row
   FH_EXPECT(rows >= 1 && rows <= train_.rows, "WindowFeatureExtractor::train_backward: rows out of range");
   const cudaStream_t s = lane.stream;
   if (output_ == FeatureOutput::head) {
-    gather_columns(d_features_.data(), d_obs, rows, width_, obs_dim_, feature_col_, s);
+    gpu::gather_columns(d_features_.data(), d_obs, rows, width_, obs_dim_, feature_col_, s);
     head_->backward(d_last_.data(), d_features_.data(), train_.last.data(), rows, train_.head_ws.view, lane, nullptr);
   } else {
-    gather_columns(d_last_.data(), d_obs, rows, width_, obs_dim_, feature_col_, s);
+    gpu::gather_columns(d_last_.data(), d_obs, rows, width_, obs_dim_, feature_col_, s);
   }
-  scatter_last_kernel<<<gpu::grid_stride_blocks(rows * window_ * hidden_), gpu::kBlock, 0, s>>>(
-      d_sequence_.data(), d_last_.data(), rows, window_, hidden_);
-  FH_CHECK_LAUNCH();
+  // The loss reads the last step only: the sequence's gradient is d_last there and zero elsewhere.
+  gpu::expand_columns(d_sequence_.data(), d_last_.data(), rows, hidden_, window_ * hidden_, (window_ - 1) * hidden_, s);
   model_->backward(nullptr, d_sequence_.data(), train_.input.data(), rows, train_.model_ws.view, lane, nullptr);
 }
 

@@ -1,6 +1,7 @@
 // Row gather / scatter / scatter-add against host references: narrow and wide rows, widths that
 // are and are not multiples of 4, aligned and misaligned (base + 1) tables and outputs, repeated
-// indices, the bf16 table, and scatter_add_rows as the adjoint (backward) of gather_rows.
+// indices, the bf16 table, and scatter_add_rows as the adjoint (backward) of gather_rows; column
+// blocks gathered, scattered and expanded between strided rows and a packed block.
 #include "support/gpu_test.hpp"
 
 #include <algorithm>
@@ -243,6 +244,62 @@ TEST_F(GatherTest, ZeroSizesWriteNothing) {
   for (float v : all) EXPECT_EQ(std::bit_cast<std::uint32_t>(v), 0xFFFFFFFFu);
   EXPECT_THROW(gather_rows(out, out, d_idx.data(), -1, 4, stream()), std::invalid_argument);
   EXPECT_THROW(scatter_rows(out, out, d_idx.data(), 4, -1, stream()), std::invalid_argument);
+}
+
+struct ColumnBlock {
+  std::int64_t rows, width, stride, col;
+};
+// The first column, the last, the whole row, a one-wide block, a sequence's last step (T=16, H=64).
+constexpr ColumnBlock kColumnBlocks[] = {{1, 1, 1, 0},      {7, 3, 10, 0},        {7, 3, 10, 7},     {4097, 5, 5, 0},
+                                         {1000, 1, 37, 20}, {513, 64, 1024, 960}, {65536, 4, 29, 25}};
+
+std::string trace(const ColumnBlock& c) {
+  return "rows " + std::to_string(c.rows) + " width " + std::to_string(c.width) + " stride " +
+         std::to_string(c.stride) + " col " + std::to_string(c.col);
+}
+
+TEST_F(GatherTest, ColumnBlocksGatherScatterAndExpandExactly) {
+  SCOPED_TRACE(seed_note());
+  for (const ColumnBlock& c : kColumnBlocks) {
+    SCOPED_TRACE(trace(c));
+    const auto wide = test::random_normal(static_cast<std::size_t>(c.rows * c.stride), 0.f, 1.f, rng());
+    const auto packed = test::random_normal(static_cast<std::size_t>(c.rows * c.width), 0.f, 1.f, rng());
+    std::vector<float> want_gather(packed.size()), want_scatter = wide, want_expand(wide.size(), 0.f);
+    for (std::int64_t i = 0; i < c.rows; ++i)
+      for (std::int64_t j = 0; j < c.width; ++j) {
+        const std::size_t w = static_cast<std::size_t>(i * c.stride + c.col + j),
+                          p = static_cast<std::size_t>(i * c.width + j);
+        want_gather[p] = wide[w];
+        want_scatter[w] = packed[p];
+        want_expand[w] = packed[p];
+      }
+    auto [gb, g] = blank<float>(packed.size(), 1);
+    auto [wb, w] = put(wide, 0);
+    gather_columns(g, w, c.rows, c.width, c.stride, c.col, stream());
+    auto [sb, sc] = put(wide, 1);
+    auto [pb, p] = put(packed, 0);
+    scatter_columns(sc, p, c.rows, c.width, c.stride, c.col, stream());
+    auto [eb, e] = blank<float>(wide.size(), 1);
+    expand_columns(e, p, c.rows, c.width, c.stride, c.col, stream());
+    const auto view = [&](const DeviceBuffer<float>& buf, std::size_t n) {
+      auto all = test::download(buf, stream());
+      return std::vector<float>(all.begin() + 1, all.begin() + 1 + static_cast<std::ptrdiff_t>(n));
+    };
+    EXPECT_EQ(view(gb, packed.size()), want_gather);
+    EXPECT_EQ(view(sb, wide.size()), want_scatter) << "scatter must leave the other columns alone";
+    EXPECT_EQ(view(eb, wide.size()), want_expand) << "expand must zero the other columns";
+    EXPECT_TRUE(guards_intact(gb, packed.size(), 1));
+    EXPECT_TRUE(guards_intact(sb, wide.size(), 1));
+    EXPECT_TRUE(guards_intact(eb, wide.size(), 1));
+  }
+}
+
+TEST_F(GatherTest, ColumnBlocksOutsideTheRowAreRefused) {
+  DeviceBuffer<float> a(64), b(64);
+  EXPECT_THROW(gather_columns(a.data(), b.data(), 4, 5, 8, 4, stream()), std::invalid_argument);
+  EXPECT_THROW(scatter_columns(a.data(), b.data(), 4, 2, 8, -1, stream()), std::invalid_argument);
+  EXPECT_THROW(expand_columns(a.data(), b.data(), -1, 2, 8, 0, stream()), std::invalid_argument);
+  expand_columns(a.data(), b.data(), 0, 2, 8, 0, stream());  // no rows: nothing to do
 }
 
 }  // namespace
