@@ -427,9 +427,7 @@ report::PolicyRun to_run(const std::string& policy, bool agent, int checkpoint, 
 EvalReport evaluate(const EvalPlan& plan) {
   FH_EXPECT(!plan.targets.empty(), "evaluate: the plan has no checkpoint (plan_eval makes one)");
   const RunConfig& cfg = plan.targets.front().config;
-  std::string why;
-  if (gpu::device_count(&why) < 1)
-    throw std::runtime_error("foxhunt eval needs a CUDA device: " + (why.empty() ? std::string("none found") : why));
+  gpu::require_device("foxhunt eval");
   FH_CHECK(cudaSetDevice(cfg.run.device));
   const std::int64_t N = plan.episodes;
   gpu::DeviceContext ctx(cfg.run.device, 1);

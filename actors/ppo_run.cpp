@@ -143,9 +143,7 @@ TrainOutcome run_ppo_training(const TrainRequest& req) {
   const RunConfig& cfg = req.config;
   if (cfg.pipeline.mode == "actors") return run_training(req);
   if (req.resume) require_resumable(cfg, *req.resume);  // before anything is created
-  std::string why;
-  if (gpu::device_count(&why) < 1)
-    throw std::runtime_error("foxhunt train needs a CUDA device: " + (why.empty() ? std::string("none found") : why));
+  gpu::require_device("foxhunt train");
   fs::create_directories(req.run_dir);
   const auto kept = write_kept_configs(req.run_dir, cfg);
   FH_CHECK(cudaSetDevice(cfg.run.device));

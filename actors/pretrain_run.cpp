@@ -427,9 +427,7 @@ PretrainOutcome run_pretraining(const PretrainRequest& req) {
                                   std::to_string(counters.updates) + ", the run stops at step " +
                                   std::to_string(stop_at) + " (raise --steps or optim.steps)");
   }
-  std::string why;
-  if (gpu::device_count(&why) < 1)
-    throw std::runtime_error("foxhunt pretrain needs a CUDA device: " + (why.empty() ? std::string("none found") : why));
+  gpu::require_device("foxhunt pretrain");
   FH_CHECK(cudaSetDevice(cfg.run.device));
   gpu::DeviceContext ctx(cfg.run.device, 1);
   const cudaStream_t s = ctx.stream();

@@ -186,10 +186,7 @@ void check_collector_device(const RunConfig& config, int devices) {
 
 PipelineStages make_stages(const RunConfig& config, const std::optional<std::filesystem::path>& resume,
                            const StageOptions& options) {
-  std::string why;
-  const int devices = gpu::device_count(&why);
-  if (devices < 1)
-    throw std::runtime_error("foxhunt train needs a CUDA device: " + (why.empty() ? std::string("none found") : why));
+  const int devices = gpu::require_device("foxhunt train");
   const int device = config.run.device;
   // Placement "split": the collector (environments, acting network, [features], transition slots,
   // policy buffers) on its own device; replay stages each slot onto the learner's device.
@@ -299,10 +296,7 @@ std::int64_t ppo_stats_every(const RunConfig& config, const StageOptions& option
 
 PpoStages make_ppo_stages(const RunConfig& config, const std::optional<std::filesystem::path>& resume,
                           const StageOptions& options) {
-  std::string why;
-  const int devices = gpu::device_count(&why);
-  if (devices < 1)
-    throw std::runtime_error("foxhunt train needs a CUDA device: " + (why.empty() ? std::string("none found") : why));
+  const int devices = gpu::require_device("foxhunt train");
   const int device = config.run.device;
   // Placement "split": the collector (environments, acting network, [features], rollout slots,
   // the policy buffers) on its own device; the learner stages each rollout onto run.device.

@@ -69,6 +69,15 @@ std::string device_problem(const RunConfig& config, const MemoryEstimate& memory
   return "";
 }
 
+// The devices this process sees; 0 after saying why there is none.
+int visible_devices(Console& io) {
+  std::string why;
+  const int count = gpu::device_count(&why);
+  if (count == 0)
+    io.err << "foxhunt train: needs a CUDA device: " << why << " (foxhunt check validates a config without one)\n";
+  return count;
+}
+
 // A run of several agents ([[agent]] tables or --seeds): actors::run_agents_training.
 int train_agents(const TrainArgs& a, CheckedAgents run, Console& io) {
   RunDirPlan dir;
@@ -80,13 +89,8 @@ int train_agents(const TrainArgs& a, CheckedAgents run, Console& io) {
     io.err << "foxhunt train: " << e.what() << "\n";
     return 2;
   }
-  std::string why;
-  const int count = gpu::device_count(&why);
-  if (count == 0) {
-    io.err << "foxhunt train: needs a CUDA device: " << (why.empty() ? "none found" : why)
-           << " (foxhunt check validates a config without one)\n";
-    return 1;
-  }
+  const int count = visible_devices(io);
+  if (count == 0) return 1;
   if (const std::string problem = device_problem(shared, run.total, count); !problem.empty()) {
     io.err << "foxhunt train: " << problem << " (" << run.config.agents.size() << " agents together)\n";
     return 2;
@@ -150,13 +154,8 @@ int train(const TrainArgs& a, Console& io) {
     io.err << "foxhunt train: " << e.what() << "\n";
     return 2;
   }
-  std::string why;
-  const int count = gpu::device_count(&why);
-  if (count == 0) {
-    io.err << "foxhunt train: needs a CUDA device: " << (why.empty() ? "none found" : why)
-           << " (foxhunt check validates a config without one)\n";
-    return 1;
-  }
+  const int count = visible_devices(io);
+  if (count == 0) return 1;
   if (const std::string problem = device_problem(run.config, run.memory, count); !problem.empty()) {
     io.err << "foxhunt train: " << problem << "\n";
     return 2;

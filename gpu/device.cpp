@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <stdexcept>
 
 #include "gpu/check.hpp"
 
@@ -17,6 +18,13 @@ int device_count(std::string* why) {
     return 0;
   }
   if (n == 0 && why) *why = "the CUDA driver reports zero devices";
+  return n;
+}
+
+int require_device(const std::string& who) {
+  std::string why;
+  const int n = device_count(&why);
+  if (n < 1) throw std::runtime_error(who + " needs a CUDA device: " + why);
   return n;
 }
 

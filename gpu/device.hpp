@@ -17,6 +17,9 @@ struct DeviceInfo {
 
 // Number of usable devices; 0 with `why` filled in when there is no driver or no device.
 int device_count(std::string* why = nullptr);
+// The same for code that cannot go on without one: throws std::runtime_error("<who> needs a CUDA
+// device: <why>") when there is none.
+int require_device(const std::string& who);
 std::vector<DeviceInfo> list_devices();
 // Free and total memory of device `ordinal` as cudaMemGetInfo reports them (makes it current,
 // creating its context). A run's memory estimate is compared against `free` before the stages

@@ -456,8 +456,7 @@ PYBIND11_MODULE(_foxhunt, m) {
                throw py::value_error("obs_dtype must be \"float32\" or \"bfloat16\" (got \"" + obs_dtype + "\")");
              if (device < 0) throw py::value_error("device must be >= 0 (got " + std::to_string(device) + ")");
              const rl::MarketConfig c = config_from(config);
-             std::string why;
-             if (gpu::device_count(&why) == 0) throw std::runtime_error("foxhunt.Market needs a CUDA device: " + why);
+             gpu::require_device("foxhunt.Market");
              std::optional<StreamHandle> s;
              if (stream) s = static_cast<StreamHandle>(*stream);
              return std::make_shared<MarketSession>(c, num_envs, device, obs_dtype == "bfloat16", s);
