@@ -62,6 +62,7 @@ int pretrain(const PretrainArgs& a, Console& io) {
     return 2;
   }
   log_to_run_dir(dir.dir, config.run.level);
+  warn_replaced(dir);
   spdlog::info("run directory {}", fs::absolute(dir.dir).string());
   actors::PretrainRequest req;
   req.config = config;

@@ -102,6 +102,7 @@ int train_agents(const TrainArgs& a, CheckedAgents run, Console& io) {
     return 2;
   }
   log_to_run_dir(dir.dir, shared.logging.level);
+  warn_replaced(dir);
   spdlog::info("run directory {} ({} agents)", fs::absolute(dir.dir).string(), run.config.agents.size());
   for (std::size_t i = 0; i < run.config.agents.size(); ++i)
     spdlog::info("agent {}: {} (seed {}, stream priority {}), estimated device memory {}", run.config.agents[i].name,
@@ -167,12 +168,7 @@ int train(const TrainArgs& a, Console& io) {
     return 2;
   }
   log_to_run_dir(dir.dir, run.config.logging.level);
-  if (!dir.replaced.empty())
-    spdlog::warn("--overwrite: replaced the contents of {}: {}", dir.dir.string(), [&] {
-      std::string s;
-      for (const auto& e : dir.replaced) s += (s.empty() ? "" : ", ") + e;
-      return s;
-    }());
+  warn_replaced(dir);
   spdlog::info("run directory {}", fs::absolute(dir.dir).string());
   spdlog::info("estimated device memory {} (replay {}, learner {}, collector {}, fixed {})",
                human_bytes(run.memory.total()), human_bytes(run.memory.replay), human_bytes(run.memory.learner),

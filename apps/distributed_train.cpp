@@ -292,6 +292,7 @@ int train_rank(const DistributedArgs& a, CheckedRun run, const std::string& run_
     return 2;
   }
   log_to_run_dir(dir.dir, cfg.logging.level);
+  warn_replaced(dir);
   spdlog::info("{}: run directory {}, device {}, seed {}", tag, fs::absolute(dir.dir).string(), cfg.run.device,
                cfg.run.seed);
   if (resume) {
@@ -418,6 +419,7 @@ int train_local_ranks(int gpus, CheckedRun run, const std::string& run_dir_arg, 
     return 2;
   }
   log_to_run_dir(dirs.front().dir, shared.logging.level);  // one process, one log: rank 0's
+  for (const RunDirPlan& d : dirs) warn_replaced(d);
   for (int r = 0; r < gpus; ++r) {
     LocalRank& rank = req.ranks[static_cast<std::size_t>(r)];
     spdlog::info("rank {} of {}: run directory {}, device {}, seed {}", r, gpus, fs::absolute(rank.run_dir).string(),

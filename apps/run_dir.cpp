@@ -125,4 +125,10 @@ void log_to_run_dir(const std::filesystem::path& run_dir, const std::string& lev
   spdlog::set_default_logger(logger);
 }
 
+void warn_replaced(const RunDirPlan& plan) {
+  if (plan.replaced.empty()) return;
+  spdlog::warn("--overwrite: replaced the contents of {}: {}", plan.dir.string(),
+               join(plan.replaced, plan.replaced.size()));
+}
+
 }  // namespace foxhunt::apps

@@ -34,4 +34,7 @@ std::filesystem::path default_run_dir(const std::string& name);
 // The default logger from here on: stderr and <run_dir>/train.log, at `level` (spdlog's names).
 void log_to_run_dir(const std::filesystem::path& run_dir, const std::string& level);
 
+// A warning in the log naming what --overwrite removed from plan.dir; nothing when it removed nothing.
+void warn_replaced(const RunDirPlan& plan);
+
 }  // namespace foxhunt::apps
