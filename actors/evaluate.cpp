@@ -377,19 +377,6 @@ constexpr ColumnSpec kColumns[] = {
 };
 static_assert(sizeof(kColumns) / sizeof(kColumns[0]) == rl::kEpisodeMetricCount, "one column per metric");
 
-std::vector<std::pair<std::string, double>> stats_fields(const rl::EpisodeStats& s) {
-  return {{"episodes", s.episodes},
-          {"mean_return", s.mean_return},
-          {"std_return", s.std_return},
-          {"mean_length", s.mean_length},
-          {"mean_total_return", s.mean_total_return},
-          {"mean_sharpe", s.mean_sharpe},
-          {"std_sharpe", s.std_sharpe},
-          {"mean_max_drawdown", s.mean_max_drawdown},
-          {"mean_turnover", s.mean_turnover},
-          {"mean_trades", s.mean_trades}};
-}
-
 report::PolicyRun to_run(const std::string& policy, bool agent, int checkpoint, double m, const EpisodesResult& r,
                          std::int64_t steps, int assets) {
   report::PolicyRun run;
@@ -397,7 +384,7 @@ report::PolicyRun to_run(const std::string& policy, bool agent, int checkpoint, 
   run.agent = agent;
   run.checkpoint = checkpoint;
   run.cost_multiplier = m;
-  run.episode_stats = stats_fields(r.stats);
+  run.episode_stats = rl::named_fields(r.stats);
   if (!r.metrics.empty()) {
     run.episodes.assign(rl::kEpisodeMetricCount, std::vector<double>(r.metrics.size()));
     for (std::size_t i = 0; i < r.metrics.size(); ++i) {

@@ -7,6 +7,7 @@
 #include "gpu/buffer.hpp"
 #include "gpu/check.hpp"
 #include "gpu/exit.hpp"
+#include "rl/envs/episode_stats.hpp"
 #include "rl/envs/market.hpp"
 
 namespace foxhunt::python {
@@ -171,17 +172,7 @@ std::vector<std::pair<std::string, double>> MarketSession::episode_stats(bool cl
   use_device();
   gpu::ExitSlot<rl::EpisodeStats> slot;
   env_->export_stats(slot, clear, as_stream(stream_));
-  const rl::EpisodeStats s = slot.wait();
-  return {{"episodes", s.episodes},
-          {"mean_return", s.mean_return},
-          {"std_return", s.std_return},
-          {"mean_length", s.mean_length},
-          {"mean_total_return", s.mean_total_return},
-          {"mean_sharpe", s.mean_sharpe},
-          {"std_sharpe", s.std_sharpe},
-          {"mean_max_drawdown", s.mean_max_drawdown},
-          {"mean_turnover", s.mean_turnover},
-          {"mean_trades", s.mean_trades}};
+  return rl::named_fields(slot.wait());
 }
 
 double MarketSession::time_steps(const void* actions, std::int64_t steps, int calls) {

@@ -93,4 +93,17 @@ void episode_stats_reduce(EpisodeStats* out, EpisodeAccum* accum, std::int64_t n
   FH_CHECK_LAUNCH();
 }
 
+std::vector<std::pair<std::string, double>> named_fields(const EpisodeStats& s) {
+  return {{"episodes", s.episodes},
+          {"mean_return", s.mean_return},
+          {"std_return", s.std_return},
+          {"mean_length", s.mean_length},
+          {"mean_total_return", s.mean_total_return},
+          {"mean_sharpe", s.mean_sharpe},
+          {"std_sharpe", s.std_sharpe},
+          {"mean_max_drawdown", s.mean_max_drawdown},
+          {"mean_turnover", s.mean_turnover},
+          {"mean_trades", s.mean_trades}};
+}
+
 }  // namespace foxhunt::rl

@@ -8,6 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace foxhunt::rl {
 
@@ -40,6 +43,9 @@ struct EpisodeStats {
   double mean_turnover;
   double mean_trades;
 };
+
+// The fields by name, in declaration order (the eval report, the Python API's dicts).
+std::vector<std::pair<std::string, double>> named_fields(const EpisodeStats& s);
 
 // Workspace for episode_stats_reduce (partial sums of the fixed partition).
 std::size_t episode_stats_workspace_bytes();
