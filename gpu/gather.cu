@@ -68,8 +68,8 @@ __global__ void __launch_bounds__(kBlock) scatter_kernel(float* table, const flo
   }
 }
 
-// Grid-stride over the packed (rows, width) block. kDir: gather (packed <- strided), scatter
-// (strided <- packed) or expand (every strided element: its packed value or zero).
+// Grid-stride over the elements written: gather (packed <- strided) and scatter (strided <- packed)
+// walk the packed (rows, width) block; expand walks every strided element (its packed value or zero).
 enum class Columns { gather, scatter, expand };
 template <Columns kDir>
 __global__ void __launch_bounds__(kBlock)
