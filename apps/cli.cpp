@@ -73,7 +73,9 @@ int run_cli(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e, out, err);
+    // CLI11 prints the message (or the help) and has a code per kind of error (105, 106, 109, ...);
+    // every refused command line leaves with 2, the code of refused input everywhere else.
+    const int code = app.exit(e, out, err) == 0 ? 0 : 2;
     // A misspelled flag of the command given (reported by CLI11 as unexpected, or as a required
     // flag missing): name the nearest flag the command has.
     if (args.size() > 1 && std::find(commands.begin(), commands.end(), args[1]) != commands.end()) {

@@ -95,12 +95,12 @@ TEST_F(Cli, MisspelledCommandGetsASuggestion) {
 
 TEST_F(Cli, MisspelledFlagGetsASuggestion) {
   const Result r = cli({"check", "--confg", config_.string(), "--config", config_.string()});
-  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--confg"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("did you mean --config?"), std::string::npos) << r.err;
   // The only --config misspelled: CLI11 reports the required flag missing; the suggestion stays.
   const Result only = cli({"train", "--confg", config_.string()});
-  EXPECT_NE(only.code, 0);
+  EXPECT_EQ(only.code, 2);
   EXPECT_NE(only.err.find("--config is required"), std::string::npos) << only.err;
   EXPECT_NE(only.err.find("unknown flag --confg; did you mean --config?"), std::string::npos) << only.err;
 }
@@ -108,7 +108,7 @@ TEST_F(Cli, MisspelledFlagGetsASuggestion) {
 TEST_F(Cli, EvalSeedMustBeANonNegativeInteger) {
   for (const char* bad : {"-1", "1.5", "seven", "18446744073709551616"}) {
     const Result r = cli({"eval", "--checkpoint", root_.string(), "--seed", bad});
-    EXPECT_NE(r.code, 0) << bad;
+    EXPECT_EQ(r.code, 2) << bad;
     EXPECT_NE(r.err.find("--seed"), std::string::npos) << bad << ": " << r.err;
     EXPECT_NE(r.err.find("[0, 18446744073709551615]"), std::string::npos) << bad << ": " << r.err;
   }
@@ -117,12 +117,12 @@ TEST_F(Cli, EvalSeedMustBeANonNegativeInteger) {
 TEST_F(Cli, EvalEpisodesInRange) {
   for (const char* bad : {"0", "-3", "1048577"}) {
     const Result r = cli({"eval", "--checkpoint", root_.string(), "--episodes", bad});
-    EXPECT_NE(r.code, 0) << bad;
+    EXPECT_EQ(r.code, 2) << bad;
     EXPECT_NE(r.err.find("--episodes"), std::string::npos) << bad << ": " << r.err;
     EXPECT_NE(r.err.find("1048576"), std::string::npos) << bad << ": " << r.err;
   }
   const Result r = cli({"eval", "--checkpoint", root_.string(), "--episodes", "2.5"});
-  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--episodes"), std::string::npos) << r.err;
 }
 
@@ -132,7 +132,7 @@ TEST_F(Cli, GpusIsRefusedWithRankFlagsAndAnUnfitConfig) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--gpus runs every rank in this process"), std::string::npos) << r.err;
   r = cli({"train", "--config", config_.string(), "--gpus", "0"});
-  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--gpus"), std::string::npos) << r.err;
   // DQN over several ranks needs the deterministic mode (every replica runs the same updates)
   r = cli({"train", "--config", config_.string(), "--gpus", "2", "--run-dir", run.string()});
@@ -144,19 +144,19 @@ TEST_F(Cli, GpusIsRefusedWithRankFlagsAndAnUnfitConfig) {
 
 TEST_F(Cli, ExtraArgumentsAreRefused) {
   const Result r = cli({"devices", "now"});
-  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("now"), std::string::npos) << r.err;
 }
 
 TEST_F(Cli, ConfigThatDoesNotExist) {
   for (const char* cmd : {"train", "check"}) {
     const Result r = cli({cmd, "--config", (root_ / "nope.toml").string()});
-    EXPECT_NE(r.code, 0);
+    EXPECT_EQ(r.code, 2);
     EXPECT_NE(r.err.find("--config"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("nope.toml"), std::string::npos) << r.err;
   }
   const Result dir = cli({"check", "--config", root_.string()});
-  EXPECT_NE(dir.code, 0);
+  EXPECT_EQ(dir.code, 2);
   EXPECT_NE(dir.err.find("--config"), std::string::npos) << dir.err;
 }
 

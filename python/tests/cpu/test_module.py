@@ -179,6 +179,14 @@ class EvaluateTest(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, r"--cost-multipliers"):
                 foxhunt.evaluate(d, cost_multipliers=(1.0, 1.0))
 
+    def test_out_of_range_flags_are_value_errors(self):
+        # Refused by the command line's own checks (CLI11), which leave with the same code 2.
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaisesRegex(ValueError, r"--episodes"):
+                foxhunt.evaluate(d, episodes=0)
+            with self.assertRaisesRegex(ValueError, r"--seed"):
+                foxhunt.evaluate(d, seed=-1)
+
 
 @unittest.skipIf(foxhunt.device_count() == 0,
                  "no CUDA device (" + foxhunt.cuda_unavailable_reason() + "): the device tests are "
