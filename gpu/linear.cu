@@ -51,10 +51,10 @@ void expect_supported(Activation act, const char* op) {
                 std::string(activation_name(act)) + "; compose other activations with a separate kernel");
 }
 
-// Calls f(std::integral_constant<Activation, A>{}) with A = act, for the activations the layer
-// fuses (expect_supported; any other reads as identity): the one switch behind each templated launch.
+// Calls f(std::integral_constant<Activation, A>{}) with A = act, as gpu/activations.cu's dispatch
+// does, over the activations the layer fuses (expect_supported; any other reads as identity).
 template <class F>
-void with_activation(Activation act, F&& f) {
+void dispatch(Activation act, F&& f) {
   switch (act) {
     case Activation::relu:
       return f(std::integral_constant<Activation, Activation::relu>{});
@@ -877,7 +877,7 @@ void launch_small_gemm(float* c, std::int64_t ldc, void* aux, std::int64_t aux_l
 void small_linear_forward(float* out, void* aux, const float* in, const float* w, const float* bias, std::int64_t batch,
                           std::int64_t in_f, std::int64_t out_f, Activation act, cudaStream_t stream) {
   const std::int64_t ld = aux_ld(out_f, act);
-  with_activation(act, [&](auto a) {
+  dispatch(act, [&](auto a) {
     constexpr Activation A = decltype(a)::value;
     launch_small_gemm<A, true, true>(out, out_f, A == Activation::identity ? nullptr : aux, ld, in, in_f, w, in_f, bias,
                                      batch, out_f, in_f, 0.f, stream);
@@ -893,14 +893,14 @@ void launch_epilogue(float* out, void* aux, const float* bias, std::int64_t batc
   // aux is 16-byte aligned (checked by linear_forward) and ld % 8 == 0 for gelu
   if (out_f % 4 == 0 && aligned16(out) && aligned16(bias)) {
     const dim3 grid(static_cast<unsigned>(ceil_div(out_f, kVecTileCols)), row_blocks);
-    with_activation(act, [&](auto a) {
+    dispatch(act, [&](auto a) {
       epilogue_vec4_kernel<decltype(a)::value><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
     });
     FH_CHECK_LAUNCH();
     return;
   }
   const dim3 grid(static_cast<unsigned>(ceil_div(out_f, kTileCols)), row_blocks);
-  with_activation(act, [&](auto a) {
+  dispatch(act, [&](auto a) {
     epilogue_kernel<decltype(a)::value><<<grid, block, 0, stream>>>(out, aux, bias, batch, out_f, ld);
   });
   FH_CHECK_LAUNCH();
@@ -1061,7 +1061,7 @@ void linear_backward(float* d_in, float* d_weight, float* d_bias, float* d_pre_s
     const std::int64_t ld = aux_ld(out_features, act);
     const dim3 block(kTileCols, kDpreRows);
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
-    with_activation(act, [&](auto a) {
+    dispatch(act, [&](auto a) {
       dpre_bias_kernel<decltype(a)::value><<<grid, block, 0, lane.stream>>>(
           pre_out, bias_out, d_out, aux, batch, out_features, ld, rows_per_split, accumulate_param_grads);
     });
